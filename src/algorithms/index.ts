@@ -1,0 +1,94 @@
+/**
+ * The algorithm registry and the composite step every store runs: one call
+ * against several policies is all-or-nothing.
+ */
+import type { PolicyDecision, ResolvedPolicy } from '../core/types.ts'
+import { NO_WAIT, type AlgorithmOptions, type Transition } from './algorithm.ts'
+import { fixedWindow, type FixedWindowState } from './fixed-window.ts'
+import { leakyBucket, type LeakyBucketState } from './leaky-bucket.ts'
+import { slidingLog, type SlidingLogState } from './sliding-log.ts'
+import { slidingWindow, type SlidingWindowState } from './sliding-window.ts'
+import { tokenBucket, type TokenBucketState } from './token-bucket.ts'
+
+export { NO_WAIT, type AlgorithmOptions, type Transition } from './algorithm.ts'
+export { fixedWindow, type FixedWindowState } from './fixed-window.ts'
+export { slidingLog, type SlidingLogState } from './sliding-log.ts'
+export { slidingWindow, type SlidingWindowState } from './sliding-window.ts'
+export { tokenBucket, type TokenBucketState } from './token-bucket.ts'
+export { leakyBucket, type LeakyBucketState } from './leaky-bucket.ts'
+
+export type AlgorithmState =
+  | FixedWindowState
+  | SlidingLogState
+  | SlidingWindowState
+  | TokenBucketState
+  | LeakyBucketState
+
+/**
+ * Runs the policy's algorithm. The state must be one this policy's algorithm
+ * produced: stores keep states per policy name, and names encode parameters.
+ */
+export function step(
+  policy: ResolvedPolicy,
+  state: AlgorithmState | undefined,
+  now: number,
+  cost: number,
+  options: AlgorithmOptions,
+): Transition<AlgorithmState> {
+  switch (policy.algorithm) {
+    case 'fixed-window':
+      return fixedWindow(state as FixedWindowState | undefined, now, cost, policy, options)
+    case 'sliding-log':
+      return slidingLog(state as SlidingLogState | undefined, now, cost, policy, options)
+    case 'sliding-window':
+      return slidingWindow(state as SlidingWindowState | undefined, now, cost, policy, options)
+    case 'token-bucket':
+      return tokenBucket(state as TokenBucketState | undefined, now, cost, policy, options)
+    case 'leaky-bucket':
+      return leakyBucket(state as LeakyBucketState | undefined, now, cost, policy, options)
+  }
+}
+
+export interface Evaluation {
+  /** One decision per policy, in policy order. */
+  decisions: PolicyDecision[]
+  /** The transitions to store, present only when every policy allowed a charged call. */
+  commit: Transition<AlgorithmState>[] | undefined
+}
+
+/**
+ * One call against every policy of a limiter, all-or-nothing: when any policy
+ * refuses, nothing is charged anywhere, and the policies that would have
+ * allowed report their state uncharged. Cost 0 is a peek: `remaining` and
+ * `resetAfterMs` as they stand, `allowed` / `retryAfterMs` for a call of cost 1.
+ */
+export function evaluate(
+  policies: readonly ResolvedPolicy[],
+  states: ReadonlyArray<AlgorithmState | undefined>,
+  now: number,
+  cost: number,
+  options: AlgorithmOptions,
+): Evaluation {
+  if (cost === 0) {
+    return { decisions: policies.map((policy, i) => peekDecision(policy, states[i], now)), commit: undefined }
+  }
+  const transitions = policies.map((policy, i) => step(policy, states[i], now, cost, options))
+  if (transitions.every((transition) => transition.decision.allowed)) {
+    return { decisions: transitions.map((transition) => transition.decision), commit: transitions }
+  }
+  return {
+    decisions: transitions.map((transition, i) =>
+      transition.decision.allowed ? unchargedDecision(policies[i] as ResolvedPolicy, states[i], now) : transition.decision,
+    ),
+    commit: undefined,
+  }
+}
+
+function peekDecision(policy: ResolvedPolicy, state: AlgorithmState | undefined, now: number): PolicyDecision {
+  const single = step(policy, state, now, 1, NO_WAIT).decision
+  return { ...unchargedDecision(policy, state, now), allowed: single.allowed, retryAfterMs: single.retryAfterMs }
+}
+
+function unchargedDecision(policy: ResolvedPolicy, state: AlgorithmState | undefined, now: number): PolicyDecision {
+  return { ...step(policy, state, now, 0, NO_WAIT).decision, waitMs: 0 }
+}

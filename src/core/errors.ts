@@ -1,0 +1,77 @@
+/**
+ * Errors thrown by sluice. Being rate limited is never an error here: it is a
+ * `Decision` with `allowed: false`. Exceptions are kept for misuse (bad policy,
+ * bad argument) and, in the function wrapper only, for a rejected call.
+ */
+import type { Decision } from './types.ts'
+
+
+/** Base class of every error sluice throws; `code` is stable and documented. */
+export class SluiceError extends Error {
+  readonly code: string
+
+  constructor(code: string, message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.name = new.target.name
+    this.code = code
+  }
+}
+
+/** A policy that cannot be honoured: names the policy, the field and the bad value. */
+export class PolicyError extends SluiceError {
+  readonly policy: string | undefined
+  readonly field: string
+  readonly value: unknown
+
+  constructor(field: string, value: unknown, problem: string, policy?: string) {
+    const where = policy === undefined ? '' : `policy "${policy}": `
+    super('ERR_SLUICE_POLICY', `${where}${field} ${problem} (got ${describe(value)})`)
+    this.policy = policy
+    this.field = field
+    this.value = value
+  }
+}
+
+/** A bad argument to a call or constructor (cost, maxWaitMs, key, options). */
+export class ArgumentError extends SluiceError {
+  readonly argument: string
+  readonly value: unknown
+
+  constructor(argument: string, value: unknown, problem: string) {
+    super('ERR_SLUICE_ARGUMENT', `${argument} ${problem} (got ${describe(value)})`)
+    this.argument = argument
+    this.value = value
+  }
+}
+
+/**
+ * Thrown by `rateLimited` / `@RateLimited` when a call is refused. Carries the
+ * decision so the caller can honour `retryAfterMs`.
+ */
+export class RateLimitedError extends SluiceError {
+  readonly retryAfterMs: number
+  readonly decision: Decision
+
+  constructor(decision: Decision, what: string) {
+    super(
+      'ERR_SLUICE_RATE_LIMITED',
+      `${what} is rate limited by policy "${decision.policy}"; retry after ${decision.retryAfterMs} ms`,
+    )
+    this.retryAfterMs = decision.retryAfterMs
+    this.decision = decision
+  }
+}
+
+/** Short, safe rendering of a bad value for an error message. */
+export function describe(value: unknown): string {
+  if (typeof value === 'string') {
+    return JSON.stringify(value.length > 64 ? `${value.slice(0, 61)}...` : value)
+  }
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') {
+    return String(value)
+  }
+  if (value === undefined || value === null) return String(value)
+  if (Array.isArray(value)) return `an array of ${value.length}`
+  if (typeof value === 'function') return 'a function'
+  return `an object`
+}

@@ -1,0 +1,202 @@
+/**
+ * Policy validation: turns what a user wrote into frozen `ResolvedPolicy`
+ * objects once, at construction, so no decision ever meets a bad number.
+ */
+import { ArgumentError, PolicyError } from './errors.ts'
+import type { AlgorithmName, ResolvedPolicy } from './types.ts'
+
+/**
+ * Arithmetic inside the algorithms is exact integer arithmetic on doubles (in
+ * TypeScript and in Redis Lua alike), so products such as capacity x interval
+ * must stay below 2^53.
+ */
+const MAX_EXACT = Number.MAX_SAFE_INTEGER
+
+/** The longest reservation: also the longest delay `setTimeout` can sleep. */
+export const MAX_WAIT_MS = 2 ** 31 - 1
+
+/** Longest policy name: it becomes part of store keys and header values. */
+const MAX_NAME_LENGTH = 64
+
+const FIELDS: Record<AlgorithmName, readonly string[]> = {
+  'fixed-window': ['limit', 'windowMs'],
+  'sliding-log': ['limit', 'windowMs'],
+  'sliding-window': ['limit', 'windowMs'],
+  'token-bucket': ['capacity', 'refillTokens', 'refillIntervalMs', 'refill'],
+  'leaky-bucket': ['capacity', 'leakTokens', 'leakIntervalMs', 'mode'],
+}
+
+const ALGORITHMS = Object.keys(FIELDS) as AlgorithmName[]
+
+/** Algorithms that can grant a call now that proceeds later (`maxWaitMs > 0`). */
+export const RESERVABLE: ReadonlySet<AlgorithmName> = new Set([
+  'fixed-window',
+  'token-bucket',
+  'leaky-bucket',
+])
+
+/** Validates one policy or an array of them (all-or-nothing) into frozen policies. */
+export function resolvePolicies(input: unknown): readonly ResolvedPolicy[] {
+  const list = Array.isArray(input) ? input : [input]
+  if (list.length === 0) throw new ArgumentError('policies', input, 'must hold at least one policy')
+  const resolved = list.map((policy: unknown) => resolvePolicy(policy))
+  const seen = new Set<string>()
+  for (const policy of resolved) {
+    if (seen.has(policy.name)) {
+      throw new PolicyError('name', policy.name, 'is used by two policies of one limiter; names must be unique', policy.name)
+    }
+    seen.add(policy.name)
+  }
+  return Object.freeze(resolved)
+}
+
+/** Validates one policy; throws a `PolicyError` naming the field and the bad value. */
+export function resolvePolicy(input: unknown): ResolvedPolicy {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+    throw new PolicyError('policy', input, 'must be an object with an "algorithm" field')
+  }
+  const raw = input as Record<string, unknown>
+  const algorithm = raw.algorithm
+  if (typeof algorithm !== 'string' || !ALGORITHMS.includes(algorithm as AlgorithmName)) {
+    throw new PolicyError('algorithm', algorithm, `must be one of ${ALGORITHMS.join(', ')}`, nameHint(raw))
+  }
+  const known = FIELDS[algorithm as AlgorithmName]
+  for (const field of Object.keys(raw)) {
+    if (field !== 'algorithm' && field !== 'name' && !known.includes(field) && raw[field] !== undefined) {
+      throw new PolicyError(field, raw[field], `is not a field of a ${algorithm} policy (fields: ${known.join(', ')}, name)`, nameHint(raw))
+    }
+  }
+  const hint = nameHint(raw)
+  let policy: ResolvedPolicy
+  switch (algorithm as AlgorithmName) {
+    case 'fixed-window':
+    case 'sliding-log':
+    case 'sliding-window': {
+      const limit = positiveInteger(raw, 'limit', hint)
+      const windowMs = positiveInteger(raw, 'windowMs', hint)
+      if (algorithm === 'sliding-window') exactProduct(limit, windowMs, 'limit x windowMs', hint)
+      const name = nameOf(raw, `${algorithm}:${limit}/${formatDuration(windowMs)}`)
+      policy = { algorithm: algorithm as 'fixed-window' | 'sliding-log' | 'sliding-window', name, limit, windowMs }
+      break
+    }
+    case 'token-bucket': {
+      const capacity = positiveInteger(raw, 'capacity', hint)
+      const refillTokens = positiveInteger(raw, 'refillTokens', hint)
+      const refillIntervalMs = positiveInteger(raw, 'refillIntervalMs', hint)
+      const refill = oneOf(raw, 'refill', ['greedy', 'interval'] as const, hint)
+      exactProduct(capacity, refillIntervalMs, 'capacity x refillIntervalMs', hint)
+      const suffix = refill === 'interval' ? ':interval' : ''
+      const name = nameOf(raw, `token-bucket:${capacity}@${refillTokens}/${formatDuration(refillIntervalMs)}${suffix}`)
+      policy = { algorithm: 'token-bucket', name, capacity, refillTokens, refillIntervalMs, refill }
+      break
+    }
+    case 'leaky-bucket': {
+      const capacity = positiveInteger(raw, 'capacity', hint)
+      const leakTokens = positiveInteger(raw, 'leakTokens', hint)
+      const leakIntervalMs = positiveInteger(raw, 'leakIntervalMs', hint)
+      const mode = oneOf(raw, 'mode', ['police', 'shape'] as const, hint)
+      exactProduct(capacity, leakIntervalMs, 'capacity x leakIntervalMs', hint)
+      // The debt can grow past capacity by one reservation: keep that exact too.
+      exactProduct(leakTokens, MAX_WAIT_MS, 'leakTokens x 2^31', hint)
+      const suffix = mode === 'shape' ? ':shape' : ''
+      const name = nameOf(raw, `leaky-bucket:${capacity}@${leakTokens}/${formatDuration(leakIntervalMs)}${suffix}`)
+      policy = { algorithm: 'leaky-bucket', name, capacity, leakTokens, leakIntervalMs, mode }
+      break
+    }
+  }
+  return Object.freeze(policy)
+}
+
+/** The policy's limit as reported in decisions: its limit, or its capacity. */
+export function limitOf(policy: ResolvedPolicy): number {
+  return 'limit' in policy ? policy.limit : policy.capacity
+}
+
+/** Checks a per-call cost against every policy: a positive integer no policy's limit is below. */
+export function checkCost(cost: unknown, policies: readonly ResolvedPolicy[]): number {
+  if (typeof cost !== 'number' || !Number.isSafeInteger(cost) || cost < 1) {
+    throw new ArgumentError('cost', cost, 'must be a positive integer')
+  }
+  for (const policy of policies) {
+    const limit = limitOf(policy)
+    if (cost > limit) {
+      throw new ArgumentError('cost', cost, `exceeds the limit ${limit} of policy "${policy.name}", so it could never be allowed`)
+    }
+  }
+  return cost
+}
+
+/** Checks `maxWaitMs` and that every policy can reserve when it is above 0. */
+export function checkMaxWait(maxWaitMs: unknown, policies: readonly ResolvedPolicy[]): number {
+  if (typeof maxWaitMs !== 'number' || !Number.isFinite(maxWaitMs) || maxWaitMs < 0 || maxWaitMs > MAX_WAIT_MS) {
+    throw new ArgumentError('maxWaitMs', maxWaitMs, `must be a number of milliseconds from 0 to ${MAX_WAIT_MS}`)
+  }
+  if (maxWaitMs > 0) {
+    for (const policy of policies) {
+      if (!RESERVABLE.has(policy.algorithm)) {
+        throw new ArgumentError(
+          'maxWaitMs',
+          maxWaitMs,
+          `cannot be used with policy "${policy.name}": ${policy.algorithm} cannot reserve (only ${[...RESERVABLE].join(', ')} can)`,
+        )
+      }
+    }
+  }
+  return Math.floor(maxWaitMs)
+}
+
+/** "60000" -> "1m", "1500" -> "1500ms": the largest unit that divides exactly. */
+export function formatDuration(ms: number): string {
+  const units: Array<[string, number]> = [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]]
+  for (const [unit, size] of units) {
+    if (ms % size === 0) return `${ms / size}${unit}`
+  }
+  return `${ms}ms`
+}
+
+function nameHint(raw: Record<string, unknown>): string | undefined {
+  return typeof raw.name === 'string' ? raw.name : undefined
+}
+
+function nameOf(raw: Record<string, unknown>, derived: string): string {
+  const name = raw.name
+  if (name === undefined) return derived
+  if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH || !/^[\x21-\x7e]+$/.test(name)) {
+    throw new PolicyError('name', name, `must be 1 to ${MAX_NAME_LENGTH} printable ASCII characters without spaces`)
+  }
+  if (name.includes('"') || name.includes('\\') || name.includes('{') || name.includes('}')) {
+    throw new PolicyError('name', name, 'must not contain quotes, backslashes or braces (it is used in headers and Redis keys)')
+  }
+  return name
+}
+
+function positiveInteger(raw: Record<string, unknown>, field: string, policy: string | undefined): number {
+  const value = raw[field]
+  if (value === undefined) throw new PolicyError(field, value, 'is required', policy)
+  if (typeof value !== 'number' || !Number.isFinite(value)) {
+    throw new PolicyError(field, value, 'must be a finite number', policy)
+  }
+  if (!Number.isInteger(value) || value < 1) throw new PolicyError(field, value, 'must be a positive integer', policy)
+  if (value > MAX_EXACT) throw new PolicyError(field, value, `must be at most ${MAX_EXACT}`, policy)
+  return value
+}
+
+function oneOf<T extends string>(
+  raw: Record<string, unknown>,
+  field: string,
+  choices: readonly [T, ...T[]],
+  policy: string | undefined,
+): T {
+  const value = raw[field]
+  if (value === undefined) return choices[0]
+  if (typeof value !== 'string' || !choices.includes(value as T)) {
+    throw new PolicyError(field, value, `must be one of ${choices.join(', ')}`, policy)
+  }
+  return value as T
+}
+
+function exactProduct(a: number, b: number, what: string, policy: string | undefined): void {
+  if (a * b > MAX_EXACT) {
+    throw new PolicyError(what.split(' x ')[0] ?? what, a, `is too large: ${what} must stay below 2^53 for exact arithmetic`, policy)
+  }
+}

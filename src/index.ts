@@ -1,0 +1,30 @@
+/**
+ * sluice: rate limiting for Node.js.
+ *
+ * @example
+ * import { Limiter } from 'sluice'
+ * const limiter = new Limiter({ policies: { algorithm: 'token-bucket', capacity: 20, refillTokens: 10, refillIntervalMs: 1000 } })
+ * const decision = await limiter.limit('user:42')
+ * if (!decision.allowed) console.log(`retry in ${decision.retryAfterMs} ms`)
+ */
+export { Limiter, normalizeKey, MAX_KEY_LENGTH, type LimiterOptions, type LimitOptions } from './limiter/limiter.ts'
+export { combine } from './limiter/decision.ts'
+export { rateLimited, RateLimited, RateLimitAction, type RateLimitedOptions } from './limiter/rate-limited.ts'
+export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory-store.ts'
+export type { Store, SyncStore, StoreCall } from './stores/store.ts'
+export { resolvePolicy, resolvePolicies, limitOf, formatDuration, RESERVABLE, MAX_WAIT_MS } from './core/policy.ts'
+export { SluiceError, PolicyError, ArgumentError, RateLimitedError } from './core/errors.ts'
+export { monotonicClock, type Clock } from './core/clock.ts'
+export type {
+  Policy,
+  ResolvedPolicy,
+  AlgorithmName,
+  FixedWindowPolicy,
+  SlidingLogPolicy,
+  SlidingWindowPolicy,
+  TokenBucketPolicy,
+  LeakyBucketPolicy,
+  Decision,
+  PolicyDecision,
+} from './core/types.ts'
+export * as algorithms from './algorithms/index.ts'

@@ -1,0 +1,123 @@
+/**
+ * Rate-limiting a function or a class method: the `@RateLimited(limit, window,
+ * keyPrefix, action)` pattern of Spring AOP, as a wrapper and as a TC39
+ * (standard, TypeScript 5+) method decorator.
+ */
+import { ArgumentError, RateLimitedError } from '../core/errors.ts'
+import { checkMaxWait, resolvePolicies } from '../core/policy.ts'
+import type { Decision, Policy } from '../core/types.ts'
+import type { Store } from '../stores/store.ts'
+import { Limiter } from './limiter.ts'
+
+/** What a call over the limit does: throw `RateLimitedError`, or wait its turn. */
+export const RateLimitAction = Object.freeze({ REJECT: 'reject', QUEUE: 'queue' } as const)
+export type RateLimitAction = (typeof RateLimitAction)[keyof typeof RateLimitAction]
+
+export interface RateLimitedOptions<Args extends unknown[]> {
+  /** Shorthand for a fixed-window policy: calls per `windowMs`. */
+  limit?: number
+  windowMs?: number
+  /** Any policies instead of `limit` / `windowMs`. */
+  policies?: Policy | readonly Policy[]
+  /** A limiter to share instead of one built from the options above. */
+  limiter?: Limiter
+  /** Store for the limiter built here. Default: a new MemoryStore. */
+  store?: Store
+  /** Namespace of the keys. Default: the function's or method's name. */
+  keyPrefix?: string
+  /** The part of the key that depends on the call, e.g. `(userId) => userId`. Default: none (one shared limit). */
+  key?: (...args: Args) => string
+  /** Units a call costs. Default 1. */
+  cost?: number | ((...args: Args) => number)
+  /** `reject` (default) throws `RateLimitedError`; `queue` waits for a reservation, at most `maxWaitMs`. */
+  action?: RateLimitAction
+  /** With `queue`: the longest wait before giving up with `RateLimitedError`. Default 30,000 ms. */
+  maxWaitMs?: number
+}
+
+const DEFAULT_QUEUE_WAIT_MS = 30_000
+
+/**
+ * Wraps `fn` so that each call is decided first: refused calls throw
+ * `RateLimitedError` (or, with `action: 'queue'`, wait their turn).
+ *
+ * @example
+ * const send = rateLimited(sendEmail, { limit: 10, windowMs: 60_000, key: (to) => to })
+ * await send('a@example.com', 'hello') // throws RateLimitedError on the 11th call within the minute
+ */
+export function rateLimited<Args extends unknown[], Return>(
+  fn: (...args: Args) => Return,
+  options: RateLimitedOptions<Args>,
+): (...args: Args) => Promise<Awaited<Return>> {
+  if (typeof fn !== 'function') throw new ArgumentError('fn', fn, 'must be a function')
+  const guard = createGuard(options, fn.name || 'function')
+  return async function rateLimitedCall(this: unknown, ...args: Args): Promise<Awaited<Return>> {
+    await guard(args)
+    return await fn.apply(this, args)
+  }
+}
+
+/**
+ * Standard method decorator. The method must be async (its callers may wait).
+ *
+ * @example
+ * class Mailer {
+ *   @RateLimited({ limit: 10, windowMs: 60_000, key: (to: string) => to, action: 'queue' })
+ *   async send(to: string, body: string) { ... }
+ * }
+ */
+export function RateLimited<Args extends unknown[]>(options: RateLimitedOptions<Args>) {
+  return function decorate<This, Return extends PromiseLike<unknown>>(
+    method: (this: This, ...args: Args) => Return,
+    context: ClassMethodDecoratorContext<This, (this: This, ...args: Args) => Return>,
+  ): (this: This, ...args: Args) => Return {
+    if (context.kind !== 'method') throw new ArgumentError('@RateLimited', context.kind, 'decorates methods only')
+    const guard = createGuard(options, String(context.name))
+    return async function rateLimitedMethod(this: This, ...args: Args) {
+      await guard(args)
+      return await method.apply(this, args)
+    } as unknown as (this: This, ...args: Args) => Return
+  }
+}
+
+/** Validates the options once and returns the check each call runs. */
+function createGuard<Args extends unknown[]>(
+  options: RateLimitedOptions<Args>,
+  defaultPrefix: string,
+): (args: Args) => Promise<Decision> {
+  const action = options.action ?? 'reject'
+  if (action !== 'reject' && action !== 'queue') {
+    throw new ArgumentError('action', action, "must be 'reject' or 'queue'")
+  }
+  const limiter = options.limiter ?? new Limiter({ policies: policiesOf(options), ...(options.store ? { store: options.store } : {}) })
+  const maxWaitMs = action === 'queue' ? checkMaxWait(options.maxWaitMs ?? DEFAULT_QUEUE_WAIT_MS, limiter.policies) : 0
+  const prefix = options.keyPrefix ?? defaultPrefix
+  const { key, cost } = options
+  if (key !== undefined && typeof key !== 'function') throw new ArgumentError('key', key, 'must be a function of the call arguments')
+  const limitOptions = (args: Args) => ({ cost: typeof cost === 'function' ? cost(...args) : cost ?? 1, maxWaitMs })
+
+  return async (args) => {
+    const fullKey = key === undefined ? prefix : `${prefix}:${key(...args)}`
+    const decision = await limiter.limit(fullKey, limitOptions(args))
+    if (!decision.allowed) throw new RateLimitedError(decision, `${prefix}`)
+    if (decision.waitMs > 0) await sleep(decision.waitMs)
+    return decision
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+function policiesOf<Args extends unknown[]>(options: RateLimitedOptions<Args>): ReturnType<typeof resolvePolicies> {
+  if (options.policies !== undefined) {
+    if (options.limit !== undefined || options.windowMs !== undefined) {
+      throw new ArgumentError('policies', options.policies, 'cannot be combined with limit / windowMs')
+    }
+    return resolvePolicies(options.policies)
+  }
+  if (options.limit === undefined || options.windowMs === undefined) {
+    throw new ArgumentError('limit', options.limit, 'and windowMs are required unless policies or a limiter are given')
+  }
+  return resolvePolicies({ algorithm: 'fixed-window', limit: options.limit, windowMs: options.windowMs })
+}

@@ -1,0 +1,37 @@
+/**
+ * The store contract. A store persists algorithm state atomically and nothing
+ * else: it runs the one composite step (`evaluate` in algorithms/, or its Lua
+ * mirror) over the call's policies, and writes all their states or none.
+ */
+import type { PolicyDecision, ResolvedPolicy } from '../core/types.ts'
+
+export interface StoreCall {
+  /** Key namespace of the limiter (its `prefix`). */
+  prefix: string
+  /** The caller's key (user id, IP, API key, ...). */
+  key: string
+  policies: readonly ResolvedPolicy[]
+  /** Units to charge; 0 is a peek and changes nothing. */
+  cost: number
+  /** How long an allowed call may be told to wait; 0 = no reservation. */
+  maxWaitMs: number
+  /** "Now" from an injected clock; undefined lets the store use its own time source. */
+  now: number | undefined
+}
+
+export interface Store {
+  /** One decision per policy, in policy order, decided and written atomically. */
+  consume(call: StoreCall): Promise<PolicyDecision[]>
+  /** Forgets the key's state in every given policy. */
+  reset(prefix: string, key: string, policies: readonly ResolvedPolicy[]): Promise<void>
+}
+
+/** A store that can decide without a promise (in-process stores). */
+export interface SyncStore extends Store {
+  consumeSync(call: StoreCall): PolicyDecision[]
+  resetSync(prefix: string, key: string, policies: readonly ResolvedPolicy[]): void
+}
+
+export function isSyncStore(store: Store): store is SyncStore {
+  return typeof (store as Partial<SyncStore>).consumeSync === 'function'
+}

@@ -1,0 +1,127 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import fc from 'fast-check'
+import { algorithms, RESERVABLE, resolvePolicy, type Policy, type ResolvedPolicy } from '../../src/index.ts'
+
+const policyArb: fc.Arbitrary<Policy> = fc.oneof(
+  fc.record({
+    algorithm: fc.constantFrom('fixed-window' as const, 'sliding-log' as const, 'sliding-window' as const),
+    limit: fc.integer({ min: 1, max: 30 }),
+    windowMs: fc.integer({ min: 1, max: 2000 }),
+  }),
+  fc.record({
+    algorithm: fc.constant('token-bucket' as const),
+    capacity: fc.integer({ min: 1, max: 30 }),
+    refillTokens: fc.integer({ min: 1, max: 10 }),
+    refillIntervalMs: fc.integer({ min: 1, max: 2000 }),
+    refill: fc.constantFrom('greedy' as const, 'interval' as const),
+  }),
+  fc.record({
+    algorithm: fc.constant('leaky-bucket' as const),
+    capacity: fc.integer({ min: 1, max: 30 }),
+    leakTokens: fc.integer({ min: 1, max: 10 }),
+    leakIntervalMs: fc.integer({ min: 1, max: 2000 }),
+    mode: fc.constantFrom('police' as const, 'shape' as const),
+  }),
+)
+
+const traceArb = fc.array(
+  fc.record({ gap: fc.integer({ min: 0, max: 700 }), cost: fc.integer({ min: 1, max: 30 }), wait: fc.integer({ min: 0, max: 3000 }) }),
+  // Long traces: fast-check's default size bias would keep most of them under ten calls.
+  { minLength: 1, maxLength: 120, size: 'max' },
+)
+
+interface Admission { at: number; effectiveAt: number; cost: number }
+
+/** Replays a trace through the pure step, checking per-call invariants; returns the admissions. */
+function replay(policy: ResolvedPolicy, trace: Array<{ gap: number; cost: number; wait: number }>): Admission[] {
+  const limit = 'limit' in policy ? policy.limit : policy.capacity
+  const canReserve = RESERVABLE.has(policy.algorithm)
+  let state: algorithms.AlgorithmState | undefined
+  let t = 1_000_000
+  const admitted: Admission[] = []
+  for (const call of trace) {
+    t += call.gap
+    const cost = Math.min(call.cost, limit)
+    const options = { maxWaitMs: canReserve ? call.wait : 0 }
+    const { decision: d, state: next, ttlMs } = algorithms.step(policy, state, t, cost, options)
+    for (const field of ['remaining', 'retryAfterMs', 'waitMs', 'resetAfterMs'] as const) {
+      assert.ok(Number.isSafeInteger(d[field]) && d[field] >= 0, `${field} = ${d[field]}`)
+    }
+    if (d.allowed) {
+      assert.equal(d.retryAfterMs, 0)
+      const shapeUncapped = policy.algorithm === 'leaky-bucket' && policy.mode === 'shape' && options.maxWaitMs === 0
+      if (!shapeUncapped) assert.ok(d.waitMs <= options.maxWaitMs, `waitMs ${d.waitMs} > maxWaitMs ${options.maxWaitMs}`)
+      // After ttlMs, the stored state decides exactly as a missing key would.
+      const later = t + ttlMs
+      assert.deepEqual(algorithms.step(policy, next, later, 1, algorithms.NO_WAIT).decision, algorithms.step(policy, undefined, later, 1, algorithms.NO_WAIT).decision)
+      admitted.push({ at: t, effectiveAt: t + d.waitMs, cost })
+      state = next
+    } else {
+      assert.ok(d.retryAfterMs > 0 && d.waitMs === 0)
+      // retryAfterMs is exact: refused 1 ms earlier, allowed at that moment.
+      const retry = t + d.retryAfterMs
+      assert.equal(algorithms.step(policy, state, retry, cost, options).decision.allowed, true, `not allowed at retry time ${retry}`)
+      assert.equal(algorithms.step(policy, state, retry - 1, cost, options).decision.allowed, false, `already allowed before retry time`)
+    }
+  }
+  return admitted
+}
+
+/** Largest summed cost of admissions whose time lies in any span [a, a + spanMs). */
+function busiest(admitted: Admission[], spanMs: number, time: (a: Admission) => number): number {
+  const sorted = [...admitted].sort((a, b) => time(a) - time(b))
+  let best = 0
+  for (let i = 0; i < sorted.length; i++) {
+    let sum = 0
+    for (let j = i; j < sorted.length && time(sorted[j] as Admission) < time(sorted[i] as Admission) + spanMs; j++) sum += (sorted[j] as Admission).cost
+    best = Math.max(best, sum)
+  }
+  return best
+}
+
+describe('properties on random traces', () => {
+  it('remaining never negative, retryAfterMs exact, reservations within maxWaitMs, state expires cleanly', () => {
+    fc.assert(fc.property(policyArb, traceArb, (input, trace) => { replay(resolvePolicy(input), trace) }), { numRuns: 400 })
+  })
+
+  it('never admits more in a window than the algorithm allows', () => {
+    fc.assert(
+      fc.property(policyArb, traceArb, (input, trace) => {
+        const policy = resolvePolicy(input)
+        const admitted = replay(policy, trace)
+        switch (policy.algorithm) {
+          case 'fixed-window': {
+            const perWindow = new Map<number, number>()
+            for (const a of admitted) {
+              const w = Math.floor(a.effectiveAt / policy.windowMs)
+              perWindow.set(w, (perWindow.get(w) ?? 0) + a.cost)
+            }
+            for (const used of perWindow.values()) assert.ok(used <= policy.limit)
+            break
+          }
+          case 'sliding-log':
+            assert.ok(busiest(admitted, policy.windowMs, (a) => a.at) <= policy.limit)
+            break
+          case 'sliding-window':
+            assert.ok(busiest(admitted, policy.windowMs, (a) => a.at) < 2 * policy.limit)
+            break
+          case 'token-bucket':
+          case 'leaky-bucket': {
+            const [tokens, interval] = policy.algorithm === 'token-bucket'
+              ? [policy.refillTokens, policy.refillIntervalMs]
+              : [policy.leakTokens, policy.leakIntervalMs]
+            // In any span of length L at most capacity + the refill of L (plus one batch for interval refill).
+            for (const span of [1, interval, 3 * interval + 7]) {
+              const batch = 'refill' in policy && policy.refill === 'interval' ? tokens : 0
+              const bound = policy.capacity + Math.floor(((span - 1) * tokens) / interval) + batch
+              assert.ok(busiest(admitted, span, (a) => a.effectiveAt) <= bound, `span ${span}`)
+            }
+            break
+          }
+        }
+      }),
+      { numRuns: 400 },
+    )
+  })
+})

@@ -1,0 +1,77 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { Limiter, PolicyError, ArgumentError, resolvePolicies, resolvePolicy } from '../../src/index.ts'
+
+function policyError(input: unknown, field: string, message: RegExp) {
+  assert.throws(() => resolvePolicy(input), (error: unknown) => {
+    assert.ok(error instanceof PolicyError, `expected PolicyError, got ${String(error)}`)
+    assert.equal(error.code, 'ERR_SLUICE_POLICY')
+    assert.equal(error.field, field)
+    assert.match(error.message, message)
+    return true
+  })
+}
+
+describe('policy validation', () => {
+  it('names the field and the bad value', () => {
+    policyError({ algorithm: 'fixed-window', limit: 0, windowMs: 1000 }, 'limit', /limit must be a positive integer \(got 0\)/)
+    policyError({ algorithm: 'fixed-window', limit: 10, windowMs: -5 }, 'windowMs', /got -5/)
+    policyError({ algorithm: 'sliding-log', limit: Number.NaN, windowMs: 1000 }, 'limit', /finite number \(got NaN\)/)
+    policyError({ algorithm: 'sliding-window', limit: 5, windowMs: Infinity }, 'windowMs', /finite number \(got Infinity\)/)
+    policyError({ algorithm: 'token-bucket', capacity: 1.5, refillTokens: 1, refillIntervalMs: 1 }, 'capacity', /positive integer \(got 1.5\)/)
+    policyError({ algorithm: 'token-bucket', capacity: '10', refillTokens: 1, refillIntervalMs: 1 }, 'capacity', /got "10"/)
+    policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1 }, 'refillIntervalMs', /is required/)
+    policyError({ algorithm: 'leaky-bucket', capacity: 10, leakTokens: 1, leakIntervalMs: 0 }, 'leakIntervalMs', /got 0/)
+    policyError({ algorithm: 'leaky-bucket', capacity: 10, leakTokens: 1, leakIntervalMs: 10, mode: 'queue' }, 'mode', /police, shape/)
+    policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 10, refill: 'lazy' }, 'refill', /greedy, interval/)
+  })
+
+  it('rejects an unknown algorithm, unknown keys and non-objects', () => {
+    policyError({ algorithm: 'gcra', limit: 1 }, 'algorithm', /must be one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket \(got "gcra"\)/)
+    policyError({ limit: 1, windowMs: 1 }, 'algorithm', /got undefined/)
+    policyError({ algorithm: 'fixed-window', limit: 10, windowMs: 1000, window: 60 }, 'window', /not a field of a fixed-window policy/)
+    policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, limit: 5 }, 'limit', /not a field/)
+    policyError(null, 'policy', /must be an object/)
+    policyError('fixed-window', 'policy', /must be an object/)
+  })
+
+  it('refuses numbers too large for exact integer arithmetic', () => {
+    policyError({ algorithm: 'token-bucket', capacity: 2 ** 40, refillTokens: 1, refillIntervalMs: 2 ** 20 }, 'capacity', /below 2\^53/)
+    policyError({ algorithm: 'fixed-window', limit: 2 ** 60, windowMs: 1000 }, 'limit', /at most/)
+  })
+
+  it('derives readable names, accepts custom ones, and refuses duplicates', () => {
+    assert.equal(resolvePolicy({ algorithm: 'fixed-window', limit: 100, windowMs: 60_000 }).name, 'fixed-window:100/1m')
+    assert.equal(resolvePolicy({ algorithm: 'token-bucket', capacity: 20, refillTokens: 5, refillIntervalMs: 1000 }).name, 'token-bucket:20@5/1s')
+    assert.equal(resolvePolicy({ algorithm: 'leaky-bucket', capacity: 3, leakTokens: 1, leakIntervalMs: 250, mode: 'shape' }).name, 'leaky-bucket:3@1/250ms:shape')
+    assert.equal(resolvePolicy({ algorithm: 'sliding-log', limit: 5, windowMs: 1000, name: 'burst' }).name, 'burst')
+    policyError({ algorithm: 'sliding-log', limit: 5, windowMs: 1000, name: 'has space' }, 'name', /printable ASCII/)
+    policyError({ algorithm: 'sliding-log', limit: 5, windowMs: 1000, name: 'a{b}' }, 'name', /braces/)
+    assert.throws(
+      () => resolvePolicies([{ algorithm: 'fixed-window', limit: 1, windowMs: 1000 }, { algorithm: 'fixed-window', limit: 1, windowMs: 1000 }]),
+      /used by two policies/,
+    )
+    assert.throws(() => resolvePolicies([]), ArgumentError)
+  })
+
+  it('freezes resolved policies and fills defaults', () => {
+    const policy = resolvePolicy({ algorithm: 'token-bucket', capacity: 2, refillTokens: 1, refillIntervalMs: 10 })
+    assert.equal(Object.isFrozen(policy), true)
+    assert.equal('refill' in policy && policy.refill, 'greedy')
+  })
+
+  it('checks costs and options at the call, naming the policy a cost can never fit', () => {
+    const limiter = new Limiter({ policies: [{ algorithm: 'fixed-window', limit: 10, windowMs: 1000, name: 'big' }, { algorithm: 'token-bucket', capacity: 3, refillTokens: 1, refillIntervalMs: 1000, name: 'small' }] })
+    assert.throws(() => limiter.limitSync('k', { cost: 4 }), /cost exceeds the limit 3 of policy "small"/)
+    for (const cost of [0, -1, 1.5, Number.NaN, '2']) {
+      assert.throws(() => limiter.limitSync('k', { cost: cost as number }), (e: unknown) => e instanceof ArgumentError && e.argument === 'cost')
+    }
+    assert.throws(() => limiter.limitSync('k', { maxWaitMs: -1 }), /maxWaitMs must be/)
+    assert.throws(() => limiter.limitSync('k', { weight: 2 } as never), /weight is not a limit option/)
+    assert.throws(() => limiter.limitSync(''), /key must be a non-empty string/)
+    assert.throws(() => limiter.limitSync(42 as never), /key must be a non-empty string \(got 42\)/)
+    assert.throws(() => new Limiter({ policies: [], prefix: 'x' }), /at least one policy/)
+    assert.throws(() => new Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1 }, prefix: 'a b' }), /prefix/)
+    assert.throws(() => new Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1 }, storeTimeout: 5 } as never), /storeTimeout is not a Limiter option/)
+  })
+})

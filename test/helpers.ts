@@ -1,0 +1,24 @@
+import { Limiter, type LimitOptions, type Policy, type Decision } from '../src/index.ts'
+
+/** A limiter on a virtual clock: `at(t)` decides one call for key 'k' at time t. */
+export function onVirtualClock(policies: Policy | Policy[], start = 0) {
+  let now = start
+  const limiter = new Limiter({ policies, clock: () => now })
+  return {
+    limiter,
+    at(t: number, options?: LimitOptions, key = 'k'): Decision {
+      now = t
+      return limiter.limitSync(key, options)
+    },
+    peekAt(t: number, key = 'k'): Decision {
+      now = t
+      return limiter.peekSync(key)
+    },
+  }
+}
+
+/** Allowed flags of one call per listed time. */
+export function admissions(policy: Policy, times: number[], cost = 1): boolean[] {
+  const clock = onVirtualClock(policy)
+  return times.map((t) => clock.at(t, { cost }).allowed)
+}

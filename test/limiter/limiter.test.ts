@@ -1,0 +1,102 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { Limiter, MemoryStore, type Policy } from '../../src/index.ts'
+import { onVirtualClock } from '../helpers.ts'
+
+const perMinute: Policy = { algorithm: 'sliding-log', limit: 100, windowMs: 60_000, name: 'minute' }
+const per10s: Policy = { algorithm: 'fixed-window', limit: 20, windowMs: 10_000, name: 'ten-seconds' }
+
+describe('Limiter', () => {
+  it('composite: 100/min AND 20 per 10 s, the binding policy named, each listed', () => {
+    const clock = onVirtualClock([perMinute, per10s])
+    for (let i = 0; i < 20; i++) assert.equal(clock.at(1000).allowed, true)
+    const refused = clock.at(2000)
+    assert.equal(refused.allowed, false)
+    assert.equal(refused.policy, 'ten-seconds')
+    assert.equal(refused.retryAfterMs, 8000)
+    assert.deepEqual(refused.policies.map((p) => [p.policy, p.allowed, p.remaining]), [['minute', true, 80], ['ten-seconds', false, 0]])
+    // Allowed: the binding policy is the one with the fewest units left.
+    const allowed = clock.at(10_000)
+    assert.deepEqual([allowed.allowed, allowed.policy, allowed.remaining, allowed.limit], [true, 'ten-seconds', 19, 20])
+  })
+
+  it('composite is all-or-nothing: a refusal by one policy charges none', () => {
+    const clock = onVirtualClock([perMinute, per10s])
+    for (let t = 0; t < 100; t++) clock.at(t * 500) // 20 per 10 s: 100 calls spread over 50 s
+    assert.equal(clock.peekAt(50_000).policies[0]?.remaining, 0)
+    // 'minute' refuses; 'ten-seconds' (a new window) would allow but must not be charged.
+    for (let i = 0; i < 50; i++) assert.equal(clock.at(50_000).allowed, false)
+    const view = clock.peekAt(50_000)
+    assert.equal(view.policies[1]?.remaining, 20)
+    assert.equal(clock.at(50_000).policy, 'minute')
+  })
+
+  it('peek changes nothing and reports whether a call of cost 1 would pass', () => {
+    const clock = onVirtualClock({ algorithm: 'token-bucket', capacity: 2, refillTokens: 1, refillIntervalMs: 1000 })
+    assert.deepEqual([clock.peekAt(0).allowed, clock.peekAt(0).remaining], [true, 2])
+    clock.at(0)
+    clock.at(0)
+    const empty = clock.peekAt(0)
+    assert.deepEqual([empty.allowed, empty.remaining, empty.retryAfterMs], [false, 0, 1000])
+    for (let i = 0; i < 10; i++) clock.peekAt(1000)
+    assert.equal(clock.at(1000).allowed, true, 'peeks consumed nothing')
+  })
+
+  it('reset forgets the key in every policy, and only that key', async () => {
+    const limiter = new Limiter({ policies: [perMinute, per10s], clock: () => 0 })
+    for (let i = 0; i < 20; i++) await limiter.limit('alice')
+    await limiter.limit('bob')
+    assert.equal((await limiter.limit('alice')).allowed, false)
+    await limiter.reset('alice')
+    assert.equal((await limiter.limit('alice')).remaining, 19)
+    assert.equal((await limiter.peek('bob')).remaining, 19)
+  })
+
+  it('a composite reservation waits for its longest policy and stays within maxWaitMs', () => {
+    const clock = onVirtualClock([
+      { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 100 },
+      { algorithm: 'leaky-bucket', capacity: 1, leakTokens: 1, leakIntervalMs: 300 },
+    ])
+    clock.at(0)
+    const d = clock.at(0, { maxWaitMs: 1000 })
+    assert.deepEqual([d.allowed, d.waitMs], [true, 300])
+    assert.deepEqual(d.policies.map((p) => p.waitMs), [100, 300])
+    const refused = clock.at(0, { maxWaitMs: 500 })
+    assert.equal(refused.allowed, false)
+    assert.equal(refused.retryAfterMs, 100, 'the leaky bucket needs 600 ms; 100 more than allowed')
+  })
+
+  it('keys long enough to blow up memory are hashed; short keys are kept apart exactly', () => {
+    const clock = onVirtualClock({ algorithm: 'fixed-window', limit: 1, windowMs: 1000 })
+    const long = 'x'.repeat(1_000_000)
+    assert.equal(clock.at(0, {}, long).allowed, true)
+    assert.equal(clock.at(0, {}, long).allowed, false)
+    assert.equal(clock.at(0, {}, `${long}y`).allowed, true)
+  })
+
+  it('many concurrent async callers on one key: exactly the limit is admitted', async () => {
+    const limiter = new Limiter({ policies: { algorithm: 'fixed-window', limit: 100, windowMs: 60_000 }, clock: () => 0 })
+    const decisions = await Promise.all(Array.from({ length: 1000 }, () => limiter.limit('hot')))
+    assert.equal(decisions.filter((d) => d.allowed).length, 100)
+  })
+
+  it('limitSync refuses a store that cannot decide synchronously', () => {
+    const asyncOnly = { consume: new MemoryStore().consume, reset: () => Promise.resolve() }
+    const limiter = new Limiter({ policies: per10s, store: asyncOnly })
+    assert.throws(() => limiter.limitSync('k'), /cannot decide synchronously/)
+  })
+
+  it('shares a store between limiters kept apart by prefix', () => {
+    const store = new MemoryStore()
+    const a = new Limiter({ policies: per10s, store, prefix: 'a', clock: () => 0 })
+    const b = new Limiter({ policies: per10s, store, prefix: 'b', clock: () => 0 })
+    for (let i = 0; i < 20; i++) a.limitSync('k')
+    assert.equal(a.limitSync('k').allowed, false)
+    assert.equal(b.limitSync('k').allowed, true)
+  })
+
+  it('refuses a clock that returns nonsense', () => {
+    const limiter = new Limiter({ policies: per10s, clock: () => Number.NaN })
+    assert.throws(() => limiter.limitSync('k'), /clock\(\) must return epoch milliseconds/)
+  })
+})

@@ -1,0 +1,80 @@
+import assert from 'node:assert/strict'
+import { describe, it, mock } from 'node:test'
+import { Limiter, RateLimited, RateLimitedError, rateLimited, RateLimitAction } from '../../src/index.ts'
+
+describe('rateLimited / @RateLimited', () => {
+  it('rejects the call over the limit with a typed RateLimitedError carrying retryAfterMs', async () => {
+    let now = 0
+    const limiter = new Limiter({ policies: { algorithm: 'fixed-window', limit: 2, windowMs: 1000 }, clock: () => now })
+    const calls: string[] = []
+    const send = rateLimited(async (to: string) => { calls.push(to); return `sent ${to}` }, { limiter, key: (to) => to, keyPrefix: 'email' })
+    assert.equal(await send('a'), 'sent a')
+    await send('a')
+    now = 400
+    await assert.rejects(send('a'), (error: unknown) => {
+      assert.ok(error instanceof RateLimitedError)
+      assert.equal(error.code, 'ERR_SLUICE_RATE_LIMITED')
+      assert.equal(error.retryAfterMs, 600)
+      assert.equal(error.decision.allowed, false)
+      return true
+    })
+    assert.equal(await send('b'), 'sent b', 'keys are per argument')
+    assert.deepEqual(calls, ['a', 'a', 'b'], 'the refused call never ran')
+  })
+
+  it('decorates a method: Spring-style limit, window, keyPrefix and action', async () => {
+    class Mailer {
+      sent = 0
+      @RateLimited({ limit: 3, windowMs: 60_000, keyPrefix: 'mailer', action: RateLimitAction.REJECT, key: (to: string) => to })
+      async send(to: string): Promise<string> {
+        this.sent++
+        return to
+      }
+    }
+    const mailer = new Mailer()
+    for (let i = 0; i < 3; i++) assert.equal(await mailer.send('x'), 'x')
+    await assert.rejects(mailer.send('x'), RateLimitedError)
+    assert.equal(mailer.sent, 3, '`this` is the instance; the refused call did not run')
+    assert.equal(await mailer.send('y'), 'y')
+  })
+
+  it('queue: waits for the reservation instead of failing', async (t) => {
+    mock.timers.enable({ apis: ['setTimeout'] })
+    t.after(() => mock.timers.reset())
+    let now = 0
+    const limiter = new Limiter({ policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 500 }, clock: () => now })
+    const done: number[] = []
+    const work = rateLimited(async (n: number) => { done.push(n) }, { limiter, action: 'queue', maxWaitMs: 2000 })
+    await work(1)
+    const second = work(2)
+    const third = work(3)
+    await Promise.resolve()
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(done, [1], 'the queued calls are waiting')
+    now = 500
+    mock.timers.tick(500)
+    await second
+    assert.deepEqual(done, [1, 2])
+    now = 1000
+    mock.timers.tick(500)
+    await third
+    assert.deepEqual(done, [1, 2, 3])
+    // Four more at t=1000 wait 500, 1000, 1500 and 2000 ms; a fifth would wait
+    // 2500 ms, beyond maxWaitMs, and fails with the time to retry.
+    const queued = Array.from({ length: 5 }, () => work(9).catch((e: unknown) => e))
+    const last = await queued[4]
+    assert.ok(last instanceof RateLimitedError)
+    assert.equal(last.retryAfterMs, 500)
+    mock.timers.tick(3000)
+    await Promise.all(queued)
+  })
+
+  it('refuses options that cannot work, at decoration time', () => {
+    assert.throws(() => rateLimited(async () => 1, { windowMs: 1000 }), /limit and windowMs are required/)
+    assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, action: 'drop' as never }), /action must be 'reject' or 'queue'/)
+    assert.throws(
+      () => rateLimited(async () => 1, { policies: { algorithm: 'sliding-log', limit: 1, windowMs: 1000 }, action: 'queue' }),
+      /sliding-log cannot reserve/,
+    )
+  })
+})

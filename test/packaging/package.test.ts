@@ -1,0 +1,28 @@
+// The built package as a user gets it: `import 'sluice'` resolves through package.json
+// "exports" to dist/, and the `sluice` bin runs.
+import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { describe, it } from 'node:test'
+
+describe('package', () => {
+  it('exports the engine from the built dist through its package name', async () => {
+    const sluice = await import('sluice')
+    const limiter = new sluice.Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1000 } })
+    assert.equal((await limiter.limit('k')).allowed, true)
+    assert.equal((await limiter.limit('k')).allowed, false)
+    assert.equal(typeof sluice.MemoryStore, 'function')
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { exports: Record<string, { types: string }> }
+    assert.ok(readFileSync(new URL(`../../${pkg.exports['.']?.types}`, import.meta.url), 'utf8').includes('export'))
+  })
+
+  it('ships a sluice bin: version, check, demo, and exit 2 on an unknown command', () => {
+    const bin = new URL('../../dist/cli/main.js', import.meta.url).pathname
+    const run = (...args: string[]) => execFileSync(process.execPath, [bin, ...args], { encoding: 'utf8' })
+    assert.match(run('version'), /^\d+\.\d+\.\d+/)
+    assert.match(run('check', '{"algorithm":"fixed-window","limit":5,"windowMs":1000}'), /"name": "fixed-window:5\/1s"/)
+    assert.match(run('demo'), /sliding-log:5\/1s/)
+    assert.throws(() => run('check', '{"algorithm":"fixed-window","limit":0,"windowMs":1000}'), (e: { status: number; stdout: string }) => e.status === 1 && /limit must be a positive integer/.test(e.stdout))
+    assert.throws(() => run('launch'), (e: { status: number }) => e.status === 2)
+  })
+})

@@ -1,0 +1,56 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { Limiter, MemoryStore, type Policy } from '../../src/index.ts'
+
+const oneBySecond: Policy = { algorithm: 'fixed-window', limit: 1, windowMs: 1000 }
+
+describe('MemoryStore', () => {
+  it('never holds more than maxKeys: 2,000,000 distinct keys through maxKeys 100,000', () => {
+    const store = new MemoryStore({ maxKeys: 100_000 })
+    const limiter = new Limiter({ policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 60_000 }, store, clock: () => 1_000_000 })
+    let largest = 0
+    for (let i = 0; i < 2_000_000; i++) {
+      limiter.limitSync(`client-${i}`)
+      if (store.size > largest) largest = store.size
+    }
+    assert.equal(largest, 100_000)
+  })
+
+  it('evicts the least recently used key first; a refused key counts as used', () => {
+    const store = new MemoryStore({ maxKeys: 3 })
+    const limiter = new Limiter({ policies: oneBySecond, store, clock: () => 0 })
+    for (const key of ['a', 'b', 'c']) limiter.limitSync(key)
+    assert.equal(limiter.limitSync('a').allowed, false) // touches a: b is now the oldest
+    limiter.limitSync('d') // evicts b
+    assert.equal(store.size, 3)
+    assert.equal(limiter.limitSync('a').allowed, false, 'a is still remembered')
+    assert.equal(limiter.limitSync('c').allowed, false, 'c is still remembered')
+    assert.equal(limiter.limitSync('b').allowed, true, 'b was forgotten')
+  })
+
+  it('drops expired state: an idle key decides as new, and the sweeper reclaims idle keys', () => {
+    let now = 0
+    const store = new MemoryStore()
+    const limiter = new Limiter({ policies: oneBySecond, store, clock: () => now })
+    for (let i = 0; i < 1000; i++) limiter.limitSync(`idle-${i}`)
+    assert.equal(store.size, 1000)
+    now = 10_000 // all 1000 windows are over
+    for (let i = 0; i < 1000; i++) limiter.limitSync(`fresh-${i}`)
+    assert.ok(store.size < 1100, `expired keys were swept as new keys arrived (size ${store.size})`)
+  })
+
+  it('uses an injected clock when the limiter has none', () => {
+    let now = 0
+    const store = new MemoryStore({ clock: () => now })
+    const limiter = new Limiter({ policies: oneBySecond, store })
+    assert.equal(limiter.limitSync('k').allowed, true)
+    assert.equal(limiter.limitSync('k').allowed, false)
+    now = 1000
+    assert.equal(limiter.limitSync('k').allowed, true)
+  })
+
+  it('refuses bad options with a clear error', () => {
+    assert.throws(() => new MemoryStore({ maxKeys: 0 }), /maxKeys must be a positive integer \(got 0\)/)
+    assert.throws(() => new MemoryStore({ clock: 5 as never }), /clock must be a function/)
+  })
+})
