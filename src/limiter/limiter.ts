@@ -68,8 +68,15 @@ export class Limiter {
   }
 
   /** Decides one call for `key`, charging it when allowed. */
-  async limit(key: string, options?: LimitOptions): Promise<Decision> {
-    return combine(await this.store.consume(this.call(key, options)))
+  limit(key: string, options?: LimitOptions): Promise<Decision> {
+    try {
+      const call = this.call(key, options)
+      // An in-process store decides at once: one settled promise, not a chain.
+      if (isSyncStore(this.store)) return Promise.resolve(combine(this.store.consumeSync(call)))
+      return this.store.consume(call).then(combine)
+    } catch (error) {
+      return Promise.reject(error as Error)
+    }
   }
 
   /**
@@ -81,8 +88,12 @@ export class Limiter {
   }
 
   /** The decision a call of cost 1 would get, without changing any state. */
-  async peek(key: string): Promise<Decision> {
-    return combine(await this.store.consume(this.peekCall(key)))
+  peek(key: string): Promise<Decision> {
+    try {
+      return this.store.consume(this.peekCall(key)).then(combine)
+    } catch (error) {
+      return Promise.reject(error as Error)
+    }
   }
 
   peekSync(key: string): Decision {

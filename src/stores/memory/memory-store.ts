@@ -3,7 +3,7 @@
  * process. Every call reads, decides and writes synchronously, so concurrent
  * async callers can never interleave inside one decision.
  */
-import { evaluate, NO_WAIT, type AlgorithmState, type Transition } from '../../algorithms/index.ts'
+import { evaluate, NO_WAIT, step, type AlgorithmState, type Transition } from '../../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../../core/clock.ts'
 import { ArgumentError } from '../../core/errors.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
@@ -23,6 +23,8 @@ export interface MemoryStoreOptions {
 /** A key's state, linked into the recency list (head = least recently used). */
 interface Entry {
   key: string
+  /** The namespace map (prefix + policy) that holds this entry. */
+  space: Map<string, Entry>
   state: AlgorithmState
   /** Epoch ms after which the state no longer matters (a missing key decides the same). */
   expiresAt: number
@@ -36,7 +38,11 @@ const SWEEP_STEPS = 2
 export class MemoryStore implements SyncStore {
   readonly maxKeys: number
   private readonly clock: Clock
-  private readonly entries = new Map<string, Entry>()
+  /** One map per (prefix, policy name), keyed by the caller's key as given: no per-call key building. */
+  private readonly spaces = new Map<string, Map<string, Entry>>()
+  /** The last namespace each policy object was used with, to skip even the namespace lookup. */
+  private readonly spaceOf = new WeakMap<ResolvedPolicy, { prefix: string; space: Map<string, Entry> }>()
+  private count = 0
   private oldest: Entry | undefined
   private newest: Entry | undefined
   /**
@@ -59,18 +65,29 @@ export class MemoryStore implements SyncStore {
 
   /** Number of keys held (expired ones not yet swept included). */
   get size(): number {
-    return this.entries.size
+    return this.count
   }
 
   consumeSync(call: StoreCall): PolicyDecision[] {
     const now = call.now ?? this.clock()
-    const { policies } = call
+    const { policies, key, cost } = call
     const options = call.maxWaitMs === 0 ? NO_WAIT : { maxWaitMs: call.maxWaitMs }
-    const keys = policies.map((policy) => entryKey(call.prefix, policy.name, call.key))
-    const states = keys.map((key) => this.read(key, now))
-    const { decisions, commit } = evaluate(policies, states, now, call.cost, options)
+    if (policies.length === 1 && cost > 0) {
+      // The common case without the composite bookkeeping: same rule, commit iff allowed.
+      const policy = policies[0] as ResolvedPolicy
+      const space = this.space(call.prefix, policy)
+      const entry = this.read(space, key, now)
+      const transition = step(policy, entry?.state, now, cost, options)
+      if (transition.decision.allowed) this.write(space, key, entry, transition, now)
+      return [transition.decision]
+    }
+    const spaces = policies.map((policy) => this.space(call.prefix, policy))
+    const entries = spaces.map((space) => this.read(space, key, now))
+    const { decisions, commit } = evaluate(policies, entries.map((entry) => entry?.state), now, cost, options)
     if (commit !== undefined) {
-      for (let i = 0; i < commit.length; i++) this.write(keys[i] as string, commit[i] as Transition<AlgorithmState>, now)
+      for (let i = 0; i < commit.length; i++) {
+        this.write(spaces[i] as Map<string, Entry>, key, entries[i], commit[i] as Transition<AlgorithmState>, now)
+      }
     }
     return decisions
   }
@@ -85,7 +102,7 @@ export class MemoryStore implements SyncStore {
 
   resetSync(prefix: string, key: string, policies: readonly ResolvedPolicy[]): void {
     for (const policy of policies) {
-      const entry = this.entries.get(entryKey(prefix, policy.name, key))
+      const entry = this.space(prefix, policy).get(key)
       if (entry !== undefined) this.remove(entry)
     }
   }
@@ -97,12 +114,27 @@ export class MemoryStore implements SyncStore {
 
   /** Forgets every key. */
   clear(): void {
-    this.entries.clear()
+    for (const space of this.spaces.values()) space.clear()
+    this.count = 0
     this.oldest = this.newest = this.cursor = undefined
   }
 
-  private read(key: string, now: number): AlgorithmState | undefined {
-    const entry = this.entries.get(key)
+  private space(prefix: string, policy: ResolvedPolicy): Map<string, Entry> {
+    const cached = this.spaceOf.get(policy)
+    if (cached !== undefined && cached.prefix === prefix) return cached.space
+    // NUL cannot occur in a prefix or a policy name, so distinct pairs never collide.
+    const name = `${prefix}\u0000${policy.name}`
+    let space = this.spaces.get(name)
+    if (space === undefined) {
+      space = new Map()
+      this.spaces.set(name, space)
+    }
+    this.spaceOf.set(policy, { prefix, space })
+    return space
+  }
+
+  private read(space: Map<string, Entry>, key: string, now: number): Entry | undefined {
+    const entry = space.get(key)
     if (entry === undefined) return undefined
     if (entry.expiresAt <= now) {
       this.remove(entry)
@@ -110,24 +142,24 @@ export class MemoryStore implements SyncStore {
     }
     // A refused key is touched too: the keys hammering hardest are the last ones to forget.
     this.touch(entry)
-    return entry.state
+    return entry
   }
 
-  private write(key: string, transition: Transition<AlgorithmState>, now: number): void {
+  private write(space: Map<string, Entry>, key: string, existing: Entry | undefined, transition: Transition<AlgorithmState>, now: number): void {
     const expiresAt = now + transition.ttlMs
-    const existing = this.entries.get(key)
     if (existing !== undefined) {
       existing.state = transition.state
       existing.expiresAt = expiresAt
       return
     }
-    const entry: Entry = { key, state: transition.state, expiresAt, older: this.newest, newer: undefined }
+    const entry: Entry = { key, space, state: transition.state, expiresAt, older: this.newest, newer: undefined }
     if (this.newest === undefined) this.oldest = entry
     else this.newest.newer = entry
     this.newest = entry
-    this.entries.set(key, entry)
+    space.set(key, entry)
+    this.count++
     this.sweep(now)
-    if (this.entries.size > this.maxKeys && this.oldest !== undefined) this.remove(this.oldest)
+    if (this.count > this.maxKeys && this.oldest !== undefined) this.remove(this.oldest)
   }
 
   private sweep(now: number): void {
@@ -152,7 +184,7 @@ export class MemoryStore implements SyncStore {
 
   private remove(entry: Entry): void {
     this.unlink(entry)
-    this.entries.delete(entry.key)
+    if (entry.space.delete(entry.key)) this.count--
   }
 
   private unlink(entry: Entry): void {
@@ -163,9 +195,4 @@ export class MemoryStore implements SyncStore {
     else entry.newer.older = entry.older
     entry.older = entry.newer = undefined
   }
-}
-
-/** NUL cannot occur in a prefix or a policy name, so distinct triples never collide. */
-function entryKey(prefix: string, policy: string, key: string): string {
-  return `${prefix}\u0000${policy}\u0000${key}`
 }
