@@ -22,3 +22,14 @@ export function admissions(policy: Policy, times: number[], cost = 1): boolean[]
   const clock = onVirtualClock(policy)
   return times.map((t) => clock.at(t, { cost }).allowed)
 }
+
+/**
+ * fast-check settings: a fixed seed so CI is reproducible (FC_SEED=random or a
+ * number to explore), and FC_RUNS to run more cases locally.
+ */
+export function fcOptions(numRuns: number): { numRuns: number; seed?: number } {
+  const runs = Number(process.env.FC_RUNS ?? numRuns)
+  const seed = process.env.FC_SEED
+  if (seed === 'random') return { numRuns: runs }
+  return { numRuns: runs, seed: seed === undefined ? 20261122 : Number(seed) }
+}

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import fc from 'fast-check'
-import { onVirtualClock } from '../helpers.ts'
+import { fcOptions, onVirtualClock } from '../helpers.ts'
 
 describe('leaky bucket (GCRA)', () => {
   it('police: admits exactly what a token bucket of the same capacity and rate admits, on random traces', () => {
@@ -24,7 +24,7 @@ describe('leaky bucket (GCRA)', () => {
           }
         },
       ),
-      { numRuns: 300 },
+      fcOptions(300),
     )
   })
 
