@@ -1,0 +1,93 @@
+/**
+ * One narrow interface over the Redis clients sluice accepts, and a small shim
+ * per driver. The store never looks at a driver again after this.
+ */
+import { SluiceError } from '../../core/errors.ts'
+import { LIMIT_SCRIPT, LIMIT_SHA } from './script.ts'
+
+type AnyFunction = (...args: never[]) => unknown
+
+/** An ioredis `Redis` or `Cluster` (standalone, Sentinel or Cluster). */
+export interface IoredisClient {
+  defineCommand: AnyFunction
+  del: AnyFunction
+  quit: AnyFunction
+}
+
+/** A node-redis client or cluster (`createClient`, `createCluster`), v4 or later. */
+export interface NodeRedisClient {
+  evalSha: AnyFunction
+  eval: AnyFunction
+  del: AnyFunction
+}
+
+export type RedisClient = IoredisClient | NodeRedisClient
+
+/** What the store needs: run the limit script, delete keys, and close an owned connection. */
+export interface ScriptRunner {
+  runLimit(keys: string[], args: string[]): Promise<unknown>
+  del(keys: string[]): Promise<unknown>
+  quit(): Promise<void>
+}
+
+export function runnerFor(client: unknown): ScriptRunner {
+  if (isIoredis(client)) return ioredisRunner(client)
+  if (isNodeRedis(client)) return nodeRedisRunner(client)
+  throw new SluiceError('ERR_SLUICE_REDIS_CLIENT', 'client must be an ioredis Redis / Cluster or a node-redis client / cluster')
+}
+
+function isIoredis(client: unknown): client is IoredisClient {
+  return typeof client === 'object' && client !== null && typeof (client as IoredisClient).defineCommand === 'function'
+}
+
+function isNodeRedis(client: unknown): client is NodeRedisClient {
+  return typeof client === 'object' && client !== null && typeof (client as NodeRedisClient).evalSha === 'function'
+}
+
+/**
+ * ioredis: `defineCommand` sends EVALSHA, falls back to EVAL on NOSCRIPT and
+ * retries by itself, and on a Cluster routes by the first key. The command name
+ * carries the script's hash, so two sluice versions on one client never clash.
+ */
+function ioredisRunner(client: IoredisClient): ScriptRunner {
+  const name = `sluiceLimit${LIMIT_SHA.slice(0, 12)}`
+  const commands = client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>
+  if (typeof commands[name] !== 'function') {
+    (client.defineCommand as (name: string, definition: { lua: string }) => void).call(client, name, { lua: LIMIT_SCRIPT })
+  }
+  const del = client.del as (...keys: string[]) => Promise<unknown>
+  const quit = client.quit as () => Promise<unknown>
+  return {
+    runLimit: (keys, args) => (commands[name] as (...a: unknown[]) => Promise<unknown>).call(client, keys.length, ...keys, ...args),
+    del: (keys) => del.apply(client, keys),
+    quit: async () => { await quit.call(client) },
+  }
+}
+
+/**
+ * node-redis: EVALSHA; on NOSCRIPT (restart, failover, SCRIPT FLUSH) one EVAL,
+ * which also caches the script on the node that serves the key. (A SCRIPT LOAD
+ * on a cluster would reach a random node.)
+ */
+function nodeRedisRunner(client: NodeRedisClient): ScriptRunner {
+  type Eval = (script: string, options: { keys: string[]; arguments: string[] }) => Promise<unknown>
+  const evalSha = client.evalSha as Eval
+  const evalScript = client.eval as Eval
+  const del = client.del as (keys: string[]) => Promise<unknown>
+  const closer = client as unknown as { close?: () => Promise<unknown>; quit?: () => Promise<unknown> }
+  return {
+    async runLimit(keys, args) {
+      try {
+        return await evalSha.call(client, LIMIT_SHA, { keys, arguments: args })
+      } catch (error) {
+        if (!String((error as Error)?.message).startsWith('NOSCRIPT')) throw error
+        return await evalScript.call(client, LIMIT_SCRIPT, { keys, arguments: args })
+      }
+    },
+    del: (keys) => del.call(client, keys),
+    quit: async () => {
+      if (typeof closer.close === 'function') await closer.close.call(client)
+      else if (typeof closer.quit === 'function') await closer.quit.call(client)
+    },
+  }
+}

@@ -1,0 +1,317 @@
+-- sluice: one call against every policy of a limiter, decided and written
+-- atomically (all-or-nothing). Mirrors src/algorithms/*.ts line for line: every
+-- quantity is an integer held in a double, every division is floored or ceiled
+-- explicitly, so this script and the TypeScript agree bit for bit.
+--
+-- KEYS[i]   state of policy i: prefix:{key}:policyName (one hash tag: one slot)
+-- ARGV[1]   now in epoch ms, or '' to read the server clock (TIME)
+-- ARGV[2]   cost (0 = peek: decide for cost 1, change nothing)
+-- ARGV[3]   maxWaitMs
+-- ARGV[4]   call id, unique per call (sliding-log members)
+-- ARGV[5]   ms added to every expiry: 0 on server time; when "now" comes from
+--           the client, state must outlive the gap between its clock and ours
+-- ARGV[6 + 5(i-1) ..]  policy i: algorithm, then four parameters
+--
+-- Returns { now, then per policy: allowed (0/1), limit, remaining,
+--           resetAfterMs, retryAfterMs, waitMs } -- integers only (RESP2 and
+-- RESP3 alike; a Lua boolean would come back differently on each).
+
+-- Redis 3.2 to 4.x need this before a write that follows TIME; a no-op on 5+.
+pcall(redis.replicate_commands)
+
+local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+
+-- Integers up to 2^53 written exactly ('%.0f'; tostring would keep 14 digits).
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+local function decision(allowed, limit, remaining, reset_after, retry_after, wait)
+  return { allowed = allowed, limit = limit, remaining = remaining,
+           reset_after = reset_after, retry_after = retry_after, wait = wait }
+end
+
+-- Each algorithm: (key, state string or false, now, cost, p1..p4, max_wait)
+-- -> decision, new state (string; nil for sliding-log), ttl ms, commit function
+
+------------------------------------------------------------------ fixed window
+local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wait)
+  local current = floor(now / window_ms)
+  local window, used = current, 0
+  if raw then
+    local w, u = string.match(raw, '^(-?%d+):(-?%d+)$')
+    w, u = tonumber(w), tonumber(u)
+    if w >= current then window, used = w, u end
+  end
+  local fits = used + cost <= limit
+  local target = fits and window or window + 1
+  local used_after = fits and used + cost or cost
+  local needed_wait = max(0, target * window_ms - now)
+  if needed_wait <= max_wait then
+    local reset_after = (target + 1) * window_ms - now
+    local remaining = (target == current) and (limit - used_after) or 0
+    return decision(1, limit, remaining, reset_after, 0, needed_wait),
+      int(target) .. ':' .. int(used_after), reset_after
+  end
+  local reset_after = (window + 1) * window_ms - now
+  local remaining = (window == current) and (limit - used) or 0
+  return decision(0, limit, remaining, reset_after, needed_wait - max_wait, 0), nil, reset_after
+end
+
+------------------------------------------------------------------- sliding log
+-- Entries: sorted-set members 'cost:callid' scored by time. The TypeScript log
+-- is the same list of (time, cost) pairs.
+local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, call_id, peek)
+  local cutoff = now - window_ms
+  -- Trimming what has left the window changes no decision, now or later.
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local used = 0
+  local costs, times = {}, {}
+  for i = 1, #entries, 2 do
+    local c = tonumber(string.match(entries[i], '^(%d+):'))
+    costs[#costs + 1] = c
+    times[#times + 1] = tonumber(entries[i + 1])
+    used = used + c
+  end
+  local last_time = (#times > 0) and times[#times] or now
+
+  if used + cost <= limit then
+    local time = max(now, last_time)
+    local reset_after = time + window_ms - now
+    local commit = nil
+    if not peek then
+      commit = function(ttl)
+        redis.call('ZADD', key, int(time), int(cost) .. ':' .. call_id)
+        redis.call('PEXPIRE', key, int(ttl))
+      end
+    end
+    return decision(1, limit, limit - used - cost, reset_after, 0, 0), commit, reset_after
+  end
+
+  local excess = used + cost - limit
+  local freed, retry_after = 0, 0
+  for i = 1, #costs do
+    freed = freed + costs[i]
+    if freed >= excess then
+      retry_after = times[i] + window_ms - now
+      break
+    end
+  end
+  local reset_after = (used > 0) and (last_time + window_ms - now) or 0
+  return decision(0, limit, limit - used, reset_after, retry_after, 0), nil, reset_after
+end
+
+---------------------------------------------------------------- sliding window
+local function sliding_window_retry(previous, current, cost, limit, window_ms, elapsed)
+  local spare = limit - current - cost
+  if spare >= 0 and previous > 0 then
+    local span = floor((spare * window_ms) / previous)
+    if span > 0 then return window_ms - span - elapsed end
+  end
+  local until_next = window_ms - elapsed
+  if current <= limit - cost then return until_next end
+  local span = floor(((limit - cost) * window_ms) / current)
+  return until_next + window_ms - span
+end
+
+local function sliding_window(key, raw, now, cost, limit, window_ms)
+  local window = floor(now / window_ms)
+  local elapsed = now - window * window_ms
+  local previous, current = 0, 0
+  if raw then
+    local w, p, c = string.match(raw, '^(-?%d+):(-?%d+):(-?%d+)$')
+    w, p, c = tonumber(w), tonumber(p), tonumber(c)
+    if w > window then
+      window = w
+      elapsed = 0
+    end
+    if w == window then
+      previous, current = p, c
+    elseif w == window - 1 then
+      previous = c
+    end
+  end
+
+  local weighted = previous * (window_ms - elapsed)
+  local room = (limit - current - cost) * window_ms - weighted
+  if room >= 0 then
+    local reset_after = (window + 2) * window_ms - now
+    return decision(1, limit, floor(room / window_ms), reset_after, 0, 0),
+      int(window) .. ':' .. int(previous) .. ':' .. int(current + cost), reset_after
+  end
+
+  local lag = window * window_ms + elapsed - now
+  local retry_after = lag + sliding_window_retry(previous, current, cost, limit, window_ms, elapsed)
+  local reset_after
+  if current > 0 then
+    reset_after = (window + 2) * window_ms - now
+  elseif previous > 0 then
+    reset_after = (window + 1) * window_ms - now
+  else
+    reset_after = 0
+  end
+  local remaining = max(0, floor(((limit - current) * window_ms - weighted) / window_ms))
+  return decision(0, limit, remaining, reset_after, retry_after, 0), nil, reset_after
+end
+
+------------------------------------------------------------------ token bucket
+local function ms_until(deficit, now, updated_at, refill, refill_tokens, refill_interval)
+  if refill == 'greedy' then return ceil(deficit / refill_tokens) end
+  local intervals = ceil(deficit / (refill_tokens * refill_interval))
+  return updated_at + intervals * refill_interval - now
+end
+
+local function token_bucket(key, raw, now, cost, capacity, refill_tokens, refill_interval, refill, max_wait)
+  local full = capacity * refill_interval
+  local level, updated_at = full, now
+  if raw then
+    local l, u = string.match(raw, '^(-?%d+):(-?%d+)$')
+    l, u = tonumber(l), tonumber(u)
+    local elapsed = max(0, now - u)
+    if refill == 'greedy' then
+      level = min(full, l + elapsed * refill_tokens)
+      updated_at = max(now, u)
+    else
+      local intervals = floor(elapsed / refill_interval)
+      level = min(full, l + intervals * refill_tokens * refill_interval)
+      if level == full then updated_at = now else updated_at = u + intervals * refill_interval end
+    end
+  end
+
+  local need = cost * refill_interval
+  local needed_wait = 0
+  if level < need then needed_wait = ms_until(need - level, now, updated_at, refill, refill_tokens, refill_interval) end
+  local allowed = needed_wait <= max_wait
+  local after = allowed and (level - need) or level
+  local reset_after = 0
+  if after < full then reset_after = ms_until(full - after, now, updated_at, refill, refill_tokens, refill_interval) end
+  local remaining = max(0, floor(after / refill_interval))
+  if allowed then
+    return decision(1, capacity, remaining, reset_after, 0, needed_wait), int(after) .. ':' .. int(updated_at), reset_after
+  end
+  return decision(0, capacity, remaining, reset_after, needed_wait - max_wait, 0), nil, reset_after
+end
+
+------------------------------------------------------------ leaky bucket (GCRA)
+local function leaky_bucket(key, raw, now, cost, capacity, leak_tokens, leak_interval, mode, max_wait)
+  local queued = 0
+  if raw then
+    local t, r = string.match(raw, '^(-?%d+):(-?%d+)$')
+    queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r))
+  end
+  local tolerance = capacity * leak_interval
+  local queued_after = queued + cost * leak_interval
+  local overflow = 0
+  if queued_after > tolerance then overflow = ceil((queued_after - tolerance) / leak_tokens) end
+
+  local needed_wait, retry_after
+  if mode == 'police' then
+    needed_wait = overflow
+    retry_after = max(0, overflow - max_wait)
+  else
+    needed_wait = ceil(queued / leak_tokens)
+    local too_long = 0
+    if max_wait > 0 then too_long = max(0, needed_wait - max_wait) end
+    retry_after = max(overflow, too_long)
+  end
+  local allowed = retry_after == 0
+  local held = allowed and queued_after or queued
+  local reset_after = ceil(held / leak_tokens)
+  local remaining = max(0, floor((tolerance - held) / leak_interval))
+  if allowed then
+    local offset = floor(held / leak_tokens)
+    return decision(1, capacity, remaining, reset_after, 0, needed_wait),
+      int(now + offset) .. ':' .. int(held - offset * leak_tokens), reset_after
+  end
+  return decision(0, capacity, remaining, reset_after, retry_after, 0), nil, reset_after
+end
+
+-------------------------------------------------------------------- composite
+local ALGORITHMS = {
+  ['fixed-window'] = fixed_window,
+  ['sliding-log'] = sliding_log,
+  ['sliding-window'] = sliding_window,
+  ['token-bucket'] = token_bucket,
+  ['leaky-bucket'] = leaky_bucket,
+}
+
+local now
+if ARGV[1] == '' then
+  local ok, time = pcall(redis.call, 'TIME')
+  if not ok then
+    return redis.error_reply('SLUICE_NO_TIME the server refused TIME inside scripts')
+  end
+  now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+local cost = tonumber(ARGV[2])
+local max_wait = tonumber(ARGV[3])
+local call_id = ARGV[4]
+local ttl_slack = tonumber(ARGV[5])
+
+local function run(i, c, wait, peek)
+  local base = 5 + (i - 1) * 5
+  local algorithm = ALGORITHMS[ARGV[base + 1]]
+  local p1, p2 = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  local p3 = tonumber(ARGV[base + 4]) or ARGV[base + 4]
+  local p4 = ARGV[base + 5]
+  local raw = false
+  if ARGV[base + 1] ~= 'sliding-log' then raw = redis.call('GET', KEYS[i]) end
+  return algorithm(KEYS[i], raw, now, c, p1, p2, p3, p4, wait, call_id, peek)
+end
+
+local function uncharged(i)
+  local d = run(i, 0, 0, true)
+  d.wait = 0
+  return d
+end
+
+local reply = { now }
+local function push(d)
+  reply[#reply + 1] = d.allowed
+  reply[#reply + 1] = d.limit
+  reply[#reply + 1] = d.remaining
+  reply[#reply + 1] = d.reset_after
+  reply[#reply + 1] = d.retry_after
+  reply[#reply + 1] = d.wait
+end
+
+if cost == 0 then
+  -- Peek: remaining and reset as they stand; allowed / retry for a call of cost 1.
+  for i = 1, #KEYS do
+    local d = uncharged(i)
+    local single = run(i, 1, 0, true)
+    d.allowed = single.allowed
+    d.retry_after = single.retry_after
+    push(d)
+  end
+  return reply
+end
+
+local decisions, states, ttls = {}, {}, {}
+local all_allowed = true
+for i = 1, #KEYS do
+  decisions[i], states[i], ttls[i] = run(i, cost, max_wait, false)
+  if decisions[i].allowed == 0 then all_allowed = false end
+end
+
+if all_allowed then
+  for i = 1, #KEYS do
+    local ttl = max(1, ttls[i]) + ttl_slack
+    if type(states[i]) == 'function' then
+      states[i](ttl)
+    else
+      redis.call('SET', KEYS[i], states[i], 'PX', int(ttl))
+    end
+    push(decisions[i])
+  end
+else
+  -- All-or-nothing: nothing was written; policies that would have allowed
+  -- report their state uncharged.
+  for i = 1, #KEYS do
+    if decisions[i].allowed == 1 then push(uncharged(i)) else push(decisions[i]) end
+  end
+end
+return reply

@@ -1,0 +1,209 @@
+/**
+ * Redis store: every decision is one atomic EVALSHA of lua/limit.lua, which
+ * mirrors the TypeScript algorithms and writes every policy of the call or
+ * none. "Now" is the Redis server's clock unless the limiter injects one.
+ */
+import { randomBytes } from 'node:crypto'
+import { monotonicClock } from '../../core/clock.ts'
+import { ArgumentError, SluiceError } from '../../core/errors.ts'
+import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
+import type { Store, StoreCall } from '../store.ts'
+import { runnerFor, type RedisClient, type ScriptRunner } from './clients.ts'
+
+export type { RedisClient, IoredisClient, NodeRedisClient } from './clients.ts'
+
+export interface RedisStoreOptions {
+  /**
+   * A client you own: ioredis `Redis` (standalone or Sentinel) or `Cluster`, or a
+   * node-redis client or cluster. sluice never closes it. Configure it as a
+   * limiter needs: with ioredis, `autoResendUnfulfilledCommands: false` (else a
+   * decision in flight during a reconnect can be charged twice) and a
+   * `commandTimeout`; a bounded offline queue (`enableOfflineQueue: false`).
+   */
+  client?: RedisClient
+  /**
+   * Or a Redis URL: the store opens an ioredis connection configured for a
+   * limiter (no offline queue, no re-sent scripts, 1 s command timeout) and
+   * closes it on `close()`.
+   */
+  url?: string
+  /**
+   * Where "now" comes from when the limiter has no clock. `server` (default):
+   * Redis `TIME`, so app servers' clocks cannot disagree. Where the server
+   * refuses `TIME` in scripts (some managed offerings), the store warns once and
+   * uses `client` time: this process's clock, exposed to skew between servers.
+   */
+  time?: 'server' | 'client'
+  /** Receives warnings. Default: `process.emitWarning`. */
+  onWarning?: (message: string) => void
+}
+
+const OPTIONS = new Set(['client', 'url', 'time', 'onWarning'])
+const FIELDS_PER_POLICY = 6
+/**
+ * Added to key expiry when "now" comes from this process (an injected clock, or
+ * client time): Redis expires keys on its own clock, and state must not vanish
+ * before the client's time says it stops mattering. Later expiry never changes
+ * a decision: a state past its TTL decides exactly as a missing key.
+ */
+const CLIENT_TIME_TTL_SLACK_MS = 60_000
+
+/** Redis key of one policy's state: the user key is the hash tag, so a call's keys share a slot. */
+export function redisKey(prefix: string, key: string, policy: string): string {
+  return `${prefix}:{${key}}:${policy}`
+}
+
+export class RedisStore implements Store {
+  private readonly runner: ScriptRunner
+  private readonly owned: boolean
+  private readonly ready: Promise<void>
+  private clientTime: boolean
+  private readonly warn: (message: string) => void
+  /** Per-policy script arguments, built once per limiter's policy list. */
+  private readonly argsOf = new WeakMap<readonly ResolvedPolicy[], string[]>()
+  private readonly idPrefix = randomBytes(6).toString('base64url')
+  private callCount = 0
+
+  constructor(options: RedisStoreOptions) {
+    if (typeof options !== 'object' || options === null) {
+      throw new ArgumentError('options', options, 'must be an object with "client" or "url"')
+    }
+    for (const [name, value] of Object.entries(options)) {
+      if (!OPTIONS.has(name) && value !== undefined) {
+        throw new ArgumentError(name, value, `is not a RedisStore option (known: ${[...OPTIONS].join(', ')})`)
+      }
+    }
+    if ((options.client === undefined) === (options.url === undefined)) {
+      throw new ArgumentError('client', options.client, 'or url is required, and only one of them')
+    }
+    if (options.time !== undefined && options.time !== 'server' && options.time !== 'client') {
+      throw new ArgumentError('time', options.time, "must be 'server' or 'client'")
+    }
+    this.clientTime = options.time === 'client'
+    this.warn = options.onWarning ?? ((message) => process.emitWarning(message, { code: 'SLUICE_REDIS' }))
+    if (options.url !== undefined) {
+      if (typeof options.url !== 'string' || !/^rediss?:\/\//.test(options.url)) {
+        throw new ArgumentError('url', options.url, 'must be a redis:// or rediss:// URL')
+      }
+      const { runner, ready } = connect(options.url)
+      this.runner = runner
+      this.ready = ready
+      this.owned = true
+    } else {
+      this.runner = runnerFor(options.client)
+      this.ready = Promise.resolve()
+      this.owned = false
+    }
+  }
+
+  async consume(call: StoreCall): Promise<PolicyDecision[]> {
+    const { policies } = call
+    const keys = policies.map((policy) => redisKey(call.prefix, call.key, policy.name))
+    await this.ready
+    let reply: unknown
+    try {
+      reply = await this.runner.runLimit(keys, this.args(call))
+    } catch (error) {
+      if (call.now !== undefined || this.clientTime || !String((error as Error)?.message).includes('SLUICE_NO_TIME')) throw error
+      this.clientTime = true
+      this.warn('sluice: this Redis refuses TIME inside scripts; deciding with this process\'s clock instead. Keep app servers\' clocks in sync (NTP), or windows split across servers.')
+      reply = await this.runner.runLimit(keys, this.args(call))
+    }
+    return decode(reply, policies)
+  }
+
+  async reset(prefix: string, key: string, policies: readonly ResolvedPolicy[]): Promise<void> {
+    await this.ready
+    await this.runner.del(policies.map((policy) => redisKey(prefix, key, policy.name)))
+  }
+
+  /** Closes the connection the store opened from a URL; a client you passed stays open. */
+  async close(): Promise<void> {
+    if (this.owned) await this.runner.quit()
+  }
+
+  private args(call: StoreCall): string[] {
+    let policyArgs = this.argsOf.get(call.policies)
+    if (policyArgs === undefined) {
+      policyArgs = call.policies.flatMap(scriptArgs)
+      this.argsOf.set(call.policies, policyArgs)
+    }
+    const fromClient = call.now !== undefined || this.clientTime
+    const now = call.now !== undefined ? String(call.now) : this.clientTime ? String(monotonicClock()) : ''
+    // Unique per call, so two sliding-log entries of one millisecond never collide.
+    const callId = `${this.idPrefix}${(this.callCount++).toString(36)}`
+    const slack = fromClient ? String(CLIENT_TIME_TTL_SLACK_MS) : '0'
+    return [now, String(call.cost), String(call.maxWaitMs), callId, slack, ...policyArgs]
+  }
+}
+
+/** The five script arguments of one policy: algorithm, then its parameters. */
+function scriptArgs(policy: ResolvedPolicy): string[] {
+  switch (policy.algorithm) {
+    case 'fixed-window':
+    case 'sliding-log':
+    case 'sliding-window':
+      return [policy.algorithm, String(policy.limit), String(policy.windowMs), '', '']
+    case 'token-bucket':
+      return [policy.algorithm, String(policy.capacity), String(policy.refillTokens), String(policy.refillIntervalMs), policy.refill]
+    case 'leaky-bucket':
+      return [policy.algorithm, String(policy.capacity), String(policy.leakTokens), String(policy.leakIntervalMs), policy.mode]
+  }
+}
+
+function decode(reply: unknown, policies: readonly ResolvedPolicy[]): PolicyDecision[] {
+  if (!Array.isArray(reply) || reply.length !== 1 + FIELDS_PER_POLICY * policies.length) {
+    throw new SluiceError('ERR_SLUICE_REDIS_REPLY', `unexpected reply from the limit script: ${JSON.stringify(reply)?.slice(0, 200)}`)
+  }
+  const n = reply.map(Number)
+  return policies.map((policy, i) => {
+    const at = 1 + i * FIELDS_PER_POLICY
+    return {
+      policy: policy.name,
+      allowed: n[at] === 1,
+      limit: n[at + 1] as number,
+      remaining: n[at + 2] as number,
+      resetAfterMs: n[at + 3] as number,
+      retryAfterMs: n[at + 4] as number,
+      waitMs: n[at + 5] as number,
+    }
+  })
+}
+
+/**
+ * Opens an ioredis connection configured for a limiter. ioredis is an optional
+ * peer dependency, loaded only here.
+ */
+function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
+  const loading = import('ioredis').then(({ Redis }) => {
+    const client = new Redis(url, {
+      // A decision never waits in an unbounded queue for a connection: it fails
+      // fast and the limiter's failure policy decides.
+      enableOfflineQueue: false,
+      // A script in flight during a reconnect is not re-sent: charged at most once.
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 1,
+      commandTimeout: 1000,
+      connectTimeout: 2000,
+    })
+    client.on('error', () => { /* reported through the failing calls; the client reconnects */ })
+    return client
+  })
+  let runner: ScriptRunner | undefined
+  const ready = loading.then(
+    (client) =>
+      new Promise<void>((resolve) => {
+        runner = runnerFor(client)
+        if (client.status === 'ready') return resolve()
+        // Wait for the first connection, but never longer than a connect timeout.
+        const timer = setTimeout(resolve, 2000)
+        client.once('ready', () => { clearTimeout(timer); resolve() })
+      }),
+  )
+  const deferred: ScriptRunner = {
+    runLimit: async (keys, args) => { await ready; return (runner as ScriptRunner).runLimit(keys, args) },
+    del: async (keys) => { await ready; return (runner as ScriptRunner).del(keys) },
+    quit: async () => { await ready; await (runner as ScriptRunner).quit() },
+  }
+  return { runner: deferred, ready }
+}

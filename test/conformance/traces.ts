@@ -1,0 +1,130 @@
+/**
+ * The conformance traces: the same calls at the same virtual times, replayed
+ * against every store. Stores must return identical decisions, field by field.
+ */
+import { Limiter, type Decision, type Policy, type Store } from '../../src/index.ts'
+
+export interface Step {
+  t: number
+  op: 'limit' | 'peek' | 'reset'
+  key: string
+  cost?: number
+  maxWaitMs?: number
+}
+
+export interface Trace {
+  name: string
+  policies: Policy[]
+  steps: Step[]
+}
+
+const fw: Policy = { algorithm: 'fixed-window', limit: 5, windowMs: 1000 }
+const sl: Policy = { algorithm: 'sliding-log', limit: 5, windowMs: 1000 }
+const sw: Policy = { algorithm: 'sliding-window', limit: 5, windowMs: 1000 }
+const tb: Policy = { algorithm: 'token-bucket', capacity: 5, refillTokens: 2, refillIntervalMs: 700 }
+const tbi: Policy = { algorithm: 'token-bucket', capacity: 5, refillTokens: 3, refillIntervalMs: 1000, refill: 'interval' }
+const lb: Policy = { algorithm: 'leaky-bucket', capacity: 5, leakTokens: 3, leakIntervalMs: 1000 }
+const lbs: Policy = { algorithm: 'leaky-bucket', capacity: 4, leakTokens: 2, leakIntervalMs: 500, mode: 'shape' }
+
+const burst = (t: number, n: number, extra: Partial<Step> = {}): Step[] =>
+  Array.from({ length: n }, () => ({ t, op: 'limit' as const, key: 'a', ...extra }))
+
+/** Hand-written edges: boundaries, costs, refusals, reservations, peek and reset. */
+export const handWritten: Trace[] = [
+  { name: 'fixed window boundary burst', policies: [fw], steps: [...burst(999, 6), ...burst(1000, 6), { t: 1500, op: 'peek', key: 'a' }] },
+  { name: 'sliding log refuses the boundary burst', policies: [sl], steps: [...burst(999, 6), ...burst(1000, 2), ...burst(1999, 2), { t: 1999, op: 'limit', key: 'a', cost: 5 }] },
+  { name: 'sliding window weighted estimate', policies: [sw], steps: [...burst(900, 5), ...burst(1000, 1), ...burst(1100, 2), ...burst(1750, 3), ...burst(3100, 1)] },
+  { name: 'token bucket fractional refill', policies: [tb], steps: [...burst(0, 6), ...burst(100, 1), ...burst(350, 1), ...burst(700, 2), { t: 10_000, op: 'limit', key: 'a', cost: 5 }, ...burst(10_000, 1)] },
+  { name: 'token bucket interval refill', policies: [tbi], steps: [...burst(100, 6), ...burst(1099, 1), ...burst(1100, 4), ...burst(5000, 6)] },
+  { name: 'leaky bucket police', policies: [lb], steps: [...burst(0, 6), ...burst(333, 1), ...burst(334, 1), ...burst(2000, 3)] },
+  { name: 'leaky bucket shape', policies: [lbs], steps: [...burst(0, 5), ...burst(100, 2), ...burst(250, 1), { t: 250, op: 'limit', key: 'a', maxWaitMs: 200 }] },
+  {
+    name: 'reservations',
+    policies: [fw, tb, lb],
+    steps: [...burst(0, 5), ...burst(10, 3, { maxWaitMs: 2000 }), ...burst(20, 2, { maxWaitMs: 300 }), ...burst(3000, 2, { cost: 2, maxWaitMs: 5000 })],
+  },
+  {
+    name: 'composite all-or-nothing with costs',
+    policies: [sl, sw, tb],
+    steps: [...burst(0, 3, { cost: 2 }), ...burst(500, 2), { t: 500, op: 'peek', key: 'a' }, ...burst(1200, 3), ...burst(1800, 2, { cost: 3 })],
+  },
+  {
+    name: 'peek and reset',
+    policies: [fw, sl, sw, tbi, lbs],
+    steps: [...burst(0, 3), { t: 1, op: 'peek', key: 'a' }, { t: 2, op: 'reset', key: 'a' }, { t: 3, op: 'peek', key: 'a' }, ...burst(3, 6), { t: 4, op: 'peek', key: 'b' }],
+  },
+]
+
+/** Deterministic PRNG (mulberry32): random traces that are the same on every run. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+function randomPolicy(random: () => number, index: number): Policy {
+  const int = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1))
+  const name = `p${index}`
+  switch (int(0, 6)) {
+    case 0: return { name, algorithm: 'fixed-window', limit: int(1, 12), windowMs: int(1, 40) * 50 }
+    case 1: return { name, algorithm: 'sliding-log', limit: int(1, 12), windowMs: int(1, 40) * 50 }
+    case 2: return { name, algorithm: 'sliding-window', limit: int(1, 12), windowMs: int(1, 40) * 50 }
+    case 3: return { name, algorithm: 'token-bucket', capacity: int(1, 12), refillTokens: int(1, 5), refillIntervalMs: int(1, 2000) }
+    case 4: return { name, algorithm: 'token-bucket', capacity: int(1, 12), refillTokens: int(1, 5), refillIntervalMs: int(1, 2000), refill: 'interval' }
+    case 5: return { name, algorithm: 'leaky-bucket', capacity: int(1, 12), leakTokens: int(1, 5), leakIntervalMs: int(1, 2000) }
+    default: return { name, algorithm: 'leaky-bucket', capacity: int(1, 12), leakTokens: int(1, 5), leakIntervalMs: int(1, 2000), mode: 'shape' }
+  }
+}
+
+/** Seeded random traces: 1 to 3 policies, 60 steps over two keys. */
+export function randomTraces(count: number, seed = 1): Trace[] {
+  const random = prng(seed)
+  return Array.from({ length: count }, (_, n) => {
+    const policies = Array.from({ length: 1 + Math.floor(random() * 3) }, (_, i) => randomPolicy(random, i))
+    const reservable = policies.every((p) => p.algorithm !== 'sliding-log' && p.algorithm !== 'sliding-window')
+    const limit = Math.min(...policies.map((p) => ('limit' in p ? p.limit : p.capacity)))
+    let t = 1_700_000_000_000 + Math.floor(random() * 1_000_000)
+    const steps: Step[] = []
+    for (let i = 0; i < 60; i++) {
+      t += Math.floor(random() * random() * 600)
+      const r = random()
+      const key = random() < 0.8 ? 'a' : 'b'
+      if (r < 0.06) steps.push({ t, op: 'peek', key })
+      else if (r < 0.08) steps.push({ t, op: 'reset', key })
+      else {
+        const step: Step = { t, op: 'limit', key, cost: 1 + Math.floor(random() * limit) }
+        if (reservable && random() < 0.3) step.maxWaitMs = Math.floor(random() * 3000)
+        steps.push(step)
+      }
+    }
+    return { name: `random #${n} (seed ${seed})`, policies, steps }
+  })
+}
+
+/** Replays a trace on a limiter over `store`, with the clock at each step's time. */
+export async function replay(trace: Trace, store: Store, prefix: string, between?: () => Promise<void>): Promise<Array<Decision | 'reset'>> {
+  let now = 0
+  const limiter = new Limiter({ policies: trace.policies, store, prefix, clock: () => now })
+  const results: Array<Decision | 'reset'> = []
+  for (const step of trace.steps) {
+    now = step.t
+    if (between) await between()
+    if (step.op === 'reset') {
+      await limiter.reset(step.key)
+      results.push('reset')
+    } else if (step.op === 'peek') {
+      results.push(await limiter.peek(step.key))
+    } else {
+      const options: { cost?: number; maxWaitMs?: number } = {}
+      if (step.cost !== undefined) options.cost = step.cost
+      if (step.maxWaitMs !== undefined) options.maxWaitMs = step.maxWaitMs
+      results.push(await limiter.limit(step.key, options))
+    }
+  }
+  return results
+}

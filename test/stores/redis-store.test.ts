@@ -1,0 +1,138 @@
+import assert from 'node:assert/strict'
+import { after, before, describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createClient } from 'redis'
+import { Limiter, MemoryStore, RedisStore, redisKey, type Store } from '../../src/index.ts'
+import { handWritten, randomTraces, replay, type Trace } from '../conformance/traces.ts'
+import { scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
+
+const traces: Trace[] = [...handWritten, ...randomTraces(80, 7)]
+
+async function assertSameAsMemory(trace: Trace, store: Store, prefix: string, between?: () => Promise<void>) {
+  const expected = await replay(trace, new MemoryStore(), prefix)
+  const actual = await replay(trace, store, prefix, between)
+  for (let i = 0; i < expected.length; i++) {
+    assert.deepEqual(actual[i], expected[i], `${trace.name}: step ${i} ${JSON.stringify(trace.steps[i])}`)
+  }
+}
+
+describe('RedisStore', () => {
+  let redis: RedisServer
+  before(async () => { redis = await startRedis() })
+  after(async () => { await redis.stop() })
+
+  const clients: Array<[string, () => Promise<{ store: RedisStore; close: () => Promise<void> }>]> = [
+    ['ioredis (RESP3)', async () => ({ store: new RedisStore({ client: redis.client() }), close: async () => {} })],
+    ['ioredis (RESP2)', async () => ({ store: new RedisStore({ client: redis.client({ protocol: 2 } as never) }), close: async () => {} })],
+    ['node-redis (RESP3)', async () => {
+      const client = createClient({ url: redis.url, RESP: 3 })
+      await client.connect()
+      return { store: new RedisStore({ client }), close: async () => { await client.close() } }
+    }],
+    ['node-redis (RESP2)', async () => {
+      const client = createClient({ url: redis.url, RESP: 2 })
+      await client.connect()
+      return { store: new RedisStore({ client }), close: async () => { await client.close() } }
+    }],
+  ]
+
+  for (const [label, make] of clients) {
+    it(`decides exactly as the memory store on every conformance trace: ${label}`, async () => {
+      const { store, close } = await make()
+      try {
+        for (const [n, trace] of traces.entries()) await assertSameAsMemory(trace, store, `conf-${label.replace(/\W/g, '')}-${n}`)
+      } finally {
+        await close()
+      }
+    })
+  }
+
+  it('recovers from NOSCRIPT: SCRIPT FLUSH before every call changes no decision (ioredis and node-redis)', async () => {
+    const admin = redis.client()
+    const flush = async () => { await admin.script('FLUSH') }
+    await assertSameAsMemory(handWritten[8] as Trace, new RedisStore({ client: redis.client() }), 'noscript-io', flush)
+    const client = createClient({ url: redis.url })
+    await client.connect()
+    try {
+      await assertSameAsMemory(handWritten[7] as Trace, new RedisStore({ client }), 'noscript-nr', flush)
+    } finally {
+      await client.close()
+    }
+  })
+
+  it('writes one hash-tagged key per policy and expires every key once its state stops mattering', async () => {
+    const admin = redis.client()
+    const limiter = new Limiter({
+      store: new RedisStore({ client: redis.client() }),
+      prefix: 'ttl',
+      policies: [
+        { algorithm: 'fixed-window', limit: 3, windowMs: 100, name: 'fw' },
+        { algorithm: 'sliding-log', limit: 3, windowMs: 150, name: 'sl' },
+        { algorithm: 'sliding-window', limit: 3, windowMs: 50, name: 'sw' },
+        { algorithm: 'token-bucket', capacity: 3, refillTokens: 3, refillIntervalMs: 150, name: 'tb' },
+        { algorithm: 'leaky-bucket', capacity: 3, leakTokens: 3, leakIntervalMs: 150, name: 'lb' },
+      ],
+    })
+    for (const key of ['u1', 'u2', 'u3']) for (let i = 0; i < 2; i++) await limiter.limit(key)
+    const keys = (await scanKeys(admin, 'ttl:*')).sort()
+    assert.equal(keys.length, 15)
+    assert.ok(keys.includes(redisKey('ttl', 'u1', 'sl')) && keys.includes('ttl:{u2}:tb'))
+    for (const key of keys) {
+      const ttl = await admin.pttl(key)
+      assert.ok(ttl > 0 && ttl <= 150, `${key} expires in ${ttl} ms`)
+    }
+    await sleep(250) // the longest window (150 ms) has passed
+    assert.deepEqual(await scanKeys(admin, 'ttl:*'), [])
+  })
+
+  it('keeps sliding-log entries of one millisecond apart and trims the set every call', async () => {
+    const admin = redis.client()
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'zset', policies: { algorithm: 'sliding-log', limit: 50, windowMs: 1000, name: 'log' }, clock: () => 5000 })
+    await Promise.all(Array.from({ length: 60 }, () => limiter.limit('k')))
+    assert.equal(await admin.zcard('zset:{k}:log'), 50, '50 distinct members at one timestamp')
+    const later = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'zset', policies: { algorithm: 'sliding-log', limit: 50, windowMs: 1000, name: 'log' }, clock: () => 6000 })
+    assert.equal((await later.limit('k')).remaining, 49)
+    assert.equal(await admin.zcard('zset:{k}:log'), 1, 'expired entries trimmed')
+  })
+
+  it('reset deletes the key of every policy', async () => {
+    const admin = redis.client()
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'reset', policies: [{ algorithm: 'fixed-window', limit: 1, windowMs: 60_000 }, { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000 }] })
+    await limiter.limit('k')
+    assert.equal((await limiter.limit('k')).allowed, false)
+    assert.equal((await scanKeys(admin, 'reset:*')).length, 2)
+    await limiter.reset('k')
+    assert.deepEqual(await scanKeys(admin, 'reset:*'), [])
+    assert.equal((await limiter.limit('k')).allowed, true)
+  })
+
+  it('opens and closes its own connection from a URL', async () => {
+    const store = new RedisStore({ url: redis.url })
+    const limiter = new Limiter({ store, prefix: 'url', policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 } })
+    assert.equal((await limiter.limit('k')).remaining, 1)
+    assert.equal((await limiter.limit('k')).remaining, 0)
+    await store.close()
+  })
+
+  it('refuses bad options with a clear error', () => {
+    assert.throws(() => new RedisStore({} as never), /client or url is required/)
+    assert.throws(() => new RedisStore({ url: 'http://x' }), /redis:\/\/ or rediss:\/\/ URL/)
+    assert.throws(() => new RedisStore({ client: {} as never }), /ioredis Redis \/ Cluster or a node-redis client/)
+    assert.throws(() => new RedisStore({ url: redis.url, timeout: 5 } as never), /timeout is not a RedisStore option/)
+  })
+})
+
+describe('RedisStore on a server that refuses TIME in scripts', () => {
+  let redis: RedisServer
+  before(async () => { redis = await startRedis(['--rename-command', 'TIME', '']) })
+  after(async () => { await redis.stop() })
+
+  it('warns once and decides on client time instead of failing every call', async () => {
+    const warnings: string[] = []
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client(), onWarning: (m) => warnings.push(m) }), prefix: 'notime', policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 } })
+    const decisions = [await limiter.limit('k'), await limiter.limit('k'), await limiter.limit('k')]
+    assert.deepEqual(decisions.map((d) => d.allowed), [true, true, false])
+    assert.equal(warnings.length, 1)
+    assert.match(warnings[0] as string, /refuses TIME inside scripts/)
+  })
+})

@@ -1,0 +1,99 @@
+/**
+ * Real redis-server processes for tests: each on a free loopback port, with
+ * persistence off, stopped when the suite ends. Never a mock of Redis.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Redis } from 'ioredis'
+
+export interface RedisServer {
+  port: number
+  url: string
+  /** A fresh ioredis client; closed by stop(). */
+  client(options?: ConstructorParameters<typeof Redis>[1]): Redis
+  stop(): Promise<void>
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.unref()
+    server.on('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+/** Starts redis-server on 127.0.0.1 with `extraArgs` (e.g. ['--cluster-enabled', 'yes']). */
+export async function startRedis(extraArgs: string[] = []): Promise<RedisServer> {
+  for (let attempt = 0; ; attempt++) {
+    const port = await freePort()
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-redis-'))
+    const child = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--protected-mode', 'no', ...extraArgs],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    )
+    let output = ''
+    child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+    child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+    if (await waitForPing(port, child)) {
+      const clients: Redis[] = []
+      return {
+        port,
+        url: `redis://127.0.0.1:${port}`,
+        client(options) {
+          const client = new Redis({ host: '127.0.0.1', port, lazyConnect: false, maxRetriesPerRequest: 1, ...options })
+          client.on('error', () => {})
+          clients.push(client)
+          return client
+        },
+        async stop() {
+          await Promise.all(clients.map((c) => c.quit().catch(() => c.disconnect())))
+          await stopProcess(child)
+          rmSync(dir, { recursive: true, force: true })
+        },
+      }
+    }
+    await stopProcess(child)
+    rmSync(dir, { recursive: true, force: true })
+    if (attempt >= 3) throw new Error(`redis-server did not start on port ${port}:\n${output}`)
+  }
+}
+
+async function waitForPing(port: number, child: ChildProcess): Promise<boolean> {
+  const deadline = Date.now() + 5000
+  while (Date.now() < deadline && child.exitCode === null) {
+    const probe = spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'PING'], { encoding: 'utf8', timeout: 1000 })
+    if (probe.stdout?.trim() === 'PONG') return true
+    await sleep(50)
+  }
+  return false
+}
+
+export async function stopProcess(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  const exited = new Promise((resolve) => child.once('exit', resolve))
+  child.kill('SIGTERM')
+  const timer = setTimeout(() => child.kill('SIGKILL'), 3000)
+  await exited
+  clearTimeout(timer)
+}
+
+/** Every key in the database matching a pattern, by SCAN. */
+export async function scanKeys(client: Redis, pattern: string): Promise<string[]> {
+  const keys: string[] = []
+  let cursor = '0'
+  do {
+    const [next, batch] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
+    cursor = next
+    keys.push(...batch)
+  } while (cursor !== '0')
+  return keys
+}
