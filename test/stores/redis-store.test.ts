@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
 import { Limiter, MemoryStore, RedisStore, redisKey, type Store } from '../../src/index.ts'
 import { handWritten, randomTraces, replay, type Trace } from '../conformance/traces.ts'
+import type { RedisOptions } from 'ioredis'
 import { scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
 
 const traces: Trace[] = [...handWritten, ...randomTraces(80, 7)]
@@ -23,7 +24,7 @@ describe('RedisStore', () => {
 
   const clients: Array<[string, () => Promise<{ store: RedisStore; close: () => Promise<void> }>]> = [
     ['ioredis (RESP3)', async () => ({ store: new RedisStore({ client: redis.client() }), close: async () => {} })],
-    ['ioredis (RESP2)', async () => ({ store: new RedisStore({ client: redis.client({ protocol: 2 } as never) }), close: async () => {} })],
+    ['ioredis (RESP2)', async () => ({ store: new RedisStore({ client: redis.client({ protocol: 2 } as RedisOptions) }), close: async () => {} })],
     ['node-redis (RESP3)', async () => {
       const client = createClient({ url: redis.url, RESP: 3 })
       await client.connect()

@@ -8,13 +8,13 @@ import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { Redis } from 'ioredis'
+import { Redis, type RedisOptions } from 'ioredis'
 
 export interface RedisServer {
   port: number
   url: string
   /** A fresh ioredis client; closed by stop(). */
-  client(options?: ConstructorParameters<typeof Redis>[1]): Redis
+  client(options?: RedisOptions): Redis
   stop(): Promise<void>
 }
 
@@ -49,7 +49,9 @@ export async function startRedis(extraArgs: string[] = []): Promise<RedisServer>
         port,
         url: `redis://127.0.0.1:${port}`,
         client(options) {
-          const client = new Redis({ host: '127.0.0.1', port, lazyConnect: false, maxRetriesPerRequest: 1, ...options })
+          const settings: RedisOptions = { host: '127.0.0.1', port, maxRetriesPerRequest: 1, ...options }
+          // ioredis's overloads reject an optional `replyMapping` under exactOptionalPropertyTypes.
+          const client = new Redis(settings as never)
           client.on('error', () => {})
           clients.push(client)
           return client
