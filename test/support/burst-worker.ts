@@ -1,0 +1,78 @@
+/**
+ * A separate Node process for multi-process tests, driven over IPC. Each
+ * message names a scenario; the worker answers with how many calls it was
+ * allowed. SKEW_MS shifts this process's Date.now(), to play an app server
+ * whose clock is off.
+ */
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Redis } from 'ioredis'
+import { Limiter, RedisStore, type Policy } from '../../src/index.ts'
+
+const skew = Number(process.env.SKEW_MS ?? 0)
+if (skew !== 0) {
+  const realNow = Date.now.bind(Date)
+  Date.now = () => realNow() + skew
+}
+
+export type Scenario =
+  | { kind: 'burst'; url: string; prefix: string; policy: Policy; calls: number; startAt: number }
+  | { kind: 'naive'; url: string; key: string; limit: number; calls: number; startAt: number }
+  | { kind: 'sequential'; url: string; prefix: string; policy: Policy; calls: number; time: 'server' | 'client' }
+
+const clients = new Map<string, Redis>()
+function client(url: string): Redis {
+  let c = clients.get(url)
+  if (c === undefined) {
+    c = new Redis(url, { maxRetriesPerRequest: 1 })
+    clients.set(url, c)
+  }
+  return c
+}
+
+/** Waits until the shared start time (on the real clock, whatever this process's skew). */
+async function until(startAt: number): Promise<void> {
+  const wait = startAt - (Date.now() - skew)
+  if (wait > 0) await sleep(wait)
+}
+
+async function run(scenario: Scenario): Promise<number> {
+  const redis = client(scenario.url)
+  await redis.ping()
+  switch (scenario.kind) {
+    case 'burst': {
+      const limiter = new Limiter({ store: new RedisStore({ client: redis }), prefix: scenario.prefix, policies: scenario.policy })
+      await until(scenario.startAt)
+      const decisions = await Promise.all(Array.from({ length: scenario.calls }, () => limiter.limit('hot')))
+      return decisions.filter((d) => d.allowed).length
+    }
+    case 'naive': {
+      // The classic race: read, compare, then increment in a second command.
+      await until(scenario.startAt)
+      const results = await Promise.all(Array.from({ length: scenario.calls }, async () => {
+        const count = Number((await redis.get(scenario.key)) ?? 0)
+        if (count >= scenario.limit) return false
+        await redis.incr(scenario.key)
+        return true
+      }))
+      return results.filter(Boolean).length
+    }
+    case 'sequential': {
+      const limiter = new Limiter({ store: new RedisStore({ client: redis, time: scenario.time }), prefix: scenario.prefix, policies: scenario.policy })
+      let allowed = 0
+      for (let i = 0; i < scenario.calls; i++) if ((await limiter.limit('shared')).allowed) allowed++
+      return allowed
+    }
+  }
+}
+
+process.on('message', (message: { id: number; scenario: Scenario } | 'exit') => {
+  if (message === 'exit') {
+    for (const c of clients.values()) c.disconnect()
+    process.exit(0)
+  }
+  run(message.scenario).then(
+    (allowed) => process.send?.({ id: message.id, allowed }),
+    (error: unknown) => process.send?.({ id: message.id, error: String(error) }),
+  )
+})
+process.send?.('ready')

@@ -1,0 +1,48 @@
+import { fork, type ChildProcess } from 'node:child_process'
+import type { Scenario } from './burst-worker.ts'
+
+export interface Workers {
+  /** Sends a scenario to the given workers (all by default); resolves with each one's allowed count. */
+  run(scenario: Scenario | ((index: number) => Scenario), only?: number[]): Promise<number[]>
+  stop(): Promise<void>
+}
+
+/** Forks `count` worker processes (TypeScript through tsx); `env(i)` adds variables per worker. */
+export async function startWorkers(count: number, env: (index: number) => Record<string, string> = () => ({})): Promise<Workers> {
+  const file = new URL('./burst-worker.ts', import.meta.url).pathname
+  const children: ChildProcess[] = await Promise.all(
+    Array.from({ length: count }, (_, i) => new Promise<ChildProcess>((resolve, reject) => {
+      const child = fork(file, [], { execArgv: ['--import', 'tsx'], env: { ...process.env, ...env(i) }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+      const timer = setTimeout(() => reject(new Error('worker did not start within 20 s')), 20_000)
+      child.once('message', () => { clearTimeout(timer); resolve(child) })
+      child.once('error', reject)
+    })),
+  )
+  let nextId = 0
+  return {
+    run(scenario, only = children.map((_, i) => i)) {
+      return Promise.all(only.map((index) => new Promise<number>((resolve, reject) => {
+        const child = children[index] as ChildProcess
+        const id = nextId++
+        const timer = setTimeout(() => reject(new Error(`worker ${index} did not answer within 30 s`)), 30_000)
+        const onMessage = (reply: { id: number; allowed?: number; error?: string }) => {
+          if (reply.id !== id) return
+          child.off('message', onMessage)
+          clearTimeout(timer)
+          if (reply.error !== undefined) reject(new Error(reply.error))
+          else resolve(reply.allowed as number)
+        }
+        child.on('message', onMessage)
+        child.send({ id, scenario: typeof scenario === 'function' ? scenario(index) : scenario })
+      })))
+    },
+    async stop() {
+      await Promise.all(children.map((child) => new Promise<void>((resolve) => {
+        if (child.exitCode !== null) return resolve()
+        child.once('exit', () => resolve())
+        child.send('exit')
+        setTimeout(() => child.kill('SIGKILL'), 3000).unref()
+      })))
+    },
+  }
+}
