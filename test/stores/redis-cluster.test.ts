@@ -1,0 +1,43 @@
+import assert from 'node:assert/strict'
+import { after, before, describe, it } from 'node:test'
+import { Cluster } from 'ioredis'
+import { MemoryStore, RedisStore, Limiter } from '../../src/index.ts'
+import { handWritten, randomTraces, replay } from '../conformance/traces.ts'
+import { startCluster, type RedisCluster } from '../support/cluster.ts'
+import { scanKeys } from '../support/redis.ts'
+
+describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
+  let cluster: RedisCluster
+  let client: Cluster
+  before(async () => {
+    cluster = await startCluster(3)
+    client = new Cluster(cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })), { redisOptions: { maxRetriesPerRequest: 1 } })
+    client.on('error', () => {})
+    await client.ping()
+  })
+  after(async () => {
+    await client.quit()
+    await cluster.stop()
+  })
+
+  it('runs the conformance traces with decisions identical to the memory store', async () => {
+    const store = new RedisStore({ client })
+    for (const [n, trace] of [...handWritten, ...randomTraces(40, 11)].entries()) {
+      const expected = await replay(trace, new MemoryStore(), `cl${n}`)
+      const actual = await replay(trace, store, `cl${n}`)
+      assert.deepEqual(actual, expected, trace.name)
+    }
+  })
+
+  it('spreads keys over all three masters; one call\'s keys share a slot (no CROSSSLOT)', async () => {
+    const limiter = new Limiter({
+      store: new RedisStore({ client }),
+      prefix: 'spread',
+      policies: [{ algorithm: 'fixed-window', limit: 5, windowMs: 60_000 }, { algorithm: 'sliding-log', limit: 5, windowMs: 60_000 }, { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }],
+    })
+    for (let i = 0; i < 60; i++) assert.equal((await limiter.limit(`user-${i}`)).allowed, true)
+    const perNode = await Promise.all(client.nodes('master').map(async (node) => (await scanKeys(node, 'spread:*')).length))
+    assert.equal(perNode.reduce((a, b) => a + b, 0), 180)
+    assert.ok(perNode.every((n) => n > 0), `keys per master: ${perNode.join(', ')}`)
+  })
+})
