@@ -1,0 +1,149 @@
+/**
+ * Redis benchmark (not a test). Starts its own redis-server on a loopback port
+ * and measures, in one run:
+ *   1. decisions/s and p50/p99/p999 latency at 1, 16, 64 and 256 calls in
+ *      flight, on one hot key and on 100,000 keys, for sluice (fixed window and
+ *      token bucket) beside rate-limiter-flexible's RateLimiterRedis (its one
+ *      algorithm, a fixed window) on the same Redis, each over one ioredis
+ *      connection;
+ *   2. the ceiling: redis-benchmark running sluice's script with EVALSHA over one
+ *      connection pipelining as many calls as are in flight;
+ *   3. Lua versus compare-and-swap: the same token bucket done with
+ *      WATCH/MULTI/EXEC retries, one hot key, 8/32/128 in flight.
+ *
+ *   npm run bench:redis                (about 2 minutes)
+ *   BENCH_MS=1000 npm run bench:redis  (shorter rounds)
+ */
+import { execFileSync } from 'node:child_process'
+import { Redis } from 'ioredis'
+import { RateLimiterRedis } from 'rate-limiter-flexible'
+import { algorithms, Limiter, RedisStore, resolvePolicy, type Policy } from '../src/index.ts'
+import { LIMIT_SHA } from '../src/stores/redis/script.ts'
+import { startRedis } from '../test/support/redis.ts'
+
+const ROUND_MS = Number(process.env.BENCH_MS ?? 2000)
+const IN_FLIGHT = [1, 16, 64, 256]
+const KEYS = Array.from({ length: 100_000 }, (_, i) => `client-${i}`)
+const HUGE = 1_000_000_000
+
+interface Result { rate: number; p50: number; p99: number; p999: number }
+
+/** Closed loop: `inFlight` callers each awaiting one decision after another for ROUND_MS. */
+async function closedLoop(inFlight: number, keys: string[], decide: (key: string) => Promise<unknown>): Promise<Result> {
+  const latencies: number[] = []
+  let n = 0
+  const end = performance.now() + ROUND_MS
+  const start = performance.now()
+  await Promise.all(Array.from({ length: inFlight }, async (_, worker) => {
+    let i = worker
+    while (performance.now() < end) {
+      const t0 = performance.now()
+      await decide(keys[i % keys.length] as string)
+      latencies.push(performance.now() - t0)
+      i += inFlight
+      n++
+    }
+  }))
+  const elapsed = performance.now() - start
+  latencies.sort((a, b) => a - b)
+  const at = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] as number
+  return { rate: (n / elapsed) * 1000, p50: at(0.5), p99: at(0.99), p999: at(0.999) }
+}
+
+const ms = (x: number) => `${x.toFixed(2)}ms`.padStart(9)
+const kps = (x: number) => `${(x / 1000).toFixed(1)}k/s`.padStart(9)
+
+async function main(): Promise<void> {
+  const redis = await startRedis()
+  const connections: Redis[] = []
+  const connect = () => {
+    const client = new Redis(redis.url, { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
+    connections.push(client)
+    return client
+  }
+  try {
+    const version = execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).trim().split(' ')[2]
+    console.log(`sluice Redis benchmark: node ${process.version}, redis ${version}, ${ROUND_MS} ms per cell, one connection per system\n`)
+    const fixedWindow: Policy = { algorithm: 'fixed-window', limit: HUGE, windowMs: 3_600_000, name: 'fw' }
+    const tokenBucket: Policy = { algorithm: 'token-bucket', capacity: HUGE, refillTokens: HUGE, refillIntervalMs: 1000, name: 'tb' }
+    const systems: Array<[string, (key: string) => Promise<unknown>]> = [
+      ['sluice fixed-window', ((l) => (key: string) => l.limit(key))(new Limiter({ store: new RedisStore({ client: connect() }), prefix: 'bfw', policies: fixedWindow }))],
+      ['sluice token-bucket', ((l) => (key: string) => l.limit(key))(new Limiter({ store: new RedisStore({ client: connect() }), prefix: 'btb', policies: tokenBucket }))],
+      ['rate-limiter-flexible', ((r) => (key: string) => r.consume(key))(new RateLimiterRedis({ storeClient: connect(), points: HUGE, duration: 3600, keyPrefix: 'rlf' }))],
+    ]
+
+    console.log(`${'system'.padEnd(24)}${'keys'.padEnd(6)}${'in flight'.padStart(10)}${'rate'.padStart(9)}${'p50'.padStart(9)}${'p99'.padStart(9)}${'p999'.padStart(9)}`)
+    const table = new Map<string, Result>()
+    for (const inFlight of IN_FLIGHT) {
+      for (const [label, keys] of [['hot', ['hot']], ['100k', KEYS]] as const) {
+        for (const [name, decide] of systems) {
+          const result = await closedLoop(inFlight, keys as unknown as string[], decide)
+          table.set(`${name}|${label}|${inFlight}`, result)
+          console.log(`${name.padEnd(24)}${label.padEnd(6)}${String(inFlight).padStart(10)}${kps(result.rate)}${ms(result.p50)}${ms(result.p99)}${ms(result.p999)}`)
+        }
+      }
+    }
+
+    // The ceiling: the same script, driven by redis-benchmark (C, no Node in the loop).
+    const admin = connect()
+    await admin.script('LOAD', (await import('../src/stores/redis/script.ts')).LIMIT_SCRIPT)
+    console.log('\nceiling: redis-benchmark, EVALSHA of the same script, 1 connection, pipeline = in flight')
+    const ceiling = new Map<string, number>()
+    for (const inFlight of IN_FLIGHT) {
+      for (const [label, key, extra] of [['hot', 'bfw:{hot}:fw', []], ['100k', 'bfw:{__rand_int__}:fw', ['-r', '100000']]] as const) {
+        const args = ['-p', String(redis.port), '-c', '1', '-P', String(inFlight), '-n', String(inFlight === 1 ? 50_000 : 300_000), '--csv', ...extra,
+          'EVALSHA', LIMIT_SHA, '1', key, '', '1', '0', 'bench', '0', 'fixed-window', String(HUGE), '3600000', '', '']
+        const csv = execFileSync('redis-benchmark', args, { encoding: 'utf8' }).trim().split('\n')
+        const rate = Number(JSON.parse(`[${csv[csv.length - 1]}]`)[1])
+        ceiling.set(`${label}|${inFlight}`, rate)
+        const ours = table.get(`sluice fixed-window|${label}|${inFlight}`) as Result
+        console.log(`${label.padEnd(6)}${String(inFlight).padStart(10)}${kps(rate)}   sluice fixed-window reaches ${((ours.rate / rate) * 100).toFixed(0)}%`)
+      }
+    }
+
+    console.log('\nat 64 in flight:')
+    for (const label of ['hot', '100k']) {
+      const peer = table.get(`rate-limiter-flexible|${label}|64`) as Result
+      for (const name of ['sluice fixed-window', 'sluice token-bucket']) {
+        const ours = table.get(`${name}|${label}|64`) as Result
+        console.log(`  ${label.padEnd(5)} ${name}: ${(ours.rate / peer.rate).toFixed(2)}x rate-limiter-flexible's throughput (target >= 1.5x), p99 ${ours.p99.toFixed(2)} vs ${peer.p99.toFixed(2)} ms; ${((ours.rate / (ceiling.get(`${label}|64`) as number)) * 100).toFixed(0)}% of the ceiling (target >= 70%)`)
+      }
+    }
+
+    // Lua versus optimistic compare-and-swap on one hot key.
+    console.log('\nLua vs WATCH/MULTI/EXEC (token bucket, one hot key)')
+    const policy = resolvePolicy(tokenBucket)
+    console.log(`${'in flight'.padStart(10)}${'lua rate'.padStart(11)}${'lua p99'.padStart(10)}${'cas rate'.padStart(11)}${'cas p99'.padStart(10)}  cas retries/decision`)
+    for (const inFlight of [8, 32, 128]) {
+      const lua = await closedLoop(inFlight, ['cas-hot'], systems[1]![1])
+      // WATCH is per connection, so each caller of the CAS version needs its own.
+      const pool = Array.from({ length: inFlight }, connect)
+      let retries = 0
+      let next = 0
+      const cas = await closedLoop(inFlight, ['cas'], async (key) => {
+        const client = pool[next++ % inFlight] as Redis
+        for (;;) {
+          await client.watch(key)
+          const raw = await client.get(key)
+          const [level, updatedAt] = raw === null ? [undefined, undefined] : raw.split(':').map(Number)
+          const state = level === undefined ? undefined : { level, updatedAt: updatedAt as number }
+          const [seconds, micros] = await client.time()
+          const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+          const t = algorithms.step(policy, state, now, 1, algorithms.NO_WAIT)
+          const s = t.state as algorithms.TokenBucketState
+          const done = await client.multi().set(key, `${s.level}:${s.updatedAt}`, 'PX', Math.max(1, t.ttlMs)).exec()
+          if (done !== null) return t.decision
+          retries++
+        }
+      })
+      const casN = cas.rate * (ROUND_MS / 1000)
+      console.log(`${String(inFlight).padStart(10)}${kps(lua.rate)}  ${ms(lua.p99)}${kps(cas.rate)}  ${ms(cas.p99)}  ${(retries / casN).toFixed(2)}`)
+      pool.forEach((c) => c.disconnect())
+    }
+  } finally {
+    connections.forEach((c) => c.disconnect())
+    await redis.stop()
+  }
+}
+
+await main()
