@@ -25,6 +25,11 @@ export type RedisClient = IoredisClient | NodeRedisClient
 
 /** What the store needs: run the limit script, delete keys, and close an owned connection. */
 export interface ScriptRunner {
+  /**
+   * True for a cluster client: one script invocation may only touch one hash
+   * slot, so calls are batched per user key (their keys share the hash tag).
+   */
+  readonly cluster: boolean
   runLimit(keys: string[], args: string[]): Promise<unknown>
   del(keys: string[]): Promise<unknown>
   quit(): Promise<void>
@@ -58,6 +63,7 @@ function ioredisRunner(client: IoredisClient): ScriptRunner {
   const del = client.del as (...keys: string[]) => Promise<unknown>
   const quit = client.quit as () => Promise<unknown>
   return {
+    cluster: (client as { isCluster?: unknown }).isCluster === true,
     runLimit: (keys, args) => (commands[name] as (...a: unknown[]) => Promise<unknown>).call(client, keys.length, ...keys, ...args),
     del: (keys) => del.apply(client, keys),
     quit: async () => { await quit.call(client) },
@@ -76,6 +82,8 @@ function nodeRedisRunner(client: NodeRedisClient): ScriptRunner {
   const del = client.del as (keys: string[]) => Promise<unknown>
   const closer = client as unknown as { close?: () => Promise<unknown>; quit?: () => Promise<unknown> }
   return {
+    // node-redis clusters (createCluster) expose their master nodes; plain clients do not.
+    cluster: 'masters' in (client as object),
     async runLimit(keys, args) {
       try {
         return await evalSha.call(client, LIMIT_SHA, { keys, arguments: args })

@@ -46,7 +46,15 @@ const FIELDS_PER_POLICY = 6
  * before the client's time says it stops mattering. Later expiry never changes
  * a decision: a state past its TTL decides exactly as a missing key.
  */
-const CLIENT_TIME_TTL_SLACK_MS = 60_000
+const SLACK = String(60_000)
+/** Most calls decided by one script invocation. */
+const MAX_BATCH = 128
+
+interface Pending {
+  call: StoreCall
+  resolve: (decisions: PolicyDecision[]) => void
+  reject: (error: unknown) => void
+}
 
 /** Redis key of one policy's state: the user key is the hash tag, so a call's keys share a slot. */
 export function redisKey(prefix: string, key: string, policy: string): string {
@@ -63,6 +71,8 @@ export class RedisStore implements Store {
   private readonly argsOf = new WeakMap<readonly ResolvedPolicy[], string[]>()
   private readonly idPrefix = randomBytes(6).toString('base64url')
   private callCount = 0
+  private queue: Pending[] = []
+  private flushScheduled = false
 
   constructor(options: RedisStoreOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -96,25 +106,73 @@ export class RedisStore implements Store {
     }
   }
 
-  async consume(call: StoreCall): Promise<PolicyDecision[]> {
-    const { policies } = call
-    const keys = policies.map((policy) => redisKey(call.prefix, call.key, policy.name))
-    await this.ready
-    let reply: unknown
-    try {
-      reply = await this.runner.runLimit(keys, this.args(call))
-    } catch (error) {
-      if (call.now !== undefined || this.clientTime || !String((error as Error)?.message).includes('SLUICE_NO_TIME')) throw error
-      this.clientTime = true
-      this.warn('sluice: this Redis refuses TIME inside scripts; deciding with this process\'s clock instead. Keep app servers\' clocks in sync (NTP), or windows split across servers.')
-      reply = await this.runner.runLimit(keys, this.args(call))
-    }
-    return decode(reply, policies)
+  /**
+   * Decides the call in the next script invocation: calls issued in the same
+   * tick go together, in order, up to MAX_BATCH per invocation (on a cluster,
+   * per user key). Each is decided exactly as it would be alone.
+   */
+  consume(call: StoreCall): Promise<PolicyDecision[]> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ call, resolve, reject })
+      if (!this.flushScheduled) {
+        this.flushScheduled = true
+        queueMicrotask(() => this.flush())
+      }
+    })
   }
 
   async reset(prefix: string, key: string, policies: readonly ResolvedPolicy[]): Promise<void> {
+    // Calls queued before the reset reach Redis before it (one connection keeps order).
+    this.flush()
     await this.ready
     await this.runner.del(policies.map((policy) => redisKey(prefix, key, policy.name)))
+  }
+
+  private flush(): void {
+    this.flushScheduled = false
+    if (this.queue.length === 0) return
+    const queue = this.queue
+    this.queue = []
+    const groups = new Map<string, Pending[]>()
+    for (const pending of queue) {
+      const group = this.runner.cluster ? pending.call.key : ''
+      const batch = groups.get(group)
+      if (batch === undefined) groups.set(group, [pending])
+      else batch.push(pending)
+    }
+    for (const batch of groups.values()) {
+      for (let i = 0; i < batch.length; i += MAX_BATCH) void this.send(batch.slice(i, i + MAX_BATCH))
+    }
+  }
+
+  private async send(batch: Pending[]): Promise<void> {
+    try {
+      await this.ready
+      let reply: unknown
+      try {
+        reply = await this.run(batch)
+      } catch (error) {
+        const serverTime = batch.some((pending) => pending.call.now === undefined)
+        if (!serverTime || this.clientTime || !String((error as Error)?.message).includes('SLUICE_NO_TIME')) throw error
+        this.clientTime = true
+        this.warn('sluice: this Redis refuses TIME inside scripts; deciding with this process\'s clock instead. Keep app servers\' clocks in sync (NTP), or windows split across servers.')
+        reply = await this.run(batch)
+      }
+      const decisions = decode(reply, batch)
+      batch.forEach((pending, i) => pending.resolve(decisions[i] as PolicyDecision[]))
+    } catch (error) {
+      for (const pending of batch) pending.reject(error)
+    }
+  }
+
+  private run(batch: Pending[]): Promise<unknown> {
+    const keys: string[] = []
+    const args: string[] = []
+    for (const { call } of batch) {
+      for (const policy of call.policies) keys.push(redisKey(call.prefix, call.key, policy.name))
+      this.pushArgs(call, args)
+    }
+    return this.runner.runLimit(keys, args)
   }
 
   /** Closes the connection the store opened from a URL; a client you passed stays open. */
@@ -122,18 +180,18 @@ export class RedisStore implements Store {
     if (this.owned) await this.runner.quit()
   }
 
-  private args(call: StoreCall): string[] {
+  /** Appends one call's script arguments (see lua/limit.lua). */
+  private pushArgs(call: StoreCall, args: string[]): void {
     let policyArgs = this.argsOf.get(call.policies)
     if (policyArgs === undefined) {
-      policyArgs = call.policies.flatMap(scriptArgs)
+      policyArgs = [String(call.policies.length), ...call.policies.flatMap(scriptArgs)]
       this.argsOf.set(call.policies, policyArgs)
     }
     const fromClient = call.now !== undefined || this.clientTime
     const now = call.now !== undefined ? String(call.now) : this.clientTime ? String(monotonicClock()) : ''
     // Unique per call, so two sliding-log entries of one millisecond never collide.
     const callId = `${this.idPrefix}${(this.callCount++).toString(36)}`
-    const slack = fromClient ? String(CLIENT_TIME_TTL_SLACK_MS) : '0'
-    return [now, String(call.cost), String(call.maxWaitMs), callId, slack, ...policyArgs]
+    args.push(now, String(call.cost), String(call.maxWaitMs), callId, fromClient ? SLACK : '0', ...policyArgs)
   }
 }
 
@@ -151,22 +209,29 @@ function scriptArgs(policy: ResolvedPolicy): string[] {
   }
 }
 
-function decode(reply: unknown, policies: readonly ResolvedPolicy[]): PolicyDecision[] {
-  if (!Array.isArray(reply) || reply.length !== 1 + FIELDS_PER_POLICY * policies.length) {
+/** Splits the script's flat reply into each call's decisions. */
+function decode(reply: unknown, batch: Pending[]): PolicyDecision[][] {
+  const expected = batch.reduce((sum, { call }) => sum + 1 + FIELDS_PER_POLICY * call.policies.length, 0)
+  if (!Array.isArray(reply) || reply.length !== expected) {
     throw new SluiceError('ERR_SLUICE_REDIS_REPLY', `unexpected reply from the limit script: ${JSON.stringify(reply)?.slice(0, 200)}`)
   }
   const n = reply.map(Number)
-  return policies.map((policy, i) => {
-    const at = 1 + i * FIELDS_PER_POLICY
-    return {
-      policy: policy.name,
-      allowed: n[at] === 1,
-      limit: n[at + 1] as number,
-      remaining: n[at + 2] as number,
-      resetAfterMs: n[at + 3] as number,
-      retryAfterMs: n[at + 4] as number,
-      waitMs: n[at + 5] as number,
-    }
+  let at = 0
+  return batch.map(({ call }) => {
+    at += 1 // the "now" the script decided at
+    return call.policies.map((policy) => {
+      const decision: PolicyDecision = {
+        policy: policy.name,
+        allowed: n[at] === 1,
+        limit: n[at + 1] as number,
+        remaining: n[at + 2] as number,
+        resetAfterMs: n[at + 3] as number,
+        retryAfterMs: n[at + 4] as number,
+        waitMs: n[at + 5] as number,
+      }
+      at += FIELDS_PER_POLICY
+      return decision
+    })
   })
 }
 
@@ -201,6 +266,7 @@ function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
       }),
   )
   const deferred: ScriptRunner = {
+    cluster: false, // a URL names one server
     runLimit: async (keys, args) => { await ready; return (runner as ScriptRunner).runLimit(keys, args) },
     del: async (keys) => { await ready; return (runner as ScriptRunner).del(keys) },
     quit: async () => { await ready; await (runner as ScriptRunner).quit() },

@@ -1,20 +1,26 @@
--- sluice: one call against every policy of a limiter, decided and written
--- atomically (all-or-nothing). Mirrors src/algorithms/*.ts line for line: every
--- quantity is an integer held in a double, every division is floored or ceiled
--- explicitly, so this script and the TypeScript agree bit for bit.
+-- sluice: calls against the policies of limiters, each decided and written
+-- atomically (all-or-nothing across its policies). Mirrors src/algorithms/*.ts
+-- line for line: every quantity is an integer held in a double, every division
+-- is floored or ceiled explicitly, so this script and the TypeScript agree bit
+-- for bit.
 --
--- KEYS[i]   state of policy i: prefix:{key}:policyName (one hash tag: one slot)
--- ARGV[1]   now in epoch ms, or '' to read the server clock (TIME)
--- ARGV[2]   cost (0 = peek: decide for cost 1, change nothing)
--- ARGV[3]   maxWaitMs
--- ARGV[4]   call id, unique per call (sliding-log members)
--- ARGV[5]   ms added to every expiry: 0 on server time; when "now" comes from
---           the client, state must outlive the gap between its clock and ours
--- ARGV[6 + 5(i-1) ..]  policy i: algorithm, then four parameters
+-- One invocation decides a batch of calls, in order, exactly as if each had
+-- been its own invocation: a lone call is a batch of one. Batching amortises
+-- the per-invocation cost that otherwise caps decisions per second.
 --
--- Returns { now, then per policy: allowed (0/1), limit, remaining,
---           resetAfterMs, retryAfterMs, waitMs } -- integers only (RESP2 and
--- RESP3 alike; a Lua boolean would come back differently on each).
+-- Per call, in ARGV, starting at a:
+--   a+0  now in epoch ms, or '' to read the server clock (TIME, read once)
+--   a+1  cost (0 = peek: decide for cost 1, change nothing)
+--   a+2  maxWaitMs
+--   a+3  call id, unique per call (sliding-log members)
+--   a+4  ms added to every expiry: 0 on server time; when "now" comes from the
+--        client, state must outlive the gap between its clock and ours
+--   a+5  n, the number of policies; then per policy: algorithm, 4 parameters
+-- and its n keys in KEYS, in order: prefix:{key}:policyName (one hash tag).
+--
+-- Returns per call { now, then per policy: allowed (0/1), limit, remaining,
+-- resetAfterMs, retryAfterMs, waitMs } -- integers only (RESP2 and RESP3
+-- alike; a Lua boolean would come back differently on each).
 
 -- Redis 3.2 to 4.x need this before a write that follows TIME; a no-op on 5+.
 pcall(redis.replicate_commands)
@@ -236,39 +242,18 @@ local ALGORITHMS = {
   ['leaky-bucket'] = leaky_bucket,
 }
 
-local now
-if ARGV[1] == '' then
-  local ok, time = pcall(redis.call, 'TIME')
-  if not ok then
-    return redis.error_reply('SLUICE_NO_TIME the server refused TIME inside scripts')
+local server_now = nil
+local function now_of(arg)
+  if arg ~= '' then return tonumber(arg) end
+  if not server_now then
+    local ok, time = pcall(redis.call, 'TIME')
+    if not ok then return nil end
+    server_now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
   end
-  now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
-local cost = tonumber(ARGV[2])
-local max_wait = tonumber(ARGV[3])
-local call_id = ARGV[4]
-local ttl_slack = tonumber(ARGV[5])
-
-local function run(i, c, wait, peek)
-  local base = 5 + (i - 1) * 5
-  local algorithm = ALGORITHMS[ARGV[base + 1]]
-  local p1, p2 = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
-  local p3 = tonumber(ARGV[base + 4]) or ARGV[base + 4]
-  local p4 = ARGV[base + 5]
-  local raw = false
-  if ARGV[base + 1] ~= 'sliding-log' then raw = redis.call('GET', KEYS[i]) end
-  return algorithm(KEYS[i], raw, now, c, p1, p2, p3, p4, wait, call_id, peek)
+  return server_now
 end
 
-local function uncharged(i)
-  local d = run(i, 0, 0, true)
-  d.wait = 0
-  return d
-end
-
-local reply = { now }
+local reply = {}
 local function push(d)
   reply[#reply + 1] = d.allowed
   reply[#reply + 1] = d.limit
@@ -278,40 +263,74 @@ local function push(d)
   reply[#reply + 1] = d.wait
 end
 
-if cost == 0 then
-  -- Peek: remaining and reset as they stand; allowed / retry for a call of cost 1.
-  for i = 1, #KEYS do
-    local d = uncharged(i)
-    local single = run(i, 1, 0, true)
-    d.allowed = single.allowed
-    d.retry_after = single.retry_after
-    push(d)
+-- One call: policies' keys from KEYS[k0 + 1], parameters from ARGV[p0 + 1].
+local function decide(k0, p0, n, now, cost, max_wait, call_id, ttl_slack)
+  local function run(i, c, wait, peek)
+    local base = p0 + (i - 1) * 5
+    local algorithm = ALGORITHMS[ARGV[base + 1]]
+    local p1, p2 = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+    local p3 = tonumber(ARGV[base + 4]) or ARGV[base + 4]
+    local p4 = ARGV[base + 5]
+    local key = KEYS[k0 + i]
+    local raw = false
+    if ARGV[base + 1] ~= 'sliding-log' then raw = redis.call('GET', key) end
+    return algorithm(key, raw, now, c, p1, p2, p3, p4, wait, call_id, peek)
   end
-  return reply
-end
 
-local decisions, states, ttls = {}, {}, {}
-local all_allowed = true
-for i = 1, #KEYS do
-  decisions[i], states[i], ttls[i] = run(i, cost, max_wait, false)
-  if decisions[i].allowed == 0 then all_allowed = false end
-end
+  local function uncharged(i)
+    local d = run(i, 0, 0, true)
+    d.wait = 0
+    return d
+  end
 
-if all_allowed then
-  for i = 1, #KEYS do
-    local ttl = max(1, ttls[i]) + ttl_slack
-    if type(states[i]) == 'function' then
-      states[i](ttl)
-    else
-      redis.call('SET', KEYS[i], states[i], 'PX', int(ttl))
+  reply[#reply + 1] = now
+  if cost == 0 then
+    -- Peek: remaining and reset as they stand; allowed / retry for a call of cost 1.
+    for i = 1, n do
+      local d = uncharged(i)
+      local single = run(i, 1, 0, true)
+      d.allowed = single.allowed
+      d.retry_after = single.retry_after
+      push(d)
     end
-    push(decisions[i])
+    return
   end
-else
-  -- All-or-nothing: nothing was written; policies that would have allowed
-  -- report their state uncharged.
-  for i = 1, #KEYS do
-    if decisions[i].allowed == 1 then push(uncharged(i)) else push(decisions[i]) end
+
+  local decisions, states, ttls = {}, {}, {}
+  local all_allowed = true
+  for i = 1, n do
+    decisions[i], states[i], ttls[i] = run(i, cost, max_wait, false)
+    if decisions[i].allowed == 0 then all_allowed = false end
   end
+
+  if all_allowed then
+    for i = 1, n do
+      local ttl = max(1, ttls[i]) + ttl_slack
+      if type(states[i]) == 'function' then
+        states[i](ttl)
+      else
+        redis.call('SET', KEYS[k0 + i], states[i], 'PX', int(ttl))
+      end
+      push(decisions[i])
+    end
+  else
+    -- All-or-nothing: nothing was written; policies that would have allowed
+    -- report their state uncharged.
+    for i = 1, n do
+      if decisions[i].allowed == 1 then push(uncharged(i)) else push(decisions[i]) end
+    end
+  end
+end
+
+local a, k = 1, 0
+while a <= #ARGV do
+  local now = now_of(ARGV[a])
+  if now == nil then
+    return redis.error_reply('SLUICE_NO_TIME the server refused TIME inside scripts')
+  end
+  local n = tonumber(ARGV[a + 5])
+  decide(k, a + 5, n, now, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), ARGV[a + 3], tonumber(ARGV[a + 4]))
+  a = a + 6 + 5 * n
+  k = k + n
 end
 return reply
