@@ -263,32 +263,32 @@ local function push(d)
   reply[#reply + 1] = d.wait
 end
 
+-- Policy i of a call whose keys start after KEYS[k0] and parameters after ARGV[p0].
+local function run(k0, p0, i, now, c, wait, call_id, peek)
+  local base = p0 + (i - 1) * 5
+  local name = ARGV[base + 1]
+  local key = KEYS[k0 + i]
+  local raw = false
+  if name ~= 'sliding-log' then raw = redis.call('GET', key) end
+  local p3 = ARGV[base + 4]
+  return ALGORITHMS[name](key, raw, now, c, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
+    tonumber(p3) or p3, ARGV[base + 5], wait, call_id, peek)
+end
+
+local function uncharged(k0, p0, i, now, call_id)
+  local d = run(k0, p0, i, now, 0, 0, call_id, true)
+  d.wait = 0
+  return d
+end
+
 -- One call: policies' keys from KEYS[k0 + 1], parameters from ARGV[p0 + 1].
 local function decide(k0, p0, n, now, cost, max_wait, call_id, ttl_slack)
-  local function run(i, c, wait, peek)
-    local base = p0 + (i - 1) * 5
-    local algorithm = ALGORITHMS[ARGV[base + 1]]
-    local p1, p2 = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
-    local p3 = tonumber(ARGV[base + 4]) or ARGV[base + 4]
-    local p4 = ARGV[base + 5]
-    local key = KEYS[k0 + i]
-    local raw = false
-    if ARGV[base + 1] ~= 'sliding-log' then raw = redis.call('GET', key) end
-    return algorithm(key, raw, now, c, p1, p2, p3, p4, wait, call_id, peek)
-  end
-
-  local function uncharged(i)
-    local d = run(i, 0, 0, true)
-    d.wait = 0
-    return d
-  end
-
   reply[#reply + 1] = now
   if cost == 0 then
     -- Peek: remaining and reset as they stand; allowed / retry for a call of cost 1.
     for i = 1, n do
-      local d = uncharged(i)
-      local single = run(i, 1, 0, true)
+      local d = uncharged(k0, p0, i, now, call_id)
+      local single = run(k0, p0, i, now, 1, 0, call_id, true)
       d.allowed = single.allowed
       d.retry_after = single.retry_after
       push(d)
@@ -299,7 +299,7 @@ local function decide(k0, p0, n, now, cost, max_wait, call_id, ttl_slack)
   local decisions, states, ttls = {}, {}, {}
   local all_allowed = true
   for i = 1, n do
-    decisions[i], states[i], ttls[i] = run(i, cost, max_wait, false)
+    decisions[i], states[i], ttls[i] = run(k0, p0, i, now, cost, max_wait, call_id, false)
     if decisions[i].allowed == 0 then all_allowed = false end
   end
 
@@ -317,7 +317,7 @@ local function decide(k0, p0, n, now, cost, max_wait, call_id, ttl_slack)
     -- All-or-nothing: nothing was written; policies that would have allowed
     -- report their state uncharged.
     for i = 1, n do
-      if decisions[i].allowed == 1 then push(uncharged(i)) else push(decisions[i]) end
+      if decisions[i].allowed == 1 then push(uncharged(k0, p0, i, now, call_id)) else push(decisions[i]) end
     end
   end
 end
