@@ -112,6 +112,18 @@ describe('RedisStore', () => {
     assert.equal(await admin.zcard('zset:{k}:log'), 1, 'expired entries trimmed')
   })
 
+  it('hashes keys too long to store, never rejecting them', async () => {
+    const admin = redis.client()
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'long', policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'fw' } })
+    const huge = 'k'.repeat(100_000)
+    assert.equal((await limiter.limit(huge)).allowed, true)
+    assert.equal((await limiter.limit(huge)).allowed, false)
+    assert.equal((await limiter.limit(`${huge}!`)).allowed, true)
+    const keys = await scanKeys(admin, 'long:*')
+    assert.equal(keys.length, 2)
+    for (const key of keys) assert.match(key, /^long:\{sha256:[0-9a-f]{64}\}:fw$/)
+  })
+
   it('reset deletes the key of every policy', async () => {
     const admin = redis.client()
     const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'reset', policies: [{ algorithm: 'fixed-window', limit: 1, windowMs: 60_000 }, { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000 }] })
