@@ -7,6 +7,20 @@ import type { Decision, PolicyDecision } from '../core/types.ts'
  * the slower to reset). An allowed call waits for its longest reservation.
  */
 export function combine(decisions: PolicyDecision[]): Decision {
+  if (decisions.length === 1) {
+    const d = decisions[0] as PolicyDecision
+    return {
+      allowed: d.allowed,
+      limit: d.limit,
+      remaining: d.remaining,
+      resetAfterMs: d.resetAfterMs,
+      retryAfterMs: d.retryAfterMs,
+      waitMs: d.waitMs,
+      policy: d.policy,
+      policies: decisions,
+      degraded: false,
+    }
+  }
   let binding = decisions[0] as PolicyDecision
   let allowed = binding.allowed
   let waitMs = binding.waitMs
