@@ -3,13 +3,17 @@
  * reservations, and the choice of store.
  */
 import { createHash } from 'node:crypto'
-import type { Clock } from '../core/clock.ts'
-import { ArgumentError } from '../core/errors.ts'
-import { checkCost, checkMaxWait, resolvePolicies } from '../core/policy.ts'
+import { evaluate, NO_WAIT } from '../algorithms/index.ts'
+import { monotonicClock, type Clock } from '../core/clock.ts'
+import { ArgumentError, SluiceError } from '../core/errors.ts'
+import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
+import { BlockCache } from './block-cache.ts'
+import { Circuit, withTimeout, type CircuitOptions, type FailureReason } from './circuit.ts'
 import { combine } from './decision.ts'
+import { scalePolicies } from './fallback.ts'
 
 export interface LimiterOptions {
   /** Where state lives. Default: a new `MemoryStore` owned by this limiter. */
@@ -24,6 +28,29 @@ export interface LimiterOptions {
    * simulations inject one.
    */
   clock?: Clock
+  /**
+   * Longest a decision waits on the store (Redis), including while its client
+   * is disconnected; then `onStoreFailure` decides. Default 250 ms.
+   */
+  storeTimeoutMs?: number
+  /**
+   * What a decision does when the store fails, times out, or its circuit is
+   * open: `open` allows, `closed` refuses (retry after the next probe),
+   * `fallback` (default) decides on a local MemoryStore with each instance's
+   * share of the limits (see `expectedInstances`). Such decisions carry
+   * `degraded: true` and a `reason`. Stores in this process never fail this way.
+   */
+  onStoreFailure?: 'open' | 'closed' | 'fallback'
+  /** Instances sharing the store: the fallback gives each `limit / expectedInstances`. Default 1. */
+  expectedInstances?: number
+  /** When to stop calling a failing store, and how often to probe it. */
+  circuit?: CircuitOptions
+  /**
+   * Remember refused keys in this process until their retry time and refuse
+   * them again without a round trip (for stores outside the process). Default
+   * on, 10,000 keys; `false` turns it off.
+   */
+  blockCache?: boolean | { maxKeys: number }
 }
 
 export interface LimitOptions {
@@ -37,7 +64,9 @@ export interface LimitOptions {
   maxWaitMs?: number
 }
 
-const LIMITER_OPTIONS = new Set(['store', 'policies', 'prefix', 'clock'])
+const LIMITER_OPTIONS = new Set([
+  'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache',
+])
 const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs'])
 
 /** Keys longer than this are replaced by their SHA-256, so no key can blow up memory. */
@@ -47,7 +76,16 @@ export class Limiter {
   readonly policies: readonly ResolvedPolicy[]
   readonly prefix: string
   readonly store: Store
+  readonly onStoreFailure: 'open' | 'closed' | 'fallback'
   private readonly clock: Clock | undefined
+  /** Set for an in-process store: decided synchronously, never fails over. */
+  private readonly local: SyncStore | undefined
+  private readonly circuit: Circuit
+  private readonly storeTimeoutMs: number
+  private readonly probeIntervalMs: number
+  private readonly blocked: BlockCache | undefined
+  private readonly fallbackPolicies: readonly ResolvedPolicy[]
+  private readonly fallbackStore: MemoryStore
 
   constructor(options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -65,6 +103,44 @@ export class Limiter {
       throw new ArgumentError('store', store, 'must be a MemoryStore, a RedisStore or another Store')
     }
     this.store = store
+    this.local = isSyncStore(store) ? store : undefined
+
+    this.storeTimeoutMs = positiveNumber('storeTimeoutMs', options.storeTimeoutMs, 250)
+    const failure = options.onStoreFailure ?? 'fallback'
+    if (failure !== 'open' && failure !== 'closed' && failure !== 'fallback') {
+      throw new ArgumentError('onStoreFailure', failure, "must be 'open', 'closed' or 'fallback'")
+    }
+    this.onStoreFailure = failure
+    const instances = options.expectedInstances ?? 1
+    if (!Number.isSafeInteger(instances) || instances < 1) {
+      throw new ArgumentError('expectedInstances', instances, 'must be a positive integer')
+    }
+    this.fallbackPolicies = instances === 1 ? this.policies : scalePolicies(this.policies, instances)
+    this.fallbackStore = new MemoryStore({ maxKeys: 100_000 })
+    const circuit = options.circuit ?? {}
+    if (typeof circuit !== 'object' || circuit === null) throw new ArgumentError('circuit', circuit, 'must be an object')
+    rejectUnknown('circuit option', circuit, new Set(['failures', 'probeIntervalMs']))
+    this.probeIntervalMs = positiveNumber('circuit.probeIntervalMs', circuit.probeIntervalMs, 1000)
+    const failures = circuit.failures ?? 3
+    if (!Number.isSafeInteger(failures) || failures < 1) throw new ArgumentError('circuit.failures', failures, 'must be a positive integer')
+    this.circuit = new Circuit(
+      this.storeTimeoutMs,
+      { failures, probeIntervalMs: this.probeIntervalMs },
+      () => this.localNow(),
+      () => (this.store.ping ? this.store.ping() : this.store.consume(this.peekCall('sluice-probe'))),
+      // Back on the store: what was counted locally during the outage is dropped.
+      () => this.fallbackStore.clear(),
+    )
+    const cache = options.blockCache ?? true
+    if (cache !== true && cache !== false && !(typeof cache === 'object' && cache !== null && Number.isSafeInteger(cache.maxKeys) && cache.maxKeys >= 2)) {
+      throw new ArgumentError('blockCache', cache, 'must be true, false, or { maxKeys: an integer of at least 2 }')
+    }
+    this.blocked = cache === false || this.local !== undefined ? undefined : new BlockCache(cache === true ? 10_000 : cache.maxKeys)
+  }
+
+  /** True while the store is being bypassed after failures (decisions are degraded). */
+  get storeUnavailable(): boolean {
+    return this.circuit.isOpen
   }
 
   /** Decides one call for `key`, charging it when allowed. */
@@ -72,8 +148,8 @@ export class Limiter {
     try {
       const call = this.call(key, options)
       // An in-process store decides at once: one settled promise, not a chain.
-      if (isSyncStore(this.store)) return Promise.resolve(combine(this.store.consumeSync(call)))
-      return this.store.consume(call).then(combine)
+      if (this.local !== undefined) return Promise.resolve(combine(this.local.consumeSync(call)))
+      return this.decideRemotely(call)
     } catch (error) {
       return Promise.reject(error as Error)
     }
@@ -90,7 +166,9 @@ export class Limiter {
   /** The decision a call of cost 1 would get, without changing any state. */
   peek(key: string): Promise<Decision> {
     try {
-      return this.store.consume(this.peekCall(key)).then(combine)
+      const call = this.peekCall(key)
+      if (this.local !== undefined) return Promise.resolve(combine(this.local.consumeSync(call)))
+      return this.decideRemotely(call)
     } catch (error) {
       return Promise.reject(error as Error)
     }
@@ -100,13 +178,68 @@ export class Limiter {
     return combine(this.syncStore().consumeSync(this.peekCall(key)))
   }
 
-  /** Forgets the key's state in every policy. */
+  /**
+   * Forgets the key's state in every policy. Rejects with a `SluiceError`
+   * (ERR_SLUICE_STORE) if the store fails or takes longer than storeTimeoutMs.
+   */
   async reset(key: string): Promise<void> {
-    await this.store.reset(this.prefix, normalizeKey(key), this.policies)
+    const normalized = normalizeKey(key)
+    this.blocked?.forget(normalized)
+    this.fallbackStore.resetSync(this.prefix, normalized, this.fallbackPolicies)
+    if (this.local !== undefined) return this.local.resetSync(this.prefix, normalized, this.policies)
+    const outcome = await withTimeout(() => this.store.reset(this.prefix, normalized, this.policies), this.storeTimeoutMs)
+    if (!outcome.ok) {
+      throw new SluiceError('ERR_SLUICE_STORE', `reset of "${normalized}" failed: ${outcome.reason}`, { cause: outcome.error })
+    }
   }
 
   resetSync(key: string): void {
     this.syncStore().resetSync(this.prefix, normalizeKey(key), this.policies)
+  }
+
+  private async decideRemotely(call: StoreCall): Promise<Decision> {
+    const now = call.now ?? this.localNow()
+    // Only a plain charge may be answered from the cache: a reservation or a peek asks something else.
+    const cacheable = this.blocked !== undefined && call.cost > 0 && call.maxWaitMs === 0
+    if (cacheable) {
+      const known = this.blocked?.check(call.key, call.cost, now)
+      if (known !== undefined) return known
+    }
+    const outcome = await this.circuit.run(() => this.store.consume(call))
+    if (!outcome.ok) return this.degrade(call, outcome.reason, now)
+    const decision = combine(outcome.value)
+    if (cacheable && !decision.allowed) this.blocked?.remember(call.key, call.cost, decision, now)
+    return decision
+  }
+
+  /** The decision `onStoreFailure` prescribes when the store could not decide. */
+  private degrade(call: StoreCall, reason: FailureReason, now: number): Decision {
+    const fits = this.fallbackPolicies.every((policy) => call.cost <= limitOf(policy))
+    if (this.onStoreFailure === 'fallback' && fits) {
+      const decisions = this.fallbackStore.consumeSync({ ...call, policies: this.fallbackPolicies, now })
+      return { ...combine(decisions), degraded: true, reason }
+    }
+    if (this.onStoreFailure === 'open') {
+      // What a key with no history would get: the limits are not being counted.
+      const options = call.maxWaitMs === 0 ? NO_WAIT : { maxWaitMs: call.maxWaitMs }
+      return { ...combine(evaluate(this.policies, [], now, call.cost, options).decisions), degraded: true, reason }
+    }
+    // Closed (or a cost no instance's share can ever fit): refused until the next probe.
+    const retryAfterMs = this.probeIntervalMs
+    const refused = this.policies.map((policy) => ({
+      policy: policy.name,
+      allowed: false,
+      limit: limitOf(policy),
+      remaining: 0,
+      resetAfterMs: retryAfterMs,
+      retryAfterMs,
+      waitMs: 0,
+    }))
+    return { ...combine(refused), degraded: true, reason }
+  }
+
+  private localNow(): number {
+    return this.now() ?? monotonicClock()
   }
 
   private call(key: string, options: LimitOptions | undefined): StoreCall {
@@ -148,6 +281,14 @@ export function normalizeKey(key: unknown): string {
   }
   if (key.length <= MAX_KEY_LENGTH) return key
   return `sha256:${createHash('sha256').update(key).digest('hex')}`
+}
+
+function positiveNumber(name: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value > 2 ** 31 - 1) {
+    throw new ArgumentError(name, value, 'must be a positive number of milliseconds')
+  }
+  return value
 }
 
 function checkPrefix(prefix: unknown): string {

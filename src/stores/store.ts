@@ -24,6 +24,8 @@ export interface Store {
   consume(call: StoreCall): Promise<PolicyDecision[]>
   /** Forgets the key's state in every given policy. */
   reset(prefix: string, key: string, policies: readonly ResolvedPolicy[]): Promise<void>
+  /** Resolves when the store answers; used to probe a store that has been failing. */
+  ping?(): Promise<void>
 }
 
 /** A store that can decide without a promise (in-process stores). */

@@ -13,6 +13,10 @@ import { Redis, type RedisOptions } from 'ioredis'
 export interface RedisServer {
   port: number
   url: string
+  /** Sends a signal to the server process (SIGKILL, SIGSTOP, SIGCONT). */
+  signal(signal: NodeJS.Signals): void
+  /** Starts the server again on the same port (after a kill), with an empty dataset. */
+  restart(): Promise<void>
   /** A fresh ioredis client; closed by stop(). */
   client(options?: RedisOptions): Redis
   stop(): Promise<void>
@@ -34,16 +38,9 @@ export async function freePort(): Promise<number> {
 export async function startRedis(extraArgs: string[] = []): Promise<RedisServer> {
   for (let attempt = 0; ; attempt++) {
     const port = await freePort()
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-redis-'))
-    const child = spawn(
-      'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--protected-mode', 'no', ...extraArgs],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    )
-    let output = ''
-    child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
-    child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
-    if (await waitForPing(port, child)) {
+    const started = await spawnRedis(port, extraArgs)
+    if (started.ok) {
+      let { child, dir } = started
       const clients: Redis[] = []
       return {
         port,
@@ -56,17 +53,44 @@ export async function startRedis(extraArgs: string[] = []): Promise<RedisServer>
           clients.push(client)
           return client
         },
+        signal(signal) {
+          child.kill(signal)
+        },
+        async restart() {
+          await stopProcess(child)
+          rmSync(dir, { recursive: true, force: true })
+          const again = await spawnRedis(port, extraArgs)
+          if (!again.ok) throw new Error(`redis-server did not restart on port ${port}:\n${again.output}`)
+          ;({ child, dir } = again)
+        },
         async stop() {
           await Promise.all(clients.map((c) => c.quit().catch(() => c.disconnect())))
+          child.kill('SIGCONT')
           await stopProcess(child)
           rmSync(dir, { recursive: true, force: true })
         },
       }
     }
-    await stopProcess(child)
-    rmSync(dir, { recursive: true, force: true })
-    if (attempt >= 3) throw new Error(`redis-server did not start on port ${port}:\n${output}`)
+    if (attempt >= 3) throw new Error(`redis-server did not start on port ${port}:\n${started.output}`)
   }
+}
+
+type Spawned = { ok: true; child: ChildProcess; dir: string } | { ok: false; output: string }
+
+async function spawnRedis(port: number, extraArgs: string[]): Promise<Spawned> {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-redis-'))
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--protected-mode', 'no', ...extraArgs],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  )
+  let output = ''
+  child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  if (await waitForPing(port, child)) return { ok: true, child, dir }
+  await stopProcess(child)
+  rmSync(dir, { recursive: true, force: true })
+  return { ok: false, output }
 }
 
 async function waitForPing(port: number, child: ChildProcess): Promise<boolean> {

@@ -11,6 +11,7 @@ type AnyFunction = (...args: never[]) => unknown
 export interface IoredisClient {
   defineCommand: AnyFunction
   del: AnyFunction
+  ping: AnyFunction
   quit: AnyFunction
 }
 
@@ -19,6 +20,7 @@ export interface NodeRedisClient {
   evalSha: AnyFunction
   eval: AnyFunction
   del: AnyFunction
+  ping: AnyFunction
 }
 
 export type RedisClient = IoredisClient | NodeRedisClient
@@ -32,6 +34,7 @@ export interface ScriptRunner {
   readonly cluster: boolean
   runLimit(keys: string[], args: string[]): Promise<unknown>
   del(keys: string[]): Promise<unknown>
+  ping(): Promise<unknown>
   quit(): Promise<void>
 }
 
@@ -61,11 +64,13 @@ function ioredisRunner(client: IoredisClient): ScriptRunner {
     (client.defineCommand as (name: string, definition: { lua: string }) => void).call(client, name, { lua: LIMIT_SCRIPT })
   }
   const del = client.del as (...keys: string[]) => Promise<unknown>
+  const ping = client.ping as () => Promise<unknown>
   const quit = client.quit as () => Promise<unknown>
   return {
     cluster: (client as { isCluster?: unknown }).isCluster === true,
     runLimit: (keys, args) => (commands[name] as (...a: unknown[]) => Promise<unknown>).call(client, keys.length, ...keys, ...args),
     del: (keys) => del.apply(client, keys),
+    ping: () => ping.call(client),
     quit: async () => { await quit.call(client) },
   }
 }
@@ -80,6 +85,7 @@ function nodeRedisRunner(client: NodeRedisClient): ScriptRunner {
   const evalSha = client.evalSha as Eval
   const evalScript = client.eval as Eval
   const del = client.del as (keys: string[]) => Promise<unknown>
+  const ping = client.ping as () => Promise<unknown>
   const closer = client as unknown as { close?: () => Promise<unknown>; quit?: () => Promise<unknown> }
   return {
     // node-redis clusters (createCluster) expose their master nodes; plain clients do not.
@@ -93,6 +99,7 @@ function nodeRedisRunner(client: NodeRedisClient): ScriptRunner {
       }
     },
     del: (keys) => del.call(client, keys),
+    ping: () => ping.call(client),
     quit: async () => {
       if (typeof closer.close === 'function') await closer.close.call(client)
       else if (typeof closer.quit === 'function') await closer.quit.call(client)

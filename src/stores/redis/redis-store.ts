@@ -183,6 +183,11 @@ export class RedisStore implements Store {
     return this.runner.runLimit(keys, args)
   }
 
+  async ping(): Promise<void> {
+    await this.ready
+    await this.runner.ping()
+  }
+
   /** Closes the connection the store opened from a URL; a client you passed stays open. */
   async close(): Promise<void> {
     if (this.owned) await this.runner.quit()
@@ -277,7 +282,14 @@ function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
     cluster: false, // a URL names one server
     runLimit: async (keys, args) => { await ready; return (runner as ScriptRunner).runLimit(keys, args) },
     del: async (keys) => { await ready; return (runner as ScriptRunner).del(keys) },
-    quit: async () => { await ready; await (runner as ScriptRunner).quit() },
+    ping: async () => { await ready; return (runner as ScriptRunner).ping() },
+    // Closing never waits for a connection, and always stops reconnecting: QUIT
+    // when connected, else drop the socket (QUIT would be refused offline).
+    quit: async () => {
+      const client = await loading
+      if (client.status === 'ready') await client.quit().catch(() => client.disconnect())
+      else client.disconnect()
+    },
   }
   return { runner: deferred, ready }
 }

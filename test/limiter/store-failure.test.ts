@@ -1,0 +1,188 @@
+/**
+ * Real faults against a real redis-server: SIGKILL and restart, SIGSTOP and
+ * SIGCONT, under steady concurrent load. Every call must return within
+ * storeTimeoutMs (plus a margin for a loaded 2-core machine), with the
+ * outcome the limiter's failure policy prescribes, and the limiter must go back
+ * to Redis once it answers again.
+ */
+import assert from 'node:assert/strict'
+import { after, before, describe, it, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Limiter, RedisStore, type Decision } from '../../src/index.ts'
+import { startRedis, type RedisServer } from '../support/redis.ts'
+
+const TIMEOUT_MS = 150
+const PROBE_MS = 200
+const MARGIN_MS = 150
+
+interface Sample { start: number; duration: number; decision: Decision }
+
+/** 8 callers in a loop for `durationMs`, one call each every ~5 ms, while `fault` runs. */
+async function underLoad(limiter: Limiter, durationMs: number, fault: () => Promise<void>): Promise<Sample[]> {
+  const samples: Sample[] = []
+  const origin = performance.now()
+  const end = origin + durationMs
+  const callers = Array.from({ length: 8 }, async (_, caller) => {
+    for (let i = 0; performance.now() < end && i < 2000; i++) {
+      const start = performance.now()
+      const decision = await limiter.limit(`user-${caller}`)
+      samples.push({ start: start - origin, duration: performance.now() - start, decision })
+      await sleep(5)
+    }
+  })
+  await Promise.all([...callers, fault()])
+  return samples
+}
+
+function summary(samples: Sample[]) {
+  const count = (predicate: (s: Sample) => boolean) => samples.filter(predicate).length
+  return {
+    calls: samples.length,
+    exact: count((s) => !s.decision.degraded),
+    timeout: count((s) => s.decision.reason === 'timeout'),
+    storeError: count((s) => s.decision.reason === 'store-error'),
+    circuitOpen: count((s) => s.decision.reason === 'circuit-open'),
+    longestMs: Math.round(Math.max(...samples.map((s) => s.duration))),
+  }
+}
+
+function report(t: TestContext, label: string, samples: Sample[], recoveredAfterMs: number) {
+  t.diagnostic(`${label}: ${JSON.stringify({ ...summary(samples), recoveredAfterMs: Math.round(recoveredAfterMs) })}`)
+}
+
+describe('store failures under load (real redis-server)', () => {
+  let redis: RedisServer
+  before(async () => { redis = await startRedis() })
+  after(async () => { await redis.stop() })
+
+  /** A client as users configure it: reconnects quickly, re-sends nothing. */
+  const client = () => redis.client({ retryStrategy: () => 50, autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 1 })
+
+  for (const onStoreFailure of ['open', 'closed', 'fallback'] as const) {
+    it(`SIGKILL then restart: every call within the timeout, '${onStoreFailure}' during the outage, back on Redis after`, async (t) => {
+      const limiter = new Limiter({
+        store: new RedisStore({ client: client() }),
+        prefix: `kill-${onStoreFailure}`,
+        policies: { algorithm: 'fixed-window', limit: 1_000_000, windowMs: 60_000 },
+        storeTimeoutMs: TIMEOUT_MS,
+        onStoreFailure,
+        circuit: { failures: 2, probeIntervalMs: PROBE_MS },
+      })
+      let restartedAt = 0
+      const samples = await underLoad(limiter, 2200, async () => {
+        await sleep(500)
+        redis.signal('SIGKILL')
+        await sleep(700)
+        await redis.restart()
+        restartedAt = performance.now()
+      })
+      const origin = performance.now() - Math.max(...samples.map((s) => s.start + s.duration))
+      for (const s of samples) assert.ok(s.duration <= TIMEOUT_MS + MARGIN_MS, `a call took ${s.duration.toFixed(0)} ms`)
+      const degraded = samples.filter((s) => s.decision.degraded)
+      assert.ok(degraded.length > 0, 'the outage was seen')
+      for (const { decision } of degraded) {
+        assert.ok(decision.reason === 'timeout' || decision.reason === 'store-error' || decision.reason === 'circuit-open')
+        if (onStoreFailure === 'open') assert.equal(decision.allowed, true)
+        if (onStoreFailure === 'closed') assert.deepEqual([decision.allowed, decision.retryAfterMs], [false, PROBE_MS])
+        if (onStoreFailure === 'fallback') assert.equal(decision.allowed, true, 'the local share of 1,000,000 is far from spent')
+      }
+      const afterRestart = samples.filter((s) => s.start + origin >= restartedAt - origin && !s.decision.degraded)
+      assert.ok(afterRestart.length > 0, 'decisions came from Redis again')
+      const firstExact = Math.min(...samples.filter((s) => !s.decision.degraded && s.start > 1200).map((s) => s.start))
+      const recoveredAfterMs = firstExact - 1200
+      assert.ok(recoveredAfterMs <= PROBE_MS + TIMEOUT_MS + 500, `recovered after ${recoveredAfterMs.toFixed(0)} ms`)
+      assert.equal(limiter.storeUnavailable, false)
+      report(t, `kill/${onStoreFailure}`, samples, recoveredAfterMs)
+      // Exact again: a fresh key gets exactly its limit from Redis.
+      const exact = new Limiter({ store: new RedisStore({ client: client() }), prefix: `after-${onStoreFailure}`, policies: { algorithm: 'sliding-log', limit: 3, windowMs: 60_000 } })
+      const verdicts = []
+      for (let i = 0; i < 4; i++) verdicts.push(await exact.limit('k'))
+      assert.deepEqual(verdicts.map((d) => [d.allowed, d.degraded]), [[true, false], [true, false], [true, false], [false, false]])
+    })
+  }
+
+  it('SIGKILL with a default ioredis client, which queues commands while disconnected: still never past the timeout', async (t) => {
+    // Defaults: offline queue on, 20 retries per request: without storeTimeoutMs a call would wait for seconds.
+    const { Redis } = await import('ioredis')
+    const plain = new Redis(redis.url)
+    plain.on('error', () => {})
+    const limiter = new Limiter({
+      store: new RedisStore({ client: plain }),
+      prefix: 'kill-default-client',
+      policies: { algorithm: 'token-bucket', capacity: 1_000_000, refillTokens: 1000, refillIntervalMs: 1000 },
+      storeTimeoutMs: TIMEOUT_MS,
+      onStoreFailure: 'open',
+      circuit: { failures: 2, probeIntervalMs: PROBE_MS },
+    })
+    try {
+      const samples = await underLoad(limiter, 2200, async () => {
+        await sleep(500)
+        redis.signal('SIGKILL')
+        await sleep(700)
+        await redis.restart()
+      })
+      for (const s of samples) assert.ok(s.duration <= TIMEOUT_MS + MARGIN_MS, `a call took ${s.duration.toFixed(0)} ms`)
+      const stats = summary(samples)
+      assert.ok(stats.timeout > 0, `queued commands were cut off by the timeout: ${JSON.stringify(stats)}`)
+      assert.ok(samples.filter((s) => s.decision.degraded).every((s) => s.decision.allowed))
+      const firstExact = Math.min(...samples.filter((s) => !s.decision.degraded && s.start > 1200).map((s) => s.start))
+      assert.ok(Number.isFinite(firstExact), 'back on Redis after the restart')
+      report(t, 'kill/open/default-client', samples, firstExact - 1200)
+    } finally {
+      plain.disconnect()
+    }
+  })
+
+  it('SIGSTOP then SIGCONT: calls time out instead of hanging, late replies change nothing, each call is charged at most once', async (t) => {
+    const admin = client()
+    const limiter = new Limiter({
+      store: new RedisStore({ client: client() }),
+      prefix: 'freeze',
+      policies: { algorithm: 'fixed-window', limit: 1_000_000, windowMs: 3_600_000, name: 'fw' },
+      storeTimeoutMs: TIMEOUT_MS,
+      onStoreFailure: 'fallback',
+      circuit: { failures: 2, probeIntervalMs: PROBE_MS },
+    })
+    const samples = await underLoad(limiter, 2200, async () => {
+      await sleep(500)
+      redis.signal('SIGSTOP')
+      await sleep(700)
+      redis.signal('SIGCONT')
+    })
+    for (const s of samples) assert.ok(s.duration <= TIMEOUT_MS + MARGIN_MS, `a call took ${s.duration.toFixed(0)} ms`)
+    const stats = summary(samples)
+    assert.ok(stats.timeout > 0 && stats.circuitOpen > 0, JSON.stringify(stats))
+    const firstExact = Math.min(...samples.filter((s) => !s.decision.degraded && s.start > 1200).map((s) => s.start))
+    report(t, 'freeze/fallback', samples, firstExact - 1200)
+    await sleep(200) // let every late reply arrive
+    // Counted in Redis: every exact allowed call, plus calls that timed out but ran once Redis woke.
+    // Never more than the calls that were sent: none ran twice.
+    const sent = stats.exact + stats.timeout
+    let counted = 0
+    for (const key of await admin.keys('freeze:*')) counted += Number((await admin.get(key))?.split(':')[1])
+    assert.ok(counted >= stats.exact && counted <= sent, `Redis counted ${counted}; exact ${stats.exact}, sent ${sent}`)
+  })
+
+  it("a degraded decision says why, and the fallback scales limits to the instance's share", async () => {
+    // Nothing listens on this port: every call fails fast.
+    const { freePort } = await import('../support/redis.ts')
+    const port = await freePort()
+    const store = new RedisStore({ url: `redis://127.0.0.1:${port}` })
+    const limiter = new Limiter({
+      store,
+      prefix: 'down',
+      policies: { algorithm: 'fixed-window', limit: 10, windowMs: 60_000 },
+      storeTimeoutMs: 100,
+      expectedInstances: 3,
+      circuit: { failures: 1, probeIntervalMs: 60_000 },
+    })
+    const decisions = []
+    for (let i = 0; i < 5; i++) decisions.push(await limiter.limit('k'))
+    assert.deepEqual(decisions.map((d) => d.allowed), [true, true, true, false, false], '10 / 3 instances = 3 locally')
+    assert.ok(decisions.every((d) => d.degraded && d.limit === 3))
+    assert.ok(decisions[0]?.reason === 'store-error' || decisions[0]?.reason === 'timeout')
+    assert.equal(decisions[4]?.reason, 'circuit-open')
+    await assert.rejects(limiter.reset('k'), /ERR_SLUICE_STORE|reset of "k" failed/)
+    await store.close()
+  })
+})
