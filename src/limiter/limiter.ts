@@ -274,13 +274,20 @@ export class Limiter {
   }
 }
 
-/** Validates a key; keys over MAX_KEY_LENGTH become `sha256:<hex>`. */
+/** A UTF-16 surrogate without its pair: such a string has no exact UTF-8 form. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+/**
+ * Validates a key. Keys over MAX_KEY_LENGTH, and keys that are not well-formed
+ * UTF-16 (which Redis clients would encode with U+FFFD, merging distinct keys),
+ * become `sha256:<hex>` of their UTF-16 code units.
+ */
 export function normalizeKey(key: unknown): string {
   if (typeof key !== 'string' || key.length === 0) {
     throw new ArgumentError('key', key, 'must be a non-empty string')
   }
-  if (key.length <= MAX_KEY_LENGTH) return key
-  return `sha256:${createHash('sha256').update(key).digest('hex')}`
+  if (key.length <= MAX_KEY_LENGTH && !LONE_SURROGATE.test(key)) return key
+  return `sha256:${createHash('sha256').update(Buffer.from(key, 'utf16le')).digest('hex')}`
 }
 
 function positiveNumber(name: string, value: unknown, fallback: number): number {
