@@ -66,3 +66,104 @@ describe('RedisStore through Redis Sentinel (ioredis)', () => {
     assert.equal(await master.client().exists('sentinel:{k}:fixed-window:1/1m'), 1, 'the state is on the master')
   })
 })
+
+describe('Sentinel failover under load (master killed, replica promoted)', () => {
+  let master: RedisServer
+  let replica: RedisServer
+  let sentinel: ChildProcess
+  let dir: string
+  let sentinelPort: number
+
+  const ask = async (...args: string[]): Promise<unknown> => {
+    const probe = new Redis({ host: '127.0.0.1', port: sentinelPort, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+    probe.on('error', () => {})
+    try {
+      await probe.connect()
+      return await probe.call('SENTINEL', ...args)
+    } catch {
+      return undefined
+    } finally {
+      probe.disconnect()
+    }
+  }
+
+  before(async () => {
+    master = await startRedis()
+    replica = await startRedis(['--replicaof', '127.0.0.1', String(master.port)])
+    sentinelPort = await freePort()
+    dir = mkdtempSync(join(tmpdir(), 'sluice-failover-'))
+    const config = join(dir, 'sentinel.conf')
+    writeFileSync(config, [
+      `port ${sentinelPort}`,
+      'bind 127.0.0.1',
+      `dir ${dir}`,
+      `sentinel monitor failover-master 127.0.0.1 ${master.port} 1`,
+      'sentinel down-after-milliseconds failover-master 500',
+      'sentinel failover-timeout failover-master 3000',
+    ].join('\n'))
+    sentinel = spawn('redis-server', [config, '--sentinel'], { stdio: 'ignore' })
+    const deadline = Date.now() + 15_000
+    // Ready when Sentinel knows the master and has discovered the replica.
+    for (;;) {
+      const replicas = (await ask('replicas', 'failover-master')) as unknown[] | undefined
+      if (Array.isArray(replicas) && replicas.length === 1) break
+      if (Date.now() > deadline) throw new Error('sentinel did not discover the replica within 15 s')
+      await sleep(100)
+    }
+  })
+
+  after(async () => {
+    if (sentinel) await stopProcess(sentinel)
+    await replica?.stop()
+    await master?.stop()
+    if (dir) rmSync(dir, { recursive: true, force: true })
+  })
+
+  it('no crash, the failure policy during the gap, exact decisions again on the promoted replica', async (t) => {
+    const client = new Redis({ sentinels: [{ host: '127.0.0.1', port: sentinelPort }], name: 'failover-master', maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false, retryStrategy: () => 100, sentinelRetryStrategy: () => 100 })
+    client.on('error', () => {})
+    const limiter = new Limiter({
+      store: new RedisStore({ client }),
+      prefix: 'failover',
+      policies: { algorithm: 'fixed-window', limit: 1_000_000, windowMs: 3_600_000, name: 'fw' },
+      storeTimeoutMs: 150,
+      onStoreFailure: 'fallback',
+      circuit: { failures: 2, probeIntervalMs: 200 },
+    })
+    try {
+      const samples: Array<{ at: number; ms: number; degraded: boolean; reason: string | undefined }> = []
+      const origin = performance.now()
+      let killedAt = 0
+      const load = Array.from({ length: 4 }, async (_, caller) => {
+        for (let i = 0; performance.now() - origin < 8000 && i < 3000; i++) {
+          const start = performance.now()
+          const d = await limiter.limit(`user-${caller}`)
+          samples.push({ at: start - origin, ms: performance.now() - start, degraded: d.degraded, reason: d.reason })
+          await sleep(10)
+        }
+      })
+      const fault = (async () => {
+        await sleep(1000)
+        killedAt = performance.now() - origin
+        master.signal('SIGKILL')
+      })()
+      await Promise.all([...load, fault])
+      const longest = Math.max(...samples.map((s) => s.ms))
+      assert.ok(longest <= 150 + 150, `a call took ${longest.toFixed(0)} ms`)
+      const gap = samples.filter((s) => s.degraded)
+      assert.ok(gap.length > 0, 'the outage was seen')
+      const promoted = (await ask('get-master-addr-by-name', 'failover-master')) as string[]
+      assert.equal(Number(promoted[1]), replica.port, 'Sentinel promoted the replica')
+      const resumed = samples.filter((s) => !s.degraded && s.at > killedAt)
+      assert.ok(resumed.length > 0, 'exact decisions resumed on the new master')
+      const firstResumed = Math.min(...resumed.map((s) => s.at))
+      t.diagnostic(`failover: ${JSON.stringify({ calls: samples.length, degraded: gap.length, byReason: Object.fromEntries(['timeout', 'store-error', 'circuit-open'].map((r) => [r, gap.filter((s) => s.reason === r).length])), longestMs: Math.round(longest), exactAgainAfterKillMs: Math.round(firstResumed - killedAt) })}`)
+      // The state lives on the promoted replica now, and it decides exactly.
+      const exact = new Limiter({ store: new RedisStore({ client }), prefix: 'after-failover', policies: { algorithm: 'fixed-window', limit: 2, windowMs: 3_600_000, name: 'fw' } })
+      assert.deepEqual([(await exact.limit('k')).allowed, (await exact.limit('k')).allowed, (await exact.limit('k')).allowed], [true, true, false])
+      assert.equal(await replica.client().exists('after-failover:{k}:fw'), 1)
+    } finally {
+      client.disconnect()
+    }
+  })
+})

@@ -76,7 +76,32 @@ describe('RedisStore', () => {
     assert.ok(scripts >= 3 && scripts <= 4, `300 calls in ${scripts} script invocations (at most 128 per invocation)`)
   })
 
-  it('writes one hash-tagged key per policy and expires every key once its state stops mattering', async () => {
+  it('writes one hash-tagged key per policy, each with an expiry no longer than its state matters', async () => {
+    const admin = redis.client()
+    // Long windows, so that no key can expire between the write and the SCAN on a loaded machine.
+    const limiter = new Limiter({
+      store: new RedisStore({ client: redis.client() }),
+      prefix: 'keys',
+      policies: [
+        { algorithm: 'fixed-window', limit: 3, windowMs: 3_600_000, name: 'fw' },
+        { algorithm: 'sliding-log', limit: 3, windowMs: 10_000, name: 'sl' },
+        { algorithm: 'sliding-window', limit: 3, windowMs: 5_000, name: 'sw' },
+        { algorithm: 'token-bucket', capacity: 3, refillTokens: 3, refillIntervalMs: 10_000, name: 'tb' },
+        { algorithm: 'leaky-bucket', capacity: 3, leakTokens: 3, leakIntervalMs: 10_000, name: 'lb' },
+      ],
+    })
+    for (const key of ['u1', 'u2', 'u3']) for (let i = 0; i < 2; i++) await limiter.limit(key)
+    const keys = (await scanKeys(admin, 'keys:*')).sort()
+    assert.equal(keys.length, 15)
+    assert.ok(keys.includes(redisKey('keys', 'u1', 'sl')) && keys.includes('keys:{u2}:tb'))
+    const bound: Record<string, number> = { fw: 3_600_000, sl: 10_000, sw: 10_000, tb: 10_000, lb: 10_000 }
+    for (const key of keys) {
+      const ttl = await admin.pttl(key)
+      assert.ok(ttl > 0 && ttl <= (bound[key.split(':').pop() as string] as number), `${key} expires in ${ttl} ms`)
+    }
+  })
+
+  it('leaves no key behind once the longest window has passed', async () => {
     const admin = redis.client()
     const limiter = new Limiter({
       store: new RedisStore({ client: redis.client() }),
@@ -90,10 +115,7 @@ describe('RedisStore', () => {
       ],
     })
     for (const key of ['u1', 'u2', 'u3']) for (let i = 0; i < 2; i++) await limiter.limit(key)
-    const keys = (await scanKeys(admin, 'ttl:*')).sort()
-    assert.equal(keys.length, 15)
-    assert.ok(keys.includes(redisKey('ttl', 'u1', 'sl')) && keys.includes('ttl:{u2}:tb'))
-    for (const key of keys) {
+    for (const key of await scanKeys(admin, 'ttl:*')) {
       // -1 would be a key without expiry; -2 means it already expired since the SCAN.
       const ttl = await admin.pttl(key)
       assert.ok(ttl === -2 || (ttl > 0 && ttl <= 150), `${key} expires in ${ttl} ms`)
