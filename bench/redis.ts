@@ -92,7 +92,7 @@ async function main(): Promise<void> {
     for (const inFlight of IN_FLIGHT) {
       for (const [label, key, extra] of [['hot', 'bfw:{hot}:fw', []], ['100k', 'bfw:{__rand_int__}:fw', ['-r', '100000']]] as const) {
         const args = ['-p', String(redis.port), '-c', '1', '-P', String(inFlight), '-n', String(inFlight === 1 ? 50_000 : 300_000), '--csv', ...extra,
-          'EVALSHA', LIMIT_SHA, '1', key, '', '1', '0', 'bench', '0', '1', 'fixed-window', String(HUGE), '3600000', '', '']
+          'EVALSHA', LIMIT_SHA, '1', key, 'bench', '1', '1', 'fixed-window', String(HUGE), '3600000', '', '', '', '1', '0', '1']
         const csv = execFileSync('redis-benchmark', args, { encoding: 'utf8' }).trim().split('\n')
         const rate = Number(JSON.parse(`[${csv[csv.length - 1]}]`)[1])
         ceiling.set(`${label}|${inFlight}`, rate)

@@ -40,13 +40,6 @@ export interface RedisStoreOptions {
 
 const OPTIONS = new Set(['client', 'url', 'time', 'onWarning'])
 const FIELDS_PER_POLICY = 6
-/**
- * Added to key expiry when "now" comes from this process (an injected clock, or
- * client time): Redis expires keys on its own clock, and state must not vanish
- * before the client's time says it stops mattering. Later expiry never changes
- * a decision: a state past its TTL decides exactly as a missing key.
- */
-const SLACK = String(60_000)
 /** Most calls decided by one script invocation. */
 const MAX_BATCH = 128
 /**
@@ -77,7 +70,7 @@ export class RedisStore implements Store {
   /** Per-policy script arguments, built once per limiter's policy list. */
   private readonly argsOf = new WeakMap<readonly ResolvedPolicy[], string[]>()
   private readonly idPrefix = randomBytes(6).toString('base64url')
-  private callCount = 0
+  private batchCount = 0
   private queue: Pending[] = []
   private flushScheduled = false
 
@@ -173,14 +166,37 @@ export class RedisStore implements Store {
     }
   }
 
+  /** One script invocation for the batch (see lua/limit.lua for the layout). */
   private run(batch: Pending[]): Promise<unknown> {
     const keys: string[] = []
-    const args: string[] = []
+    // Unique per batch; with a call's index it names that call's sliding-log entries.
+    const args: string[] = [`${this.idPrefix}${(this.batchCount++).toString(36)}`, '0']
+    const setIndex = new Map<readonly ResolvedPolicy[], number>()
+    const calls: string[] = []
     for (const { call } of batch) {
+      let index = setIndex.get(call.policies)
+      if (index === undefined) {
+        index = setIndex.size + 1
+        setIndex.set(call.policies, index)
+        args.push(...this.setArgs(call.policies))
+      }
       for (const policy of call.policies) keys.push(redisKey(call.prefix, call.key, policy.name))
-      this.pushArgs(call, args)
+      const now = call.now !== undefined ? String(call.now) : this.clientTime ? String(monotonicClock()) : ''
+      calls.push(now, String(call.cost), String(call.maxWaitMs), String(index))
     }
+    args[1] = String(setIndex.size)
+    for (const value of calls) args.push(value)
     return this.runner.runLimit(keys, args)
+  }
+
+  /** A policy set's script arguments: n, then algorithm and four parameters per policy. */
+  private setArgs(policies: readonly ResolvedPolicy[]): string[] {
+    let args = this.argsOf.get(policies)
+    if (args === undefined) {
+      args = [String(policies.length), ...policies.flatMap(scriptArgs)]
+      this.argsOf.set(policies, args)
+    }
+    return args
   }
 
   async ping(): Promise<void> {
@@ -191,20 +207,6 @@ export class RedisStore implements Store {
   /** Closes the connection the store opened from a URL; a client you passed stays open. */
   async close(): Promise<void> {
     if (this.owned) await this.runner.quit()
-  }
-
-  /** Appends one call's script arguments (see lua/limit.lua). */
-  private pushArgs(call: StoreCall, args: string[]): void {
-    let policyArgs = this.argsOf.get(call.policies)
-    if (policyArgs === undefined) {
-      policyArgs = [String(call.policies.length), ...call.policies.flatMap(scriptArgs)]
-      this.argsOf.set(call.policies, policyArgs)
-    }
-    const fromClient = call.now !== undefined || this.clientTime
-    const now = call.now !== undefined ? String(call.now) : this.clientTime ? String(monotonicClock()) : ''
-    // Unique per call, so two sliding-log entries of one millisecond never collide.
-    const callId = `${this.idPrefix}${(this.callCount++).toString(36)}`
-    args.push(now, String(call.cost), String(call.maxWaitMs), callId, fromClient ? SLACK : '0', ...policyArgs)
   }
 }
 

@@ -6,21 +6,26 @@
 --
 -- One invocation decides a batch of calls, in order, exactly as if each had
 -- been its own invocation: a lone call is a batch of one. Batching amortises
--- the per-invocation cost that otherwise caps decisions per second.
+-- the per-invocation cost that otherwise caps decisions per second, and each
+-- set of policies is sent and parsed once per batch, not once per call.
 --
--- Per call, in ARGV, starting at a:
---   a+0  now in epoch ms, or '' to read the server clock (TIME, read once)
---   a+1  cost (0 = peek: decide for cost 1, change nothing)
---   a+2  maxWaitMs
---   a+3  call id, unique per call (sliding-log members)
---   a+4  ms added to every expiry: 0 on server time; when "now" comes from the
---        client, state must outlive the gap between its clock and ours
---   a+5  n, the number of policies; then per policy: algorithm, 4 parameters
--- and its n keys in KEYS, in order: prefix:{key}:policyName (one hash tag).
+-- ARGV[1]  batch id: with the call's index, names its sliding-log entries
+-- ARGV[2]  s, the number of policy sets; then per set: n, and per policy the
+--          algorithm and four parameters (5 n values)
+-- then per call, 4 values: now in epoch ms ('' = the server clock, TIME, read
+--          once), cost (0 = peek: decide for cost 1, change nothing),
+--          maxWaitMs, and the index of its policy set (1-based)
+-- KEYS     per call, one key per policy of its set, in order:
+--          prefix:{key}:policyName (one hash tag: one slot)
 --
 -- Returns per call { now, then per policy: allowed (0/1), limit, remaining,
 -- resetAfterMs, retryAfterMs, waitMs } -- integers only (RESP2 and RESP3
 -- alike; a Lua boolean would come back differently on each).
+--
+-- When "now" comes from the client, expiries get CLIENT_TIME_SLACK ms more:
+-- Redis expires keys on its own clock, and state must not vanish before the
+-- client's time says it stops mattering (a later expiry never changes a
+-- decision: a state past its TTL decides exactly as a missing key).
 
 -- Redis 3.2 to 4.x need this before a write that follows TIME; a no-op on 5+.
 pcall(redis.replicate_commands)
@@ -242,15 +247,17 @@ local ALGORITHMS = {
   ['leaky-bucket'] = leaky_bucket,
 }
 
+local CLIENT_TIME_SLACK = 60000
+
 local server_now = nil
 local function now_of(arg)
-  if arg ~= '' then return tonumber(arg) end
+  if arg ~= '' then return tonumber(arg), CLIENT_TIME_SLACK end
   if not server_now then
     local ok, time = pcall(redis.call, 'TIME')
     if not ok then return nil end
     server_now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
   end
-  return server_now
+  return server_now, 0
 end
 
 local reply = {}
@@ -263,32 +270,46 @@ local function push(d)
   reply[#reply + 1] = d.wait
 end
 
--- Policy i of a call whose keys start after KEYS[k0] and parameters after ARGV[p0].
-local function run(k0, p0, i, now, c, wait, call_id, peek)
-  local base = p0 + (i - 1) * 5
-  local name = ARGV[base + 1]
-  local key = KEYS[k0 + i]
-  local raw = false
-  if name ~= 'sliding-log' then raw = redis.call('GET', key) end
-  local p3 = ARGV[base + 4]
-  return ALGORITHMS[name](key, raw, now, c, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
-    tonumber(p3) or p3, ARGV[base + 5], wait, call_id, peek)
+-- Policy sets, parsed once: each policy as { algorithm function, name, p1..p4 }.
+local sets = {}
+local a = 3
+for s = 1, tonumber(ARGV[2]) do
+  local n = tonumber(ARGV[a])
+  local set = {}
+  for i = 1, n do
+    local base = a + (i - 1) * 5
+    local name = ARGV[base + 1]
+    local p3 = ARGV[base + 4]
+    set[i] = { ALGORITHMS[name], name, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(p3) or p3, ARGV[base + 5] }
+  end
+  sets[s] = set
+  a = a + 1 + 5 * n
 end
 
-local function uncharged(k0, p0, i, now, call_id)
-  local d = run(k0, p0, i, now, 0, 0, call_id, true)
+-- Policy i of a call whose keys start after KEYS[k0].
+local function run(set, k0, i, now, c, wait, call_id, peek)
+  local policy = set[i]
+  local key = KEYS[k0 + i]
+  local raw = false
+  if policy[2] ~= 'sliding-log' then raw = redis.call('GET', key) end
+  return policy[1](key, raw, now, c, policy[3], policy[4], policy[5], policy[6], wait, call_id, peek)
+end
+
+local function uncharged(set, k0, i, now, call_id)
+  local d = run(set, k0, i, now, 0, 0, call_id, true)
   d.wait = 0
   return d
 end
 
--- One call: policies' keys from KEYS[k0 + 1], parameters from ARGV[p0 + 1].
-local function decide(k0, p0, n, now, cost, max_wait, call_id, ttl_slack)
+-- One call against the policies of `set`, keys from KEYS[k0 + 1].
+local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
+  local n = #set
   reply[#reply + 1] = now
   if cost == 0 then
     -- Peek: remaining and reset as they stand; allowed / retry for a call of cost 1.
     for i = 1, n do
-      local d = uncharged(k0, p0, i, now, call_id)
-      local single = run(k0, p0, i, now, 1, 0, call_id, true)
+      local d = uncharged(set, k0, i, now, call_id)
+      local single = run(set, k0, i, now, 1, 0, call_id, true)
       d.allowed = single.allowed
       d.retry_after = single.retry_after
       push(d)
@@ -299,7 +320,7 @@ local function decide(k0, p0, n, now, cost, max_wait, call_id, ttl_slack)
   local decisions, states, ttls = {}, {}, {}
   local all_allowed = true
   for i = 1, n do
-    decisions[i], states[i], ttls[i] = run(k0, p0, i, now, cost, max_wait, call_id, false)
+    decisions[i], states[i], ttls[i] = run(set, k0, i, now, cost, max_wait, call_id, false)
     if decisions[i].allowed == 0 then all_allowed = false end
   end
 
@@ -317,20 +338,22 @@ local function decide(k0, p0, n, now, cost, max_wait, call_id, ttl_slack)
     -- All-or-nothing: nothing was written; policies that would have allowed
     -- report their state uncharged.
     for i = 1, n do
-      if decisions[i].allowed == 1 then push(uncharged(k0, p0, i, now, call_id)) else push(decisions[i]) end
+      if decisions[i].allowed == 1 then push(uncharged(set, k0, i, now, call_id)) else push(decisions[i]) end
     end
   end
 end
 
-local a, k = 1, 0
+local batch_id = ARGV[1]
+local k, call = 0, 0
 while a <= #ARGV do
-  local now = now_of(ARGV[a])
+  local now, slack = now_of(ARGV[a])
   if now == nil then
     return redis.error_reply('SLUICE_NO_TIME the server refused TIME inside scripts')
   end
-  local n = tonumber(ARGV[a + 5])
-  decide(k, a + 5, n, now, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), ARGV[a + 3], tonumber(ARGV[a + 4]))
-  a = a + 6 + 5 * n
-  k = k + n
+  call = call + 1
+  local set = sets[tonumber(ARGV[a + 3])]
+  decide(set, k, now, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), batch_id .. ':' .. call, slack)
+  a = a + 4
+  k = k + #set
 end
 return reply
