@@ -145,14 +145,7 @@ export class Limiter {
 
   /** Decides one call for `key`, charging it when allowed. */
   limit(key: string, options?: LimitOptions): Promise<Decision> {
-    try {
-      const call = this.call(key, options)
-      // An in-process store decides at once: one settled promise, not a chain.
-      if (this.local !== undefined) return Promise.resolve(combine(this.local.consumeSync(call)))
-      return this.decideRemotely(call)
-    } catch (error) {
-      return Promise.reject(error as Error)
-    }
+    return this.decide(() => this.call(key, options))
   }
 
   /**
@@ -165,13 +158,7 @@ export class Limiter {
 
   /** The decision a call of cost 1 would get, without changing any state. */
   peek(key: string): Promise<Decision> {
-    try {
-      const call = this.peekCall(key)
-      if (this.local !== undefined) return Promise.resolve(combine(this.local.consumeSync(call)))
-      return this.decideRemotely(call)
-    } catch (error) {
-      return Promise.reject(error as Error)
-    }
+    return this.decide(() => this.peekCall(key))
   }
 
   peekSync(key: string): Decision {
@@ -195,6 +182,17 @@ export class Limiter {
 
   resetSync(key: string): void {
     this.syncStore().resetSync(this.prefix, normalizeKey(key), this.policies)
+  }
+
+  /** Bad arguments reject the promise rather than throw; an in-process store settles it at once. */
+  private decide(build: () => StoreCall): Promise<Decision> {
+    try {
+      const call = build()
+      if (this.local !== undefined) return Promise.resolve(combine(this.local.consumeSync(call)))
+      return this.decideRemotely(call)
+    } catch (error) {
+      return Promise.reject(error as Error)
+    }
   }
 
   private async decideRemotely(call: StoreCall): Promise<Decision> {
@@ -267,10 +265,10 @@ export class Limiter {
   }
 
   private syncStore(): SyncStore {
-    if (!isSyncStore(this.store)) {
+    if (this.local === undefined) {
       throw new ArgumentError('store', this.store.constructor.name, 'cannot decide synchronously; use limit() / peek() / reset()')
     }
-    return this.store
+    return this.local
   }
 }
 
