@@ -1,59 +1,31 @@
 import assert from 'node:assert/strict'
-import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { Limiter, MemoryStore, RedisStore } from '../../src/index.ts'
 import { handWritten, replay } from '../conformance/traces.ts'
-import { freePort, startRedis, stopProcess, type RedisServer } from '../support/redis.ts'
+import { startRedis, type RedisServer } from '../support/redis.ts'
+import { startSentinel, type Sentinel } from '../support/sentinel.ts'
 
 describe('RedisStore through Redis Sentinel (ioredis)', () => {
   let master: RedisServer
-  let sentinel: ChildProcess
-  let sentinelPort: number
-  let dir: string
+  let sentinel: Sentinel
   let client: Redis
 
   before(async () => {
     master = await startRedis()
-    sentinelPort = await freePort()
-    dir = mkdtempSync(join(tmpdir(), 'sluice-sentinel-'))
-    const config = join(dir, 'sentinel.conf')
-    writeFileSync(config, [
-      `port ${sentinelPort}`,
-      'bind 127.0.0.1',
-      `dir ${dir}`,
-      `sentinel monitor sluice-master 127.0.0.1 ${master.port} 1`,
-      'sentinel down-after-milliseconds sluice-master 5000',
-    ].join('\n'))
-    sentinel = spawn('redis-server', [config, '--sentinel'], { stdio: 'ignore' })
-    const deadline = Date.now() + 10_000
-    for (;;) {
-      const probe = new Redis({ host: '127.0.0.1', port: sentinelPort, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
-      probe.on('error', () => {})
-      try {
-        await probe.connect()
-        const reply = (await probe.call('SENTINEL', 'get-master-addr-by-name', 'sluice-master')) as string[] | null
-        probe.disconnect()
-        if (reply !== null && Number(reply[1]) === master.port) break
-      } catch {
-        probe.disconnect()
-      }
-      if (Date.now() > deadline) throw new Error('sentinel did not report the master within 10 s')
-      await sleep(100)
-    }
-    client = new Redis({ sentinels: [{ host: '127.0.0.1', port: sentinelPort }], name: 'sluice-master', maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
+    sentinel = await startSentinel('sluice-master', master.port, async (ask) => {
+      const reply = (await ask('get-master-addr-by-name', 'sluice-master')) as string[] | undefined
+      return Number(reply?.[1]) === master.port
+    })
+    client = new Redis({ sentinels: [{ host: '127.0.0.1', port: sentinel.port }], name: 'sluice-master', maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
     client.on('error', () => {})
   })
 
   after(async () => {
     client?.disconnect()
-    if (sentinel) await stopProcess(sentinel)
+    await sentinel?.stop()
     await master?.stop()
-    if (dir) rmSync(dir, { recursive: true, force: true })
   })
 
   it('decides through the master that Sentinel names, exactly as the memory store', async () => {
@@ -70,57 +42,26 @@ describe('RedisStore through Redis Sentinel (ioredis)', () => {
 describe('Sentinel failover under load (master killed, replica promoted)', () => {
   let master: RedisServer
   let replica: RedisServer
-  let sentinel: ChildProcess
-  let dir: string
-  let sentinelPort: number
-
-  const ask = async (...args: string[]): Promise<unknown> => {
-    const probe = new Redis({ host: '127.0.0.1', port: sentinelPort, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
-    probe.on('error', () => {})
-    try {
-      await probe.connect()
-      return await probe.call('SENTINEL', ...args)
-    } catch {
-      return undefined
-    } finally {
-      probe.disconnect()
-    }
-  }
+  let sentinel: Sentinel
 
   before(async () => {
     master = await startRedis()
     replica = await startRedis(['--replicaof', '127.0.0.1', String(master.port)])
-    sentinelPort = await freePort()
-    dir = mkdtempSync(join(tmpdir(), 'sluice-failover-'))
-    const config = join(dir, 'sentinel.conf')
-    writeFileSync(config, [
-      `port ${sentinelPort}`,
-      'bind 127.0.0.1',
-      `dir ${dir}`,
-      `sentinel monitor failover-master 127.0.0.1 ${master.port} 1`,
-      'sentinel down-after-milliseconds failover-master 500',
-      'sentinel failover-timeout failover-master 3000',
-    ].join('\n'))
-    sentinel = spawn('redis-server', [config, '--sentinel'], { stdio: 'ignore' })
-    const deadline = Date.now() + 15_000
-    // Ready when Sentinel knows the master and has discovered the replica.
-    for (;;) {
+    // Ready when the sentinel has discovered the replica.
+    sentinel = await startSentinel('failover-master', master.port, async (ask) => {
       const replicas = (await ask('replicas', 'failover-master')) as unknown[] | undefined
-      if (Array.isArray(replicas) && replicas.length === 1) break
-      if (Date.now() > deadline) throw new Error('sentinel did not discover the replica within 15 s')
-      await sleep(100)
-    }
+      return Array.isArray(replicas) && replicas.length === 1
+    }, { downAfterMs: 500, failoverTimeoutMs: 3000 })
   })
 
   after(async () => {
-    if (sentinel) await stopProcess(sentinel)
+    await sentinel?.stop()
     await replica?.stop()
     await master?.stop()
-    if (dir) rmSync(dir, { recursive: true, force: true })
   })
 
   it('no crash, the failure policy during the gap, exact decisions again on the promoted replica', async (t) => {
-    const client = new Redis({ sentinels: [{ host: '127.0.0.1', port: sentinelPort }], name: 'failover-master', maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false, retryStrategy: () => 100, sentinelRetryStrategy: () => 100 })
+    const client = new Redis({ sentinels: [{ host: '127.0.0.1', port: sentinel.port }], name: 'failover-master', maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false, retryStrategy: () => 100, sentinelRetryStrategy: () => 100 })
     client.on('error', () => {})
     const limiter = new Limiter({
       store: new RedisStore({ client }),
@@ -152,7 +93,7 @@ describe('Sentinel failover under load (master killed, replica promoted)', () =>
       assert.ok(longest <= 150 + 150, `a call took ${longest.toFixed(0)} ms`)
       const gap = samples.filter((s) => s.degraded)
       assert.ok(gap.length > 0, 'the outage was seen')
-      const promoted = (await ask('get-master-addr-by-name', 'failover-master')) as string[]
+      const promoted = (await sentinel.ask('get-master-addr-by-name', 'failover-master')) as string[]
       assert.equal(Number(promoted[1]), replica.port, 'Sentinel promoted the replica')
       const resumed = samples.filter((s) => !s.degraded && s.at > killedAt)
       assert.ok(resumed.length > 0, 'exact decisions resumed on the new master')

@@ -2,12 +2,23 @@ import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
-import { Limiter, MemoryStore, RedisStore, redisKey, type Store } from '../../src/index.ts'
+import { Limiter, MemoryStore, RedisStore, redisKey, type Policy, type Store } from '../../src/index.ts'
 import { handWritten, randomTraces, replay, type Trace } from '../conformance/traces.ts'
 import type { RedisOptions } from 'ioredis'
 import { scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
 
 const traces: Trace[] = [...handWritten, ...randomTraces(80, 7)]
+
+/** One policy of each algorithm, limit 3: a fixed window of `fixedMs`, the others spanning `windowMs`. */
+function everyAlgorithm(fixedMs: number, windowMs: number): Policy[] {
+  return [
+    { algorithm: 'fixed-window', limit: 3, windowMs: fixedMs, name: 'fw' },
+    { algorithm: 'sliding-log', limit: 3, windowMs, name: 'sl' },
+    { algorithm: 'sliding-window', limit: 3, windowMs: windowMs / 2, name: 'sw' },
+    { algorithm: 'token-bucket', capacity: 3, refillTokens: 3, refillIntervalMs: windowMs, name: 'tb' },
+    { algorithm: 'leaky-bucket', capacity: 3, leakTokens: 3, leakIntervalMs: windowMs, name: 'lb' },
+  ]
+}
 
 async function assertSameAsMemory(trace: Trace, store: Store, prefix: string, between?: () => Promise<void>) {
   const expected = await replay(trace, new MemoryStore(), prefix)
@@ -82,18 +93,13 @@ describe('RedisStore', () => {
     const limiter = new Limiter({
       store: new RedisStore({ client: redis.client() }),
       prefix: 'keys',
-      policies: [
-        { algorithm: 'fixed-window', limit: 3, windowMs: 3_600_000, name: 'fw' },
-        { algorithm: 'sliding-log', limit: 3, windowMs: 10_000, name: 'sl' },
-        { algorithm: 'sliding-window', limit: 3, windowMs: 5_000, name: 'sw' },
-        { algorithm: 'token-bucket', capacity: 3, refillTokens: 3, refillIntervalMs: 10_000, name: 'tb' },
-        { algorithm: 'leaky-bucket', capacity: 3, leakTokens: 3, leakIntervalMs: 10_000, name: 'lb' },
-      ],
+      policies: everyAlgorithm(3_600_000, 10_000),
     })
     for (const key of ['u1', 'u2', 'u3']) for (let i = 0; i < 2; i++) await limiter.limit(key)
     const keys = (await scanKeys(admin, 'keys:*')).sort()
     assert.equal(keys.length, 15)
     assert.ok(keys.includes(redisKey('keys', 'u1', 'sl')) && keys.includes('keys:{u2}:tb'))
+    // A sliding window's state lasts two windows.
     const bound: Record<string, number> = { fw: 3_600_000, sl: 10_000, sw: 10_000, tb: 10_000, lb: 10_000 }
     for (const key of keys) {
       const ttl = await admin.pttl(key)
@@ -106,13 +112,7 @@ describe('RedisStore', () => {
     const limiter = new Limiter({
       store: new RedisStore({ client: redis.client() }),
       prefix: 'ttl',
-      policies: [
-        { algorithm: 'fixed-window', limit: 3, windowMs: 100, name: 'fw' },
-        { algorithm: 'sliding-log', limit: 3, windowMs: 150, name: 'sl' },
-        { algorithm: 'sliding-window', limit: 3, windowMs: 50, name: 'sw' },
-        { algorithm: 'token-bucket', capacity: 3, refillTokens: 3, refillIntervalMs: 150, name: 'tb' },
-        { algorithm: 'leaky-bucket', capacity: 3, leakTokens: 3, leakIntervalMs: 150, name: 'lb' },
-      ],
+      policies: everyAlgorithm(100, 150),
     })
     for (const key of ['u1', 'u2', 'u3']) for (let i = 0; i < 2; i++) await limiter.limit(key)
     for (const key of await scanKeys(admin, 'ttl:*')) {
