@@ -7,7 +7,7 @@ import { evaluate, NO_WAIT } from '../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../core/clock.ts'
 import { ArgumentError, SluiceError } from '../core/errors.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
-import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
+import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
 import { BlockCache } from './block-cache.ts'
@@ -51,6 +51,15 @@ export interface LimiterOptions {
    * on, 10,000 keys; `false` turns it off.
    */
   blockCache?: boolean | { maxKeys: number }
+  /**
+   * Hot-key sharding, for stores outside the process: each key's state is
+   * spread over this many store keys (`key#0` ... , on different Cluster slots),
+   * each holding `limit / shards` and `rate / shards`. A call goes to a random
+   * shard, and to one other shard if that one refuses. Never admits more than
+   * the limit; admits less when calls spread unevenly over the shards, and
+   * `remaining` is estimated from one shard. Default 1 (off).
+   */
+  shards?: number
 }
 
 export interface LimitOptions {
@@ -65,7 +74,7 @@ export interface LimitOptions {
 }
 
 const LIMITER_OPTIONS = new Set([
-  'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache',
+  'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'shards',
 ])
 const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs'])
 
@@ -86,6 +95,8 @@ export class Limiter {
   private readonly blocked: BlockCache | undefined
   private readonly fallbackPolicies: readonly ResolvedPolicy[]
   private readonly fallbackStore: MemoryStore
+  private readonly shards: number
+  private readonly shardPolicies: readonly ResolvedPolicy[]
 
   constructor(options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -136,6 +147,15 @@ export class Limiter {
       throw new ArgumentError('blockCache', cache, 'must be true, false, or { maxKeys: an integer of at least 2 }')
     }
     this.blocked = cache === false || this.local !== undefined ? undefined : new BlockCache(cache === true ? 10_000 : cache.maxKeys)
+    const shards = options.shards ?? 1
+    if (!Number.isSafeInteger(shards) || shards < 1 || shards > 1024) {
+      throw new ArgumentError('shards', shards, 'must be an integer from 1 to 1024')
+    }
+    if (shards > 1 && this.local !== undefined) {
+      throw new ArgumentError('shards', shards, 'spreads load over a remote store; an in-process store needs none')
+    }
+    this.shards = shards
+    this.shardPolicies = shards === 1 ? this.policies : scalePolicies(this.policies, shards)
   }
 
   /** True while the store is being bypassed after failures (decisions are degraded). */
@@ -174,7 +194,12 @@ export class Limiter {
     this.blocked?.forget(normalized)
     this.fallbackStore.resetSync(this.prefix, normalized, this.fallbackPolicies)
     if (this.local !== undefined) return this.local.resetSync(this.prefix, normalized, this.policies)
-    const outcome = await withTimeout(() => this.store.reset(this.prefix, normalized, this.policies), this.storeTimeoutMs)
+    const keys = this.shards === 1 ? [normalized] : Array.from({ length: this.shards }, (_, i) => `${normalized}#${i}`)
+    for (const key of keys) this.blocked?.forget(key)
+    const outcome = await withTimeout(
+      () => Promise.all(keys.map((key) => this.store.reset(this.prefix, key, this.shardPolicies))),
+      this.storeTimeoutMs,
+    )
     if (!outcome.ok) {
       throw new SluiceError('ERR_SLUICE_STORE', `reset of "${normalized}" failed: ${outcome.reason}`, { cause: outcome.error })
     }
@@ -197,6 +222,17 @@ export class Limiter {
 
   private async decideRemotely(call: StoreCall): Promise<Decision> {
     const now = call.now ?? this.localNow()
+    if (this.shards === 1) return this.decideOn(call, call, now)
+    // A random shard, and one other if that one refuses (a peek looks at one).
+    const first = Math.floor(Math.random() * this.shards)
+    const decision = await this.decideOn(this.shardCall(call, first), call, now)
+    if (decision.allowed || decision.degraded || call.cost === 0) return this.unshard(decision)
+    const second = (first + 1 + Math.floor(Math.random() * (this.shards - 1))) % this.shards
+    return this.unshard(await this.decideOn(this.shardCall(call, second), call, now))
+  }
+
+  /** Decides `call` on the store; when the store cannot, `logical` (the call as made) is degraded. */
+  private async decideOn(call: StoreCall, logical: StoreCall, now: number): Promise<Decision> {
     // Only a plain charge may be answered from the cache: a reservation or a peek asks something else.
     const cacheable = this.blocked !== undefined && call.cost > 0 && call.maxWaitMs === 0
     if (cacheable) {
@@ -204,10 +240,25 @@ export class Limiter {
       if (known !== undefined) return known
     }
     const outcome = await this.circuit.run(() => this.store.consume(call))
-    if (!outcome.ok) return this.degrade(call, outcome.reason, now)
+    if (!outcome.ok) return this.degrade(logical, outcome.reason, now)
     const decision = combine(outcome.value)
     if (cacheable && !decision.allowed) this.blocked?.remember(call.key, call.cost, decision, now)
     return decision
+  }
+
+  private shardCall(call: StoreCall, shard: number): StoreCall {
+    return { ...call, key: `${call.key}#${shard}`, policies: this.shardPolicies }
+  }
+
+  /** A shard's decision in terms of the whole key: its limit, and remaining estimated from the shard. */
+  private unshard(decision: Decision): Decision {
+    if (decision.degraded) return decision
+    const scale = (d: PolicyDecision, i: number): PolicyDecision => ({
+      ...d,
+      limit: limitOf(this.policies[i] as ResolvedPolicy),
+      remaining: Math.min(limitOf(this.policies[i] as ResolvedPolicy), d.remaining * this.shards),
+    })
+    return { ...combine(decision.policies.map(scale)), degraded: false }
   }
 
   /** The decision `onStoreFailure` prescribes when the store could not decide. */

@@ -15,7 +15,7 @@ if (skew !== 0) {
 }
 
 export type Scenario =
-  | { kind: 'burst'; url: string; prefix: string; policy: Policy; calls: number; startAt: number }
+  | { kind: 'burst'; url: string; prefix: string; policy: Policy; calls: number; startAt: number; shards?: number }
   | { kind: 'naive'; url: string; key: string; limit: number; calls: number; startAt: number }
   | { kind: 'sequential'; url: string; prefix: string; policy: Policy; calls: number; time: 'server' | 'client' }
 
@@ -40,7 +40,7 @@ async function run(scenario: Scenario): Promise<number> {
   await redis.ping()
   switch (scenario.kind) {
     case 'burst': {
-      const limiter = new Limiter({ store: new RedisStore({ client: redis }), prefix: scenario.prefix, policies: scenario.policy })
+      const limiter = new Limiter({ store: new RedisStore({ client: redis }), prefix: scenario.prefix, policies: scenario.policy, shards: scenario.shards ?? 1 })
       await until(scenario.startAt)
       const decisions = await Promise.all(Array.from({ length: scenario.calls }, () => limiter.limit('hot')))
       return decisions.filter((d) => d.allowed).length
