@@ -5,17 +5,17 @@
 import type { PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { NO_WAIT, type AlgorithmOptions, type Transition } from './algorithm.ts'
 import { fixedWindow, type FixedWindowState } from './fixed-window.ts'
-import { leakyBucket, type LeakyBucketState } from './leaky-bucket.ts'
+import { leakyBucket, leakyBucketRefund, type LeakyBucketState } from './leaky-bucket.ts'
 import { slidingLog, type SlidingLogState } from './sliding-log.ts'
 import { slidingWindow, type SlidingWindowState } from './sliding-window.ts'
-import { tokenBucket, type TokenBucketState } from './token-bucket.ts'
+import { tokenBucket, tokenBucketRefund, type TokenBucketState } from './token-bucket.ts'
 
 export { NO_WAIT, type AlgorithmOptions, type Transition } from './algorithm.ts'
 export { fixedWindow, type FixedWindowState } from './fixed-window.ts'
 export { slidingLog, type SlidingLogState } from './sliding-log.ts'
 export { slidingWindow, type SlidingWindowState } from './sliding-window.ts'
-export { tokenBucket, type TokenBucketState } from './token-bucket.ts'
-export { leakyBucket, type LeakyBucketState } from './leaky-bucket.ts'
+export { tokenBucket, tokenBucketRefund, type TokenBucketState } from './token-bucket.ts'
+export { leakyBucket, leakyBucketRefund, type LeakyBucketState } from './leaky-bucket.ts'
 
 export type AlgorithmState =
   | FixedWindowState
@@ -69,6 +69,7 @@ export function evaluate(
   cost: number,
   options: AlgorithmOptions,
 ): Evaluation {
+  if (cost < 0) return refund(policies, states, now, -cost)
   if (cost === 0) {
     return { decisions: policies.map((policy, i) => peekDecision(policy, states[i], now)), commit: undefined }
   }
@@ -82,6 +83,27 @@ export function evaluate(
     ),
     commit: undefined,
   }
+}
+
+/** Algorithms whose units can be given back (leases): only buckets, where a refund is exact. */
+export const REFUNDABLE = (policy: ResolvedPolicy): boolean =>
+  policy.algorithm === 'token-bucket' || (policy.algorithm === 'leaky-bucket' && policy.mode === 'police')
+
+/**
+ * Gives `units` back to every policy (a negative cost: returned, unspent
+ * units of a lease). Decisions show each policy after the refund.
+ */
+function refund(policies: readonly ResolvedPolicy[], states: ReadonlyArray<AlgorithmState | undefined>, now: number, units: number): Evaluation {
+  const transitions = policies.map((policy, i) => {
+    const state = states[i]
+    let refunded: AlgorithmState | undefined
+    if (policy.algorithm === 'token-bucket') refunded = tokenBucketRefund(state as TokenBucketState | undefined, now, units, policy)
+    else if (policy.algorithm === 'leaky-bucket' && policy.mode === 'police') refunded = leakyBucketRefund(state as LeakyBucketState | undefined, now, units, policy)
+    else throw new Error(`${policy.algorithm} cannot take units back`)
+    const view = step(policy, refunded, now, 0, NO_WAIT)
+    return { decision: { ...view.decision, waitMs: 0 }, state: view.state, ttlMs: view.ttlMs }
+  })
+  return { decisions: transitions.map((t) => t.decision), commit: transitions }
 }
 
 function peekDecision(policy: ResolvedPolicy, state: AlgorithmState | undefined, now: number): PolicyDecision {

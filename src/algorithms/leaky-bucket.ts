@@ -16,6 +16,7 @@
  * leakIntervalMs and every quantity stays an integer. The TAT is stored as a
  * whole millisecond plus a remainder in those units.
  */
+import type { ResolvedPolicyOf } from '../core/types.ts'
 import { ceilDiv, type AlgorithmFn } from './algorithm.ts'
 
 export interface LeakyBucketState {
@@ -62,4 +63,15 @@ export const leakyBucket: AlgorithmFn<'leaky-bucket', LeakyBucketState> = (state
       waitMs: allowed ? neededWaitMs : 0,
     },
   }
+}
+
+/**
+ * Gives back `units` taken earlier and not spent (a lease returned): the TAT
+ * moves back by their emission time, never before now. Pure, like the transition.
+ */
+export function leakyBucketRefund(state: LeakyBucketState | undefined, now: number, units: number, policy: ResolvedPolicyOf<'leaky-bucket'>): LeakyBucketState | undefined {
+  if (state === undefined) return undefined
+  const queued = Math.max(0, (state.tat - now) * policy.leakTokens + state.tatRem - units * policy.leakIntervalMs)
+  const offset = Math.floor(queued / policy.leakTokens)
+  return { tat: now + offset, tatRem: queued - offset * policy.leakTokens }
 }

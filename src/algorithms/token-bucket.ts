@@ -13,6 +13,7 @@
  * Reservations (`maxWaitMs > 0`) may take the level below zero: the debt is
  * repaid by refill before any later call, which is what orders callers fairly.
  */
+import type { ResolvedPolicyOf } from '../core/types.ts'
 import { ceilDiv, type AlgorithmFn } from './algorithm.ts'
 
 export interface TokenBucketState {
@@ -22,26 +23,28 @@ export interface TokenBucketState {
   updatedAt: number
 }
 
+/** The level brought up to `now` by refill (never above full), and when it was. */
+function refilled(state: TokenBucketState | undefined, now: number, policy: ResolvedPolicyOf<'token-bucket'>): TokenBucketState {
+  const { capacity, refillTokens, refillIntervalMs, refill } = policy
+  const full = capacity * refillIntervalMs
+  if (state === undefined) return { level: full, updatedAt: now }
+  // A clock that steps back adds nothing: elapsed time is never negative.
+  const elapsed = Math.max(0, now - state.updatedAt)
+  if (refill === 'greedy') {
+    return { level: Math.min(full, state.level + elapsed * refillTokens), updatedAt: Math.max(now, state.updatedAt) }
+  }
+  const intervals = Math.floor(elapsed / refillIntervalMs)
+  const level = Math.min(full, state.level + intervals * refillTokens * refillIntervalMs)
+  // A full bucket restarts its interval clock: the phase of a bucket at rest
+  // is unobservable, and restarting it makes a full state and a missing key
+  // (expired in the store) decide exactly alike.
+  return { level, updatedAt: level === full ? now : state.updatedAt + intervals * refillIntervalMs }
+}
+
 export const tokenBucket: AlgorithmFn<'token-bucket', TokenBucketState> = (state, now, cost, policy, options) => {
   const { capacity, refillTokens, refillIntervalMs, refill } = policy
   const full = capacity * refillIntervalMs
-  let level = full
-  let updatedAt = now
-  if (state !== undefined) {
-    // A clock that steps back adds nothing: elapsed time is never negative.
-    const elapsed = Math.max(0, now - state.updatedAt)
-    if (refill === 'greedy') {
-      level = Math.min(full, state.level + elapsed * refillTokens)
-      updatedAt = Math.max(now, state.updatedAt)
-    } else {
-      const intervals = Math.floor(elapsed / refillIntervalMs)
-      level = Math.min(full, state.level + intervals * refillTokens * refillIntervalMs)
-      // A full bucket restarts its interval clock: the phase of a bucket at rest
-      // is unobservable, and restarting it makes a full state and a missing key
-      // (expired in the store) decide exactly alike.
-      updatedAt = level === full ? now : state.updatedAt + intervals * refillIntervalMs
-    }
-  }
+  const { level, updatedAt } = refilled(state, now, policy)
 
   const need = cost * refillIntervalMs
   const neededWaitMs = level >= need ? 0 : msUntil(need - level, now, updatedAt, policy.refill, refillTokens, refillIntervalMs)
@@ -75,4 +78,15 @@ function msUntil(
   if (refill === 'greedy') return ceilDiv(deficit, refillTokens)
   const intervals = ceilDiv(deficit, refillTokens * refillIntervalMs)
   return updatedAt + intervals * refillIntervalMs - now
+}
+
+/**
+ * Gives back `units` taken earlier and not spent (a lease returned): the level
+ * rises by them, never above capacity. Pure, like the transition.
+ */
+export function tokenBucketRefund(state: TokenBucketState | undefined, now: number, units: number, policy: ResolvedPolicyOf<'token-bucket'>): TokenBucketState | undefined {
+  if (state === undefined) return undefined
+  const { level, updatedAt } = refilled(state, now, policy)
+  const full = policy.capacity * policy.refillIntervalMs
+  return { level: Math.min(full, level + units * policy.refillIntervalMs), updatedAt }
 }

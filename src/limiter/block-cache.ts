@@ -15,14 +15,14 @@ import type { Decision } from '../core/types.ts'
 
 interface Blocked {
   until: number
-  cost: number
   decision: Decision
   at: number
 }
 
 export class BlockCache {
-  private current = new Map<string, Blocked>()
-  private previous = new Map<string, Blocked>()
+  /** Per key, the refusals in force by cost. */
+  private current = new Map<string, Map<number, Blocked>>()
+  private previous = new Map<string, Map<number, Blocked>>()
 
   constructor(readonly maxKeys: number) {}
 
@@ -32,13 +32,13 @@ export class BlockCache {
 
   /** The refusal still in force for this key and cost, its times adjusted to `now`. */
   check(key: string, cost: number, now: number): Decision | undefined {
-    const blocked = this.current.get(key) ?? this.previous.get(key)
+    const byCost = this.current.get(key) ?? this.previous.get(key)
+    const blocked = byCost?.get(cost)
     if (blocked === undefined) return undefined
     if (now >= blocked.until) {
-      this.forget(key)
+      byCost?.delete(cost)
       return undefined
     }
-    if (cost !== blocked.cost) return undefined
     const elapsed = now - blocked.at
     const { decision } = blocked
     return {
@@ -54,12 +54,17 @@ export class BlockCache {
   }
 
   remember(key: string, cost: number, decision: Decision, now: number): void {
-    this.previous.delete(key)
-    if (!this.current.has(key) && this.current.size * 2 >= this.maxKeys) {
-      this.previous = this.current
-      this.current = new Map()
+    let byCost = this.current.get(key)
+    if (byCost === undefined) {
+      byCost = this.previous.get(key) ?? new Map()
+      this.previous.delete(key)
+      if (this.current.size * 2 >= this.maxKeys) {
+        this.previous = this.current
+        this.current = new Map()
+      }
+      this.current.set(key, byCost)
     }
-    this.current.set(key, { until: now + decision.retryAfterMs, cost, decision, at: now })
+    byCost.set(cost, { until: now + decision.retryAfterMs, decision, at: now })
   }
 
   forget(key: string): void {

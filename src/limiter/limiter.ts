@@ -3,7 +3,7 @@
  * reservations, and the choice of store.
  */
 import { createHash } from 'node:crypto'
-import { evaluate, NO_WAIT } from '../algorithms/index.ts'
+import { evaluate, NO_WAIT, REFUNDABLE } from '../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../core/clock.ts'
 import { ArgumentError, SluiceError } from '../core/errors.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
@@ -14,6 +14,7 @@ import { BlockCache } from './block-cache.ts'
 import { Circuit, withTimeout, type CircuitOptions, type FailureReason } from './circuit.ts'
 import { combine } from './decision.ts'
 import { scalePolicies } from './fallback.ts'
+import { LeaseBook } from './lease.ts'
 
 export interface LimiterOptions {
   /** Where state lives. Default: a new `MemoryStore` owned by this limiter. */
@@ -60,6 +61,16 @@ export interface LimiterOptions {
    * `remaining` is estimated from one shard. Default 1 (off).
    */
   shards?: number
+  /**
+   * Leases for hot keys (local + global hybrid), for stores outside the
+   * process and token / leaky (police) buckets: a call that finds no lease
+   * takes `units` more than it needs in the same store call, and later calls
+   * spend them here without a round trip; after `maxAgeMs` (default 1000) what
+   * is left is given back. Worst case, each instance holds `units` the others
+   * cannot see: over any span the buckets admit at most `instances x units`
+   * beyond their limit, and may refuse as many while leases sit unspent.
+   */
+  lease?: { units: number; maxAgeMs?: number }
 }
 
 export interface LimitOptions {
@@ -74,7 +85,7 @@ export interface LimitOptions {
 }
 
 const LIMITER_OPTIONS = new Set([
-  'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'shards',
+  'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'shards', 'lease',
 ])
 const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs'])
 
@@ -97,6 +108,7 @@ export class Limiter {
   private readonly fallbackStore: MemoryStore
   private readonly shards: number
   private readonly shardPolicies: readonly ResolvedPolicy[]
+  private readonly lease: { units: number; maxAgeMs: number; book: LeaseBook; taking: Map<string, Promise<unknown>> } | undefined
 
   constructor(options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -156,6 +168,7 @@ export class Limiter {
     }
     this.shards = shards
     this.shardPolicies = shards === 1 ? this.policies : scalePolicies(this.policies, shards)
+    this.lease = this.leaseOptions(options.lease)
   }
 
   /** True while the store is being bypassed after failures (decisions are degraded). */
@@ -192,6 +205,7 @@ export class Limiter {
   async reset(key: string): Promise<void> {
     const normalized = normalizeKey(key)
     this.blocked?.forget(normalized)
+    this.lease?.book.take(normalized)
     this.fallbackStore.resetSync(this.prefix, normalized, this.fallbackPolicies)
     if (this.local !== undefined) return this.local.resetSync(this.prefix, normalized, this.policies)
     const keys = this.shards === 1 ? [normalized] : Array.from({ length: this.shards }, (_, i) => `${normalized}#${i}`)
@@ -222,6 +236,7 @@ export class Limiter {
 
   private async decideRemotely(call: StoreCall): Promise<Decision> {
     const now = call.now ?? this.localNow()
+    if (this.lease !== undefined && call.cost > 0 && call.maxWaitMs === 0) return this.decideLeased(call, now)
     if (this.shards === 1) return this.decideOn(call, call, now)
     // A random shard, and one other if that one refuses (a peek looks at one).
     const first = Math.floor(Math.random() * this.shards)
@@ -244,6 +259,58 @@ export class Limiter {
     const decision = combine(outcome.value)
     if (cacheable && !decision.allowed) this.blocked?.remember(call.key, call.cost, decision, now)
     return decision
+  }
+
+  /**
+   * Spends from the key's lease, or takes a new one: one store call charges
+   * this call's cost plus the lease. Calls arriving while a lease is being
+   * taken for their key wait for it rather than take their own.
+   */
+  private async decideLeased(call: StoreCall, now: number): Promise<Decision> {
+    const lease = this.lease as NonNullable<Limiter['lease']>
+    for (;;) {
+      const spent = lease.book.spend(call.key, call.cost, now)
+      if (spent !== undefined) return spent
+      const inFlight = lease.taking.get(call.key)
+      if (inFlight === undefined) break
+      await inFlight
+    }
+    const leftover = lease.book.take(call.key)
+    if (leftover > 0) this.giveBack(call, leftover)
+    const units = Math.min(lease.units, ...this.policies.map((policy) => limitOf(policy) - call.cost))
+    if (units <= 0) return this.decideOn(call, call, now)
+    const taking = this.decideOn({ ...call, cost: call.cost + units }, call, now)
+    lease.taking.set(call.key, taking)
+    try {
+      const decision = await taking
+      if (decision.allowed && !decision.degraded) return lease.book.grant(call.key, units, decision, now, lease.maxAgeMs)
+      // Degraded decisions were made for this call's own cost; a refusal may still fit the call alone.
+      if (decision.degraded) return decision
+    } finally {
+      lease.taking.delete(call.key)
+    }
+    return this.decideOn(call, call, now)
+  }
+
+  /** Returns unspent lease units to the store, in the background: nobody waits, a failure only loses them. */
+  private giveBack(call: StoreCall, units: number): void {
+    void this.circuit.run(() => this.store.consume({ ...call, cost: -units, maxWaitMs: 0 }))
+  }
+
+  private leaseOptions(input: LimiterOptions['lease']): Limiter['lease'] {
+    if (input === undefined) return undefined
+    if (typeof input !== 'object' || input === null) throw new ArgumentError('lease', input, 'must be { units, maxAgeMs? }')
+    rejectUnknown('lease option', input, new Set(['units', 'maxAgeMs']))
+    if (!Number.isSafeInteger(input.units) || input.units < 1) throw new ArgumentError('lease.units', input.units, 'must be a positive integer')
+    const maxAgeMs = positiveNumber('lease.maxAgeMs', input.maxAgeMs, 1000)
+    if (this.local !== undefined) throw new ArgumentError('lease', input, 'is for a store outside the process; an in-process store needs none')
+    if (this.shards > 1) throw new ArgumentError('lease', input, 'cannot be combined with shards')
+    for (const policy of this.policies) {
+      if (!REFUNDABLE(policy)) {
+        throw new ArgumentError('lease', input, `needs token-bucket or police leaky-bucket policies, whose units can be given back; "${policy.name}" is ${policy.algorithm}`)
+      }
+    }
+    return { units: input.units, maxAgeMs, book: new LeaseBook(10_000), taking: new Map() }
   }
 
   private shardCall(call: StoreCall, shard: number): StoreCall {

@@ -2,11 +2,12 @@
  * The conformance traces: the same calls at the same virtual times, replayed
  * against every store. Stores must return identical decisions, field by field.
  */
-import { Limiter, type Decision, type Policy, type Store } from '../../src/index.ts'
+import { combine, Limiter, resolvePolicies, type Decision, type Policy, type Store } from '../../src/index.ts'
 
 export interface Step {
   t: number
-  op: 'limit' | 'peek' | 'reset'
+  /** `refund`: give `cost` units back (buckets only; what a returned lease does). */
+  op: 'limit' | 'peek' | 'reset' | 'refund'
   key: string
   cost?: number
   maxWaitMs?: number
@@ -49,6 +50,12 @@ export const handWritten: Trace[] = [
     steps: [...burst(0, 3, { cost: 2 }), ...burst(500, 2), { t: 500, op: 'peek', key: 'a' }, ...burst(1200, 3), ...burst(1800, 2, { cost: 3 })],
   },
   {
+    name: 'refunds give units back, never above capacity',
+    policies: [tb, lb],
+    steps: [...burst(0, 5), { t: 0, op: 'refund', key: 'a', cost: 2 }, ...burst(0, 3), { t: 400, op: 'refund', key: 'a', cost: 5 },
+      ...burst(400, 6), { t: 900, op: 'refund', key: 'b', cost: 3 }, ...burst(900, 1, { key: 'b' })],
+  },
+  {
     name: 'peek and reset',
     policies: [fw, sl, sw, tbi, lbs],
     steps: [...burst(0, 3), { t: 1, op: 'peek', key: 'a' }, { t: 2, op: 'reset', key: 'a' }, { t: 3, op: 'peek', key: 'a' }, ...burst(3, 6), { t: 4, op: 'peek', key: 'b' }],
@@ -87,6 +94,7 @@ export function randomTraces(count: number, seed = 1): Trace[] {
   return Array.from({ length: count }, (_, n) => {
     const policies = Array.from({ length: 1 + Math.floor(random() * 3) }, (_, i) => randomPolicy(random, i))
     const reservable = policies.every((p) => p.algorithm !== 'sliding-log' && p.algorithm !== 'sliding-window')
+    const refundable = policies.every((p) => p.algorithm === 'token-bucket' || (p.algorithm === 'leaky-bucket' && p.mode !== 'shape'))
     const limit = Math.min(...policies.map((p) => ('limit' in p ? p.limit : p.capacity)))
     let t = 1_700_000_000_000 + Math.floor(random() * 1_000_000)
     const steps: Step[] = []
@@ -96,6 +104,7 @@ export function randomTraces(count: number, seed = 1): Trace[] {
       const key = random() < 0.8 ? 'a' : 'b'
       if (r < 0.06) steps.push({ t, op: 'peek', key })
       else if (r < 0.08) steps.push({ t, op: 'reset', key })
+      else if (refundable && r < 0.16) steps.push({ t, op: 'refund', key, cost: 1 + Math.floor(random() * limit) })
       else {
         const step: Step = { t, op: 'limit', key, cost: 1 + Math.floor(random() * limit) }
         if (reservable && random() < 0.3) step.maxWaitMs = Math.floor(random() * 3000)
@@ -108,6 +117,7 @@ export function randomTraces(count: number, seed = 1): Trace[] {
 
 /** Replays a trace on a limiter over `store`, with the clock at each step's time. */
 export async function replay(trace: Trace, store: Store, prefix: string, between?: () => Promise<void>): Promise<Array<Decision | 'reset'>> {
+  const policies = resolvePolicies(trace.policies)
   let now = 0
   // The block cache answers some refusals without asking the store: off, since the store is under test.
   const limiter = new Limiter({ policies: trace.policies, store, prefix, clock: () => now, blockCache: false })
@@ -118,6 +128,8 @@ export async function replay(trace: Trace, store: Store, prefix: string, between
     if (step.op === 'reset') {
       await limiter.reset(step.key)
       results.push('reset')
+    } else if (step.op === 'refund') {
+      results.push(combine(await store.consume({ prefix, key: step.key, policies, cost: -(step.cost as number), maxWaitMs: 0, now })))
     } else if (step.op === 'peek') {
       results.push(await limiter.peek(step.key))
     } else {

@@ -6,7 +6,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import { Limiter, RedisStore, type Policy } from '../../src/index.ts'
+import { Limiter, RedisStore, type Policy, type Store } from '../../src/index.ts'
 
 const skew = Number(process.env.SKEW_MS ?? 0)
 if (skew !== 0) {
@@ -15,11 +15,13 @@ if (skew !== 0) {
 }
 
 export type Scenario =
-  | { kind: 'burst'; url: string; prefix: string; policy: Policy; calls: number; startAt: number; shards?: number }
+  | { kind: 'burst'; url: string; prefix: string; policy: Policy; calls: number; startAt: number; shards?: number; lease?: { units: number }; sequential?: boolean }
   | { kind: 'naive'; url: string; key: string; limit: number; calls: number; startAt: number }
   | { kind: 'sequential'; url: string; prefix: string; policy: Policy; calls: number; time: 'server' | 'client' }
 
 const clients = new Map<string, Redis>()
+/** Calls that reached the store in this process (burst scenarios). */
+let storeCalls = 0
 function client(url: string): Redis {
   let c = clients.get(url)
   if (c === undefined) {
@@ -40,8 +42,20 @@ async function run(scenario: Scenario): Promise<number> {
   await redis.ping()
   switch (scenario.kind) {
     case 'burst': {
-      const limiter = new Limiter({ store: new RedisStore({ client: redis }), prefix: scenario.prefix, policies: scenario.policy, shards: scenario.shards ?? 1 })
+      const store = new RedisStore({ client: redis })
+      // Counts the calls that reach Redis (a lease spends most of them locally).
+      const counted: Store = {
+        consume: (call) => { storeCalls++; return store.consume(call) },
+        reset: (prefix, key, policies) => store.reset(prefix, key, policies),
+        ping: () => store.ping(),
+      }
+      const limiter = new Limiter({ store: counted, prefix: scenario.prefix, policies: scenario.policy, shards: scenario.shards ?? 1, ...(scenario.lease ? { lease: scenario.lease } : {}) })
       await until(scenario.startAt)
+      if (scenario.sequential) {
+        let allowed = 0
+        for (let i = 0; i < scenario.calls; i++) if ((await limiter.limit('hot')).allowed) allowed++
+        return allowed
+      }
       const decisions = await Promise.all(Array.from({ length: scenario.calls }, () => limiter.limit('hot')))
       return decisions.filter((d) => d.allowed).length
     }
@@ -70,8 +84,9 @@ process.on('message', (message: { id: number; scenario: Scenario } | 'exit') => 
     for (const c of clients.values()) c.disconnect()
     process.exit(0)
   }
+  storeCalls = 0
   run(message.scenario).then(
-    (allowed) => process.send?.({ id: message.id, allowed }),
+    (allowed) => process.send?.({ id: message.id, allowed, storeCalls }),
     (error: unknown) => process.send?.({ id: message.id, error: String(error) }),
   )
 })

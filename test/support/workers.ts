@@ -4,6 +4,8 @@ import type { Scenario } from './burst-worker.ts'
 export interface Workers {
   /** Sends a scenario to the given workers (all by default); resolves with each one's allowed count. */
   run(scenario: Scenario | ((index: number) => Scenario), only?: number[]): Promise<number[]>
+  /** The same, with the calls each worker's limiter made to its store. */
+  runCounted(scenario: Scenario | ((index: number) => Scenario), only?: number[]): Promise<Array<{ allowed: number; storeCalls: number }>>
   stop(): Promise<void>
 }
 
@@ -19,23 +21,24 @@ export async function startWorkers(count: number, env: (index: number) => Record
     })),
   )
   let nextId = 0
-  return {
-    run(scenario, only = children.map((_, i) => i)) {
-      return Promise.all(only.map((index) => new Promise<number>((resolve, reject) => {
+  const runCounted: Workers['runCounted'] = (scenario, only = children.map((_, i) => i)) =>
+      Promise.all(only.map((index) => new Promise<{ allowed: number; storeCalls: number }>((resolve, reject) => {
         const child = children[index] as ChildProcess
         const id = nextId++
         const timer = setTimeout(() => reject(new Error(`worker ${index} did not answer within 30 s`)), 30_000)
-        const onMessage = (reply: { id: number; allowed?: number; error?: string }) => {
+        const onMessage = (reply: { id: number; allowed?: number; storeCalls?: number; error?: string }) => {
           if (reply.id !== id) return
           child.off('message', onMessage)
           clearTimeout(timer)
           if (reply.error !== undefined) reject(new Error(reply.error))
-          else resolve(reply.allowed as number)
+          else resolve({ allowed: reply.allowed as number, storeCalls: reply.storeCalls ?? 0 })
         }
         child.on('message', onMessage)
         child.send({ id, scenario: typeof scenario === 'function' ? scenario(index) : scenario })
       })))
-    },
+  return {
+    runCounted,
+    run: async (scenario, only) => (await runCounted(scenario, only)).map((r) => r.allowed),
     async stop() {
       await Promise.all(children.map((child) => new Promise<void>((resolve) => {
         if (child.exitCode !== null) return resolve()

@@ -13,7 +13,8 @@
 -- ARGV[2]  s, the number of policy sets; then per set: n, and per policy the
 --          algorithm and four parameters (5 n values)
 -- then per call, 4 values: now in epoch ms ('' = the server clock, TIME, read
---          once), cost (0 = peek: decide for cost 1, change nothing),
+--          once), cost (0 = peek: decide for cost 1, change nothing; negative:
+--          give that many units back, buckets only),
 --          maxWaitMs, and the index of its policy set (1-based)
 -- KEYS     per call, one key per policy of its set, in order:
 --          prefix:{key}:policyName (one hash tag: one slot)
@@ -173,22 +174,25 @@ local function ms_until(deficit, now, updated_at, refill, refill_tokens, refill_
   return updated_at + intervals * refill_interval - now
 end
 
+-- The level brought up to `now` by refill (never above full), and when it was.
+local function token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
+  local full = capacity * refill_interval
+  if not raw then return full, now end
+  local l, u = string.match(raw, '^(-?%d+):(-?%d+)$')
+  l, u = tonumber(l), tonumber(u)
+  local elapsed = max(0, now - u)
+  if refill == 'greedy' then
+    return min(full, l + elapsed * refill_tokens), max(now, u)
+  end
+  local intervals = floor(elapsed / refill_interval)
+  local level = min(full, l + intervals * refill_tokens * refill_interval)
+  if level == full then return level, now end
+  return level, u + intervals * refill_interval
+end
+
 local function token_bucket(key, raw, now, cost, capacity, refill_tokens, refill_interval, refill, max_wait)
   local full = capacity * refill_interval
-  local level, updated_at = full, now
-  if raw then
-    local l, u = string.match(raw, '^(-?%d+):(-?%d+)$')
-    l, u = tonumber(l), tonumber(u)
-    local elapsed = max(0, now - u)
-    if refill == 'greedy' then
-      level = min(full, l + elapsed * refill_tokens)
-      updated_at = max(now, u)
-    else
-      local intervals = floor(elapsed / refill_interval)
-      level = min(full, l + intervals * refill_tokens * refill_interval)
-      if level == full then updated_at = now else updated_at = u + intervals * refill_interval end
-    end
-  end
+  local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
 
   local need = cost * refill_interval
   local needed_wait = 0
@@ -237,6 +241,28 @@ local function leaky_bucket(key, raw, now, cost, capacity, leak_tokens, leak_int
   end
   return decision(0, capacity, remaining, reset_after, retry_after, 0), nil, reset_after
 end
+
+------------------------------------------------- refunds (returned lease units)
+-- Mirrors tokenBucketRefund / leakyBucketRefund: the state after giving back
+-- `units` that were taken and not spent; false when there is no state.
+local function token_bucket_refund(raw, now, units, capacity, refill_tokens, refill_interval, refill)
+  if not raw then return false end
+  local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
+  return int(min(capacity * refill_interval, level + units * refill_interval)) .. ':' .. int(updated_at)
+end
+
+local function leaky_bucket_refund(raw, now, units, capacity, leak_tokens, leak_interval)
+  if not raw then return false end
+  local t, r = string.match(raw, '^(-?%d+):(-?%d+)$')
+  local queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r) - units * leak_interval)
+  local offset = floor(queued / leak_tokens)
+  return int(now + offset) .. ':' .. int(queued - offset * leak_tokens)
+end
+
+local REFUNDS = {
+  ['token-bucket'] = token_bucket_refund,
+  ['leaky-bucket'] = leaky_bucket_refund,
+}
 
 -------------------------------------------------------------------- composite
 local ALGORITHMS = {
@@ -305,6 +331,21 @@ end
 local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
   local n = #set
   reply[#reply + 1] = now
+  if cost < 0 then
+    -- Refund: give -cost units back to every policy (buckets only), then show each.
+    for i = 1, n do
+      local policy = set[i]
+      local key = KEYS[k0 + i]
+      local refunded = REFUNDS[policy[2]](redis.call('GET', key), now, -cost, policy[3], policy[4], policy[5], policy[6])
+      local d, state, ttl = policy[1](key, refunded, now, 0, policy[3], policy[4], policy[5], policy[6], 0, call_id, true)
+      -- Still in debt after the refund, the view refuses and returns no state:
+      -- the refunded state is then current already (no time has passed).
+      redis.call('SET', key, state or refunded, 'PX', int(max(1, ttl) + ttl_slack))
+      d.wait = 0
+      push(d)
+    end
+    return
+  end
   if cost == 0 then
     -- Peek: remaining and reset as they stand; allowed / retry for a call of cost 1.
     for i = 1, n do
