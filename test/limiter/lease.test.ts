@@ -82,4 +82,27 @@ describe('leases for hot keys (local + global hybrid)', () => {
     assert.ok(storeCalls * 10 <= 4000, `${storeCalls} store calls for 4000 decisions`)
     t.diagnostic(`4 processes x 1000 calls, capacity ${capacity}, lease ${units}: admitted ${admitted}, store calls ${storeCalls} (${((storeCalls / 4000) * 100).toFixed(1)}%)`)
   })
+
+  it('with refill running, leases spent late admit at most instances x units beyond the bucket', async (t) => {
+    const units = 25
+    const capacity = 100
+    const perSecond = 200
+    const durationMs = 2000
+    const startAt = Date.now() + 300
+    const results = await workers.runCounted({
+      // About 4 x 1000 calls a second against a refill of 200: demand far above the rate.
+      kind: 'burst', url: redis.url, prefix: 'lease-refill', calls: 5000, startAt, durationMs, paceMs: 1, lease: { units }, sequential: true,
+      policy: { algorithm: 'token-bucket', capacity, refillTokens: perSecond, refillIntervalMs: 1000 },
+    })
+    const admitted = results.reduce((sum, r) => sum + r.allowed, 0)
+    const storeCalls = results.reduce((sum, r) => sum + r.storeCalls, 0)
+    // The bucket alone admits at most capacity + refill over the span (plus 100 ms for the processes' start and stop).
+    const bucket = capacity + Math.ceil(((durationMs + 100) * perSecond) / 1000)
+    const bound = bucket + 4 * units
+    assert.ok(admitted <= bound, `admitted ${admitted} > bound ${bound}`)
+    // And leases strand little: demand far above the rate still gets most of what the bucket gives.
+    assert.ok(admitted >= 0.8 * (capacity + (durationMs * perSecond) / 1000), `admitted only ${admitted}`)
+    t.diagnostic(`refill ${perSecond}/s, capacity ${capacity}, 4 processes x ${durationMs} ms, lease ${units}: admitted ${admitted} (bucket alone <= ${bucket}, documented bound ${bound}); store calls ${storeCalls}`)
+  })
 })
+

@@ -15,7 +15,7 @@ if (skew !== 0) {
 }
 
 export type Scenario =
-  | { kind: 'burst'; url: string; prefix: string; policy: Policy; calls: number; startAt: number; shards?: number; lease?: { units: number }; sequential?: boolean }
+  | { kind: 'burst'; url: string; prefix: string; policy: Policy; calls: number; startAt: number; shards?: number; lease?: { units: number }; sequential?: boolean; durationMs?: number; paceMs?: number }
   | { kind: 'naive'; url: string; key: string; limit: number; calls: number; startAt: number }
   | { kind: 'sequential'; url: string; prefix: string; policy: Policy; calls: number; time: 'server' | 'client' }
 
@@ -52,8 +52,13 @@ async function run(scenario: Scenario): Promise<number> {
       const limiter = new Limiter({ store: counted, prefix: scenario.prefix, policies: scenario.policy, shards: scenario.shards ?? 1, ...(scenario.lease ? { lease: scenario.lease } : {}) })
       await until(scenario.startAt)
       if (scenario.sequential) {
+        // `calls` calls, or as many as fit in durationMs (still at most `calls`).
+        const end = scenario.startAt + (scenario.durationMs ?? Infinity)
         let allowed = 0
-        for (let i = 0; i < scenario.calls; i++) if ((await limiter.limit('hot')).allowed) allowed++
+        for (let i = 0; i < scenario.calls && Date.now() - skew < end; i++) {
+          if ((await limiter.limit('hot')).allowed) allowed++
+          if (scenario.paceMs !== undefined) await sleep(scenario.paceMs)
+        }
         return allowed
       }
       const decisions = await Promise.all(Array.from({ length: scenario.calls }, () => limiter.limit('hot')))
