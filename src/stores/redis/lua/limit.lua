@@ -286,14 +286,16 @@ local function now_of(arg)
   return server_now, 0
 end
 
-local reply = {}
+-- The reply, filled through a running count (# would search the array on every push).
+local reply, size = {}, 0
 local function push(d)
-  reply[#reply + 1] = d.allowed
-  reply[#reply + 1] = d.limit
-  reply[#reply + 1] = d.remaining
-  reply[#reply + 1] = d.reset_after
-  reply[#reply + 1] = d.retry_after
-  reply[#reply + 1] = d.wait
+  reply[size + 1] = d.allowed
+  reply[size + 2] = d.limit
+  reply[size + 3] = d.remaining
+  reply[size + 4] = d.reset_after
+  reply[size + 5] = d.retry_after
+  reply[size + 6] = d.wait
+  size = size + 6
 end
 
 -- Policy sets, parsed once: each policy as { algorithm function, name, p1..p4 }.
@@ -330,7 +332,8 @@ end
 -- One call against the policies of `set`, keys from KEYS[k0 + 1].
 local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
   local n = #set
-  reply[#reply + 1] = now
+  size = size + 1
+  reply[size] = now
   if cost < 0 then
     -- Refund: give -cost units back to every policy (buckets only), then show each.
     for i = 1, n do
@@ -355,6 +358,20 @@ local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
       d.retry_after = single.retry_after
       push(d)
     end
+    return
+  end
+
+  if n == 1 then
+    -- One policy: the same rule without the bookkeeping (commit iff allowed).
+    local d, state, ttl = run(set, k0, 1, now, cost, max_wait, call_id, false)
+    if d.allowed == 1 then
+      if type(state) == 'function' then
+        state(max(1, ttl) + ttl_slack)
+      else
+        redis.call('SET', KEYS[k0 + 1], state, 'PX', int(max(1, ttl) + ttl_slack))
+      end
+    end
+    push(d)
     return
   end
 
