@@ -3,7 +3,8 @@
  * The `sluice` command. For now: `check` validates a policy, `demo` replays a
  * burst through every algorithm on a virtual clock. The gateway arrives later.
  */
-import { readFileSync } from 'node:fs'
+import { readFileSync, realpathSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import { SluiceError } from '../core/errors.ts'
 import { resolvePolicies } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
@@ -97,5 +98,15 @@ function version(): string {
   return pkg.version
 }
 
-const invokedDirectly = process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/').split('/').slice(-2).join('/'))
-if (invokedDirectly) process.exitCode = main(process.argv.slice(2))
+/** True when this file is the program (also through npm's bin symlink), not an import. */
+function invokedDirectly(): boolean {
+  const script = process.argv[1]
+  if (script === undefined) return false
+  try {
+    return realpathSync(script) === realpathSync(fileURLToPath(import.meta.url))
+  } catch {
+    return false
+  }
+}
+
+if (invokedDirectly()) process.exitCode = main(process.argv.slice(2))

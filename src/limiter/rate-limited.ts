@@ -66,17 +66,18 @@ export function rateLimited<Args extends unknown[], Return>(
  *   async send(to: string, body: string) { ... }
  * }
  */
-export function RateLimited<Args extends unknown[]>(options: RateLimitedOptions<Args>) {
-  return function decorate<This, Return extends PromiseLike<unknown>>(
-    method: (this: This, ...args: Args) => Return,
-    context: ClassMethodDecoratorContext<This, (this: This, ...args: Args) => Return>,
-  ): (this: This, ...args: Args) => Return {
+export function RateLimited<Args extends unknown[] = unknown[]>(options: RateLimitedOptions<Args>) {
+  // The method may take more arguments than `key` and `cost` look at: they see its first ones.
+  return function decorate<This, MethodArgs extends [...Args, ...unknown[]], Return extends PromiseLike<unknown>>(
+    method: (this: This, ...args: MethodArgs) => Return,
+    context: ClassMethodDecoratorContext<This, (this: This, ...args: MethodArgs) => Return>,
+  ): (this: This, ...args: MethodArgs) => Return {
     if (context.kind !== 'method') throw new ArgumentError('@RateLimited', context.kind, 'decorates methods only')
     const guard = createGuard(options, String(context.name))
-    return async function rateLimitedMethod(this: This, ...args: Args) {
-      await guard(args)
+    return async function rateLimitedMethod(this: This, ...args: MethodArgs) {
+      await guard(args as unknown as Args)
       return await method.apply(this, args)
-    } as unknown as (this: This, ...args: Args) => Return
+    } as unknown as (this: This, ...args: MethodArgs) => Return
   }
 }
 

@@ -38,6 +38,19 @@ describe('rateLimited / @RateLimited', () => {
     assert.equal(await mailer.send('y'), 'y')
   })
 
+  it('decorates a method with more parameters than its key uses', async () => {
+    class Sender {
+      @RateLimited({ limit: 1, windowMs: 60_000, key: (to: string) => to })
+      async send(to: string, body: string, retries = 0): Promise<string> {
+        return `${to}:${body}:${retries}`
+      }
+    }
+    const sender = new Sender()
+    assert.equal(await sender.send('a', 'hi'), 'a:hi:0')
+    await assert.rejects(sender.send('a', 'again', 1), RateLimitedError)
+    assert.equal(await sender.send('b', 'hi', 2), 'b:hi:2')
+  })
+
   it('queue: waits for the reservation instead of failing', async (t) => {
     mock.timers.enable({ apis: ['setTimeout'] })
     t.after(() => mock.timers.reset())

@@ -2,7 +2,9 @@
 // "exports" to dist/, and the `sluice` bin runs.
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { describe, it } from 'node:test'
 
 describe('package', () => {
@@ -24,5 +26,16 @@ describe('package', () => {
     assert.match(run('demo'), /sliding-log:5\/1s/)
     assert.throws(() => run('check', '{"algorithm":"fixed-window","limit":0,"windowMs":1000}'), (e: { status: number; stdout: string }) => e.status === 1 && /limit must be a positive integer/.test(e.stdout))
     assert.throws(() => run('launch'), (e: { status: number }) => e.status === 2)
+  })
+
+  it('runs through a symlink, as npm installs bins (node_modules/.bin/sluice)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-bin-'))
+    try {
+      const link = join(dir, 'sluice')
+      symlinkSync(new URL('../../dist/cli/main.js', import.meta.url).pathname, link)
+      assert.match(execFileSync(process.execPath, [link, 'version'], { encoding: 'utf8' }), /^\d+\.\d+\.\d+/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
