@@ -28,4 +28,7 @@ export type {
   Decision,
   PolicyDecision,
 } from './core/types.ts'
+export { createRateLimitHandler, type RateLimitOptions, type RuleOptions, type KeyResolver, type HttpRequest, type HttpOutcome, type DecisionEvent } from './http/handler.ts'
+export { rateLimitHeaders, retryAfterHeader, windowSeconds, type HeaderOptions, type StandardHeaders } from './http/headers.ts'
+export { clientIpResolver, type ClientIpOptions } from './http/client-ip.ts'
 export * as algorithms from './algorithms/index.ts'

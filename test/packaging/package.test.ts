@@ -18,6 +18,17 @@ describe('package', () => {
     assert.ok(readFileSync(new URL(`../../${pkg.exports['.']?.types}`, import.meta.url), 'utf8').includes('export'))
   })
 
+  it('exports the HTTP adapters as subpaths: sluice/node and sluice/fetch', async () => {
+    const node = await import('sluice/node')
+    const web = await import('sluice/fetch')
+    assert.equal(typeof node.withRateLimit, 'function')
+    assert.equal(typeof node.rateLimitNode, 'function')
+    assert.equal(typeof web.withRateLimit, 'function')
+    const limiter = web.rateLimitFetch({ rules: [{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 } }], onWarning: () => {} })
+    assert.equal((await limiter.check(new Request('http://x/'), '203.0.113.9')).response, undefined)
+    assert.equal((await limiter.check(new Request('http://x/'), '203.0.113.9')).response?.status, 429)
+  })
+
   it('ships a sluice bin: version, check, demo, and exit 2 on an unknown command', () => {
     const bin = new URL('../../dist/cli/main.js', import.meta.url).pathname
     const run = (...args: string[]) => execFileSync(process.execPath, [bin, ...args], { encoding: 'utf8' })

@@ -1,0 +1,57 @@
+/**
+ * Web-standard adapter (`Request -> Response`), for Hono, Bun, Deno, Workers
+ * and anything else built on fetch handlers. The runtime's way of telling the
+ * client's address is passed in by the caller (Hono: `getConnInfo(c)`).
+ */
+import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+
+export function fetchRequest(request: Request, remoteAddress: string | undefined): HttpRequest {
+  const url = new URL(request.url)
+  return {
+    method: request.method,
+    path: url.pathname,
+    host: request.headers.get('host') ?? url.host,
+    header: (name) => request.headers.get(name) ?? undefined,
+    remoteAddress,
+  }
+}
+
+export interface FetchRateLimiter {
+  /** A refusal (429 / 403 response), or undefined with the headers to add to the handler's response. */
+  check(request: Request, remoteAddress?: string): Promise<{ response: Response | undefined; headers: Headers }>
+}
+
+export function rateLimitFetch(options: RateLimitOptions): FetchRateLimiter {
+  const handle = createRateLimitHandler(options)
+  return {
+    async check(request, remoteAddress) {
+      const outcome = await handle(fetchRequest(request, remoteAddress))
+      const headers = new Headers(outcome.headers)
+      if (outcome.proceed) return { response: undefined, headers }
+      return { response: new Response(outcome.body, { status: outcome.status, headers }), headers }
+    },
+  }
+}
+
+/**
+ * Wraps a fetch handler: refused requests get their 429, allowed ones reach the
+ * handler and its response gets the rate-limit headers.
+ */
+export function withRateLimit<Rest extends unknown[]>(
+  handler: (request: Request, ...rest: Rest) => Response | Promise<Response>,
+  options: RateLimitOptions,
+  remoteAddress: (request: Request, ...rest: Rest) => string | undefined = () => undefined,
+): (request: Request, ...rest: Rest) => Promise<Response> {
+  const limiter = rateLimitFetch(options)
+  return async function rateLimitedFetch(request, ...rest) {
+    const { response, headers } = await limiter.check(request, remoteAddress(request, ...rest))
+    if (response !== undefined) return response
+    const upstream = await handler(request, ...rest)
+    // A response's headers may be immutable (fetch() results, Response.redirect): copy it.
+    const merged = new Headers(upstream.headers)
+    headers.forEach((value, name) => merged.set(name, value))
+    return new Response(upstream.body, { status: upstream.status, statusText: upstream.statusText, headers: merged })
+  }
+}
+
+export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'

@@ -1,0 +1,58 @@
+/**
+ * node:http adapter. `rateLimitNode(options)` decides a request and, when it is
+ * refused, answers it; `withRateLimit(handler, options)` wraps a request
+ * listener for `http.createServer`. Translation only: the pipeline decides.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+
+export function nodeRequest(req: IncomingMessage): HttpRequest {
+  const url = req.url ?? '/'
+  const query = url.indexOf('?')
+  return {
+    method: req.method ?? 'GET',
+    path: query === -1 ? url : url.slice(0, query),
+    host: req.headers.host,
+    header: (name) => {
+      const value = req.headers[name]
+      return Array.isArray(value) ? value.join(', ') : value
+    },
+    remoteAddress: req.socket.remoteAddress,
+  }
+}
+
+/**
+ * Resolves true when the request may proceed (the rate-limit headers are then
+ * set on `res`), false when it was refused and answered.
+ */
+export function rateLimitNode(options: RateLimitOptions): (req: IncomingMessage, res: ServerResponse) => Promise<boolean> {
+  const handle = createRateLimitHandler(options)
+  return async function rateLimitNodeRequest(req, res) {
+    const outcome = await handle(nodeRequest(req))
+    for (const [name, value] of outcome.headers) res.setHeader(name, value)
+    if (outcome.proceed) return true
+    res.statusCode = outcome.status
+    res.end(outcome.body)
+    return false
+  }
+}
+
+/** Wraps a request listener: refused requests never reach it. */
+export function withRateLimit(
+  listener: (req: IncomingMessage, res: ServerResponse) => void | Promise<void>,
+  options: RateLimitOptions,
+): (req: IncomingMessage, res: ServerResponse) => void {
+  const limit = rateLimitNode(options)
+  return function rateLimitedListener(req, res) {
+    limit(req, res).then(
+      (proceed) => (proceed ? listener(req, res) : undefined),
+      () => {
+        // The pipeline throws only on a bug; answer rather than hang the client.
+        if (!res.headersSent) res.statusCode = 500
+        res.end()
+      },
+    )
+  }
+}
+
+export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'

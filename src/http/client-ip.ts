@@ -1,0 +1,125 @@
+/**
+ * The client's address, as a rate-limit key. The socket's peer is the client
+ * unless it is a configured trusted proxy: only then are `X-Forwarded-For` /
+ * `Forwarded` believed, walked from the right, and the first address that is
+ * not a trusted proxy is the client. A header from an untrusted peer changes
+ * nothing, so a client cannot pick its own key.
+ */
+import ipaddr from 'ipaddr.js'
+import { ArgumentError } from '../core/errors.ts'
+
+type Address = ipaddr.IPv4 | ipaddr.IPv6
+
+export interface ClientIpOptions {
+  /**
+   * Proxies in front of this server: CIDRs or addresses (`'10.0.0.0/8'`,
+   * `'::1'`), or the number of proxy hops. Default: none, the socket peer is the client.
+   */
+  trustProxy?: readonly string[] | number | false
+  /** IPv6 clients are grouped by this prefix, so one host cannot rotate through its own subnet. Default 56. */
+  ipv6Prefix?: number
+}
+
+export interface ResolvedClientIp {
+  /** `ip:203.0.113.7`, or `ip:2001:db8:ab::/56`; undefined when no address can be trusted. */
+  key: string | undefined
+  /** True when forwarding headers were present but ignored (no trusted proxy): worth a warning. */
+  ignoredForwarding: boolean
+}
+
+export type HeaderReader = (name: string) => string | undefined
+
+/** Compiles the options once; the returned function resolves one request. */
+export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress: string | undefined, header: HeaderReader) => ResolvedClientIp {
+  const prefix = options.ipv6Prefix ?? 56
+  if (!Number.isInteger(prefix) || prefix < 1 || prefix > 128) {
+    throw new ArgumentError('ipv6Prefix', options.ipv6Prefix, 'must be an integer from 1 to 128')
+  }
+  const trust = options.trustProxy ?? false
+  let trusted: (address: Address) => boolean = () => false
+  let hops = 0
+  if (typeof trust === 'number') {
+    if (!Number.isInteger(trust) || trust < 0) throw new ArgumentError('trustProxy', trust, 'must be a hop count (integer >= 0) or a list of CIDRs')
+    hops = trust
+  } else if (Array.isArray(trust)) {
+    const ranges = trust.map((cidr) => parseRange(cidr))
+    trusted = (address) => ranges.some(([range, bits]) => address.kind() === range.kind() && address.match(range, bits))
+  } else if (trust !== false) {
+    throw new ArgumentError('trustProxy', trust, 'must be false, a hop count, or a list of CIDRs')
+  }
+  const trustsAny = hops > 0 || (Array.isArray(trust) && trust.length > 0)
+
+  return (remoteAddress, header) => {
+    const peer = parse(remoteAddress)
+    const forwarded = forwardedFor(header)
+    if (peer === undefined) return { key: undefined, ignoredForwarding: false }
+    if (!trustsAny || forwarded.length === 0) {
+      return { key: keyOf(peer, prefix), ignoredForwarding: !trustsAny && forwarded.length > 0 }
+    }
+    // The chain as the last proxy saw it: the forwarded addresses, then the peer.
+    const chain = [...forwarded, peer]
+    let client: Address = peer
+    if (hops > 0) {
+      client = chain[Math.max(0, chain.length - 1 - hops)] ?? peer
+    } else {
+      for (let i = chain.length - 1; i >= 0; i--) {
+        const address = chain[i]
+        if (address === undefined) break // unparseable: stop at the last address a trusted proxy vouched for
+        client = address
+        if (!trusted(address)) break
+      }
+    }
+    return { key: keyOf(client, prefix), ignoredForwarding: false }
+  }
+}
+
+/** `ip:<address>`; IPv4-mapped IPv6 as IPv4; IPv6 as its /prefix network. */
+function keyOf(address: Address, prefix: number): string {
+  if (address.kind() === 'ipv4') return `ip:${address.toString()}`
+  const network = ipaddr.IPv6.networkAddressFromCIDR(`${address.toString()}/${prefix}`)
+  return `ip:${network.toString()}/${prefix}`
+}
+
+function parse(raw: string | undefined): Address | undefined {
+  if (raw === undefined) return undefined
+  let text = raw.trim()
+  if (text.startsWith('"') && text.endsWith('"')) text = text.slice(1, -1)
+  // [v6]:port, or v4:port
+  const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(text)
+  if (bracketed) text = bracketed[1] as string
+  else if (/^\d+\.\d+\.\d+\.\d+:\d+$/.test(text)) text = text.slice(0, text.lastIndexOf(':'))
+  const zone = text.indexOf('%')
+  if (zone !== -1) text = text.slice(0, zone)
+  if (!ipaddr.isValid(text)) return undefined
+  const address = ipaddr.parse(text)
+  if (address.kind() === 'ipv6' && (address as ipaddr.IPv6).isIPv4MappedAddress()) return (address as ipaddr.IPv6).toIPv4Address()
+  return address
+}
+
+/**
+ * Addresses from `Forwarded` (RFC 7239 `for=`) if present, else from
+ * `X-Forwarded-For`, left to right; an entry that is not an address is kept as
+ * undefined so the walk stops there.
+ */
+function forwardedFor(header: HeaderReader): Array<Address | undefined> {
+  const forwarded = header('forwarded')
+  if (forwarded !== undefined && forwarded !== '') {
+    return forwarded.split(',').map((element) => {
+      const pair = element.split(';').map((p) => p.trim()).find((p) => p.toLowerCase().startsWith('for='))
+      return pair === undefined ? undefined : parse(pair.slice(4))
+    })
+  }
+  const xff = header('x-forwarded-for')
+  if (xff === undefined || xff === '') return []
+  return xff.split(',').map((entry) => parse(entry))
+}
+
+function parseRange(cidr: string): [Address, number] {
+  try {
+    if (cidr.includes('/')) return ipaddr.parseCIDR(cidr)
+    const address = ipaddr.parse(cidr)
+    return [address, address.kind() === 'ipv4' ? 32 : 128]
+  } catch {
+    throw new ArgumentError('trustProxy', cidr, 'must hold addresses or CIDRs such as 10.0.0.0/8 or ::1')
+  }
+}

@@ -1,0 +1,266 @@
+/**
+ * The framework-neutral HTTP pipeline: route match -> identity key -> policies
+ * -> decision -> status, headers and body. Adapters (node, fetch, ...) only
+ * translate their request into `HttpRequest` and apply the `HttpOutcome`.
+ */
+import type { Clock } from '../core/clock.ts'
+import { ArgumentError } from '../core/errors.ts'
+import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
+import { Limiter, type LimiterOptions } from '../limiter/limiter.ts'
+import type { Store } from '../stores/store.ts'
+import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
+import { rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
+
+/** What the pipeline needs to know of a request. */
+export interface HttpRequest {
+  method: string
+  /** The path, without the query string. */
+  path: string
+  host: string | undefined
+  /** A request header by lower-case name (first value). */
+  header(name: string): string | undefined
+  /** The socket peer's address. */
+  remoteAddress: string | undefined
+}
+
+/** Resolves a request to a key (with its kind as prefix, e.g. `user:42`), or undefined for "no identity". */
+export type KeyResolver = (request: HttpRequest) => string | undefined | Promise<string | undefined>
+
+export interface RuleOptions {
+  /** Names the rule in logs and keys. Default `rule-<index>`. */
+  name?: string
+  /** Which requests the rule applies to. Default: every request. */
+  match?: {
+    /** Path patterns: `*` matches within a segment, `**` across segments (`/api/**`). */
+    path?: string | string[]
+    /** Methods, e.g. `['POST', 'PUT']`. */
+    method?: string | string[]
+    /** Hosts, exact or `*.example.com`. */
+    host?: string | string[]
+    /** Path patterns the rule does not apply to, even when `path` matches. */
+    exclude?: string | string[]
+  }
+  policies: Policy | Policy[]
+  /** Identity for this rule. Default: the handler's `key`. */
+  key?: KeyResolver
+  /** Units a request costs. Default 1. */
+  cost?: number | ((request: HttpRequest) => number)
+  /** Decide and report, never refuse. */
+  shadow?: boolean
+}
+
+export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' | 'onStoreFailure' | 'expectedInstances' | 'circuit' | 'blockCache'> {
+  /** Ordered rules; a request is subject to every rule that matches it. */
+  rules: RuleOptions[]
+  /** Path patterns never limited (health checks, metrics). */
+  skip?: string[]
+  /** Default identity: the client IP (see `clientIp`). */
+  key?: KeyResolver
+  /** How the default IP identity treats proxies and IPv6. */
+  clientIp?: ClientIpOptions
+  /** Requests with no identity: share one `anonymous` key (default), or refuse them with 403. */
+  emptyKey?: 'anonymous' | 'forbid'
+  headers?: HeaderOptions
+  /** Shadow mode for every rule. */
+  shadow?: boolean
+  store?: Store
+  prefix?: string
+  clock?: Clock
+  /** Every decision, allowed or not (shadow ones too). */
+  onDecision?: (event: DecisionEvent) => void
+  /** Misconfiguration noticed at run time (e.g. forwarding headers with no trusted proxy). */
+  onWarning?: (message: string) => void
+}
+
+export interface DecisionEvent {
+  rule: string
+  key: string
+  decision: Decision
+  shadow: boolean
+  request: HttpRequest
+}
+
+export interface HttpOutcome {
+  /** False: send `status`, `headers` and `body` instead of running the handler. */
+  proceed: boolean
+  status: number
+  /** Headers for the response, allowed or refused. */
+  headers: HeaderList
+  body: string | undefined
+}
+
+interface CompiledRule {
+  name: string
+  matches: (request: HttpRequest) => boolean
+  limiter: Limiter
+  key: KeyResolver
+  cost: (request: HttpRequest) => number
+  shadow: boolean
+}
+
+const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
+
+/** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
+export function createRateLimitHandler(options: RateLimitOptions): (request: HttpRequest) => Promise<HttpOutcome> {
+  if (typeof options !== 'object' || options === null || !Array.isArray(options.rules) || options.rules.length === 0) {
+    throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules')
+  }
+  const warn = options.onWarning ?? ((message: string) => process.emitWarning(message, { code: 'SLUICE_HTTP' }))
+  const warned = new Set<string>()
+  const warnOnce = (message: string) => {
+    if (warned.has(message)) return
+    warned.add(message)
+    warn(message)
+  }
+  const resolveIp = clientIpResolver(options.clientIp)
+  const ipKey: KeyResolver = (request) => {
+    const { key, ignoredForwarding } = resolveIp(request.remoteAddress, request.header)
+    if (ignoredForwarding) {
+      warnOnce('sluice: requests carry X-Forwarded-For / Forwarded but no trusted proxy is configured; they are ignored and the socket address is the key. Set clientIp.trustProxy if a proxy is in front of this server.')
+    }
+    return key
+  }
+  const defaultKey = options.key ?? ipKey
+  const skip = compilePaths(options.skip ?? [], 'skip')
+  const emptyKey = options.emptyKey ?? 'anonymous'
+  if (emptyKey !== 'anonymous' && emptyKey !== 'forbid') throw new ArgumentError('emptyKey', emptyKey, "must be 'anonymous' or 'forbid'")
+  const clock = options.clock ?? Date.now
+  const seenPolicyNames = new Map<string, string>()
+
+  const rules: CompiledRule[] = options.rules.map((rule, index) => {
+    const name = rule.name ?? `rule-${index}`
+    const limiter = new Limiter({
+      policies: rule.policies,
+      prefix: `${options.prefix ?? 'sluice'}:${name}`,
+      ...(options.store !== undefined ? { store: options.store } : {}),
+      ...(options.clock !== undefined ? { clock: options.clock } : {}),
+      ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
+    })
+    for (const policy of limiter.policies) {
+      const other = seenPolicyNames.get(policy.name)
+      if (other !== undefined) {
+        throw new ArgumentError('rules', name, `and rule "${other}" both have a policy named "${policy.name}"; name the policies so headers can tell them apart`)
+      }
+      seenPolicyNames.set(policy.name, name)
+    }
+    const cost = rule.cost ?? 1
+    // The Limiter checks costs per call; a constant one can be checked now, at start-up.
+    if (typeof cost === 'number') checkStaticCost(cost, limiter.policies, name)
+    return {
+      name,
+      matches: compileMatch(rule.match ?? {}, name),
+      limiter,
+      key: rule.key ?? defaultKey,
+      cost: typeof cost === 'function' ? cost : () => cost,
+      shadow: rule.shadow ?? options.shadow ?? false,
+    }
+  })
+
+  return async function rateLimit(request: HttpRequest): Promise<HttpOutcome> {
+    if (skip(request.path)) return { proceed: true, status: 200, headers: [], body: undefined }
+    const applied: Array<{ rule: CompiledRule; decision: Decision; key: string }> = []
+    for (const rule of rules) {
+      if (!rule.matches(request)) continue
+      let key = await rule.key(request)
+      if (key === undefined || key === '') {
+        if (emptyKey === 'forbid') return problem(403, 'Forbidden', 'The request carries no identity this API accepts.', [])
+        key = 'anonymous'
+      }
+      const decision = await rule.limiter.limit(key, { cost: rule.cost(request) })
+      options.onDecision?.({ rule: rule.name, key, decision, shadow: rule.shadow, request })
+      applied.push({ rule, decision, key })
+      if (!decision.allowed && !rule.shadow) break
+    }
+    if (applied.length === 0) return { proceed: true, status: 200, headers: [], body: undefined }
+    const now = clock()
+    const refused = applied.find(({ rule, decision }) => !decision.allowed && !rule.shadow)
+    // The rule whose numbers single-valued fields carry: the refusing one, else the one with the fewest units left.
+    const binding = refused ?? applied.reduce((a, b) => (b.decision.remaining < a.decision.remaining ? b : a))
+    const headers = mergeHeaders(
+      applied.map(({ rule, decision, key }) => rateLimitHeaders(decision, rule.limiter.policies, options.headers ?? {}, key, now)),
+      applied.indexOf(binding),
+      options.headers?.standard ?? 'draft-10',
+    )
+    if (refused === undefined) return { proceed: true, status: 200, headers, body: undefined }
+    const { decision } = refused
+    const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
+    return problem(429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${Math.ceil(decision.retryAfterMs / 1000)} s.`, [...headers, retryAfterHeader(decision)], {
+      'violated-policies': violated,
+      limit: decision.limit,
+      remaining: decision.remaining,
+      'retry-after': Math.max(1, Math.ceil(decision.retryAfterMs / 1000)),
+    })
+  }
+}
+
+/** An RFC 9457 problem response. */
+function problem(status: number, title: string, detail: string, headers: HeaderList, extra: Record<string, unknown> = {}): HttpOutcome {
+  const body = JSON.stringify({ type: status === 429 ? QUOTA_EXCEEDED : 'about:blank', title, status, detail, ...extra })
+  return { proceed: false, status, headers: [...headers, ['Content-Type', 'application/problem+json']], body }
+}
+
+/**
+ * Several rules produce the same fields. List-valued ones (`RateLimit-Policy`,
+ * and `RateLimit` in draft-10 / draft-8) carry every rule's members; the
+ * single-valued ones carry the binding rule's numbers.
+ */
+function mergeHeaders(perRule: HeaderList[], binding: number, standard: string | false): HeaderList {
+  const lists = new Set(['RateLimit-Policy', ...(standard === 'draft-10' || standard === 'draft-8' ? ['RateLimit'] : [])])
+  const merged = new Map<string, string[]>()
+  perRule.forEach((headers, i) => {
+    for (const [name, value] of headers) {
+      if (lists.has(name)) merged.set(name, [...(merged.get(name) ?? []), value])
+      else if (i === binding) merged.set(name, [value])
+    }
+  })
+  return [...merged].map(([name, values]) => [name, values.join(', ')])
+}
+
+function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule: string): void {
+  if (!Number.isSafeInteger(cost) || cost < 1) throw new ArgumentError(`rule "${rule}" cost`, cost, 'must be a positive integer or a function')
+  for (const policy of policies) {
+    const limit = 'limit' in policy ? policy.limit : policy.capacity
+    if (cost > limit) throw new ArgumentError(`rule "${rule}" cost`, cost, `exceeds the limit ${limit} of policy "${policy.name}", so the rule would refuse every request`)
+  }
+}
+
+function compileMatch(match: NonNullable<RuleOptions['match']>, rule: string): (request: HttpRequest) => boolean {
+  const paths = match.path === undefined ? () => true : compilePaths(list(match.path), `rule "${rule}" match.path`)
+  const excluded = match.exclude === undefined ? () => false : compilePaths(list(match.exclude), `rule "${rule}" match.exclude`)
+  const methods = match.method === undefined ? undefined : new Set(list(match.method).map((m) => m.toUpperCase()))
+  const hosts = match.host === undefined ? undefined : list(match.host).map((h) => compileHost(h, rule))
+  return (request) =>
+    paths(request.path) && !excluded(request.path) &&
+    (methods === undefined || methods.has(request.method.toUpperCase())) &&
+    (hosts === undefined || (request.host !== undefined && hosts.some((host) => host(request.host as string))))
+}
+
+/** `**` any number of segments, `*` within one segment; everything else literal. */
+function compilePaths(patterns: string[], what: string): (path: string) => boolean {
+  const regexes = patterns.map((pattern) => {
+    if (typeof pattern !== 'string' || !pattern.startsWith('/')) throw new ArgumentError(what, pattern, 'must be path patterns starting with "/"')
+    const source = pattern.split(/(\*\*|\*)/).map((part) => (part === '**' ? '.*' : part === '*' ? '[^/]*' : part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))).join('')
+    return new RegExp(`^${source}$`)
+  })
+  return (path) => regexes.some((regex) => regex.test(path))
+}
+
+function compileHost(host: string, rule: string): (host: string) => boolean {
+  if (typeof host !== 'string' || host === '') throw new ArgumentError(`rule "${rule}" match.host`, host, 'must be host names')
+  const bare = (h: string) => h.toLowerCase().replace(/:\d+$/, '')
+  if (host.startsWith('*.')) {
+    const suffix = host.slice(1).toLowerCase()
+    return (candidate) => bare(candidate).endsWith(suffix)
+  }
+  return (candidate) => bare(candidate) === host.toLowerCase()
+}
+
+function list(value: string | string[]): string[] {
+  return Array.isArray(value) ? value : [value]
+}
+
+function pick<T extends object, K extends keyof T>(object: T, keys: K[]): Partial<Pick<T, K>> {
+  const picked: Partial<Pick<T, K>> = {}
+  for (const key of keys) if (object[key] !== undefined) picked[key] = object[key]
+  return picked
+}

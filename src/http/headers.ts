@@ -1,0 +1,123 @@
+/**
+ * Rate-limit response header fields, serialized as RFC 9651 structured fields
+ * (by the structured-headers library, not by string concatenation).
+ *
+ * - `draft-10`: the IETF httpapi fields, one named item per policy that applied:
+ *   `RateLimit-Policy: "minute";q=100;w=60` and `RateLimit: "minute";r=42;t=18`.
+ * - `draft-8`, `draft-7`, `draft-6`: the shapes express-rate-limit emits under
+ *   those names, for users migrating from it.
+ * - `legacy`: `X-RateLimit-Limit / -Remaining / -Reset` (Reset in epoch seconds).
+ */
+import { createHash } from 'node:crypto'
+import { serializeList, serializeDictionary, type Item } from 'structured-headers'
+import type { Decision, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
+
+export type StandardHeaders = 'draft-10' | 'draft-8' | 'draft-7' | 'draft-6'
+
+export interface HeaderOptions {
+  /** The standard fields to send, or `false` for none. Default `'draft-10'`. */
+  standard?: StandardHeaders | false
+  /** Also send `X-RateLimit-Limit / -Remaining / -Reset`. Default false. */
+  legacy?: boolean
+  /**
+   * draft-10 / draft-8: add `pk`, a partition key derived from the client's key:
+   * the first 12 hex digits of its SHA-256, as a byte sequence (never the key
+   * itself). Default false.
+   */
+  partitionKey?: boolean
+}
+
+export type HeaderList = Array<[name: string, value: string]>
+
+/** The window a policy's quota refers to, in whole seconds (at least 1). */
+export function windowSeconds(policy: ResolvedPolicy): number {
+  switch (policy.algorithm) {
+    case 'fixed-window':
+    case 'sliding-log':
+    case 'sliding-window':
+      return Math.max(1, Math.ceil(policy.windowMs / 1000))
+    case 'token-bucket':
+      // The time the bucket takes to refill from empty.
+      return Math.max(1, Math.ceil((policy.capacity * policy.refillIntervalMs) / policy.refillTokens / 1000))
+    case 'leaky-bucket':
+      return Math.max(1, Math.ceil((policy.capacity * policy.leakIntervalMs) / policy.leakTokens / 1000))
+  }
+}
+
+const seconds = (ms: number) => Math.max(0, Math.ceil(ms / 1000))
+
+/**
+ * The header fields for a decision. `policies` are the resolved policies the
+ * decision's entries come from (same order); `key` is the client's key, used
+ * only for `pk`; `now` (epoch ms) only for the legacy Reset timestamp.
+ */
+export function rateLimitHeaders(
+  decision: Decision,
+  policies: readonly ResolvedPolicy[],
+  options: HeaderOptions,
+  key: string,
+  now: number,
+): HeaderList {
+  const headers: HeaderList = []
+  const standard = options.standard ?? 'draft-10'
+  const binding = decision.policies.find((p) => p.policy === decision.policy) ?? (decision.policies[0] as PolicyDecision)
+
+  if (standard === 'draft-10' || standard === 'draft-8') {
+    const pk = options.partitionKey === true ? partitionKey(key) : undefined
+    const quota: Item[] = []
+    const left: Item[] = []
+    decision.policies.forEach((entry, i) => {
+      const policy = policies[i] as ResolvedPolicy
+      const qParams = new Map<string, number | ArrayBuffer>([['q', entry.limit], ['w', windowSeconds(policy)]])
+      const rParams = new Map<string, number | ArrayBuffer>([['r', entry.remaining], ['t', seconds(entry.allowed ? entry.resetAfterMs : entry.retryAfterMs)]])
+      if (pk !== undefined) {
+        qParams.set('pk', pk)
+        rParams.set('pk', pk)
+      }
+      quota.push([entry.policy, qParams])
+      left.push([entry.policy, rParams])
+    })
+    headers.push(['RateLimit-Policy', serializeList(quota)], ['RateLimit', serializeList(left)])
+  } else if (standard === 'draft-7') {
+    headers.push(
+      ['RateLimit-Policy', policyList(decision, policies)],
+      ['RateLimit', serializeDictionary(new Map([
+        ['limit', [binding.limit, new Map()]],
+        ['remaining', [binding.remaining, new Map()]],
+        ['reset', [seconds(binding.resetAfterMs), new Map()]],
+      ]))],
+    )
+  } else if (standard === 'draft-6') {
+    headers.push(
+      ['RateLimit-Policy', policyList(decision, policies)],
+      ['RateLimit-Limit', String(binding.limit)],
+      ['RateLimit-Remaining', String(binding.remaining)],
+      ['RateLimit-Reset', String(seconds(binding.resetAfterMs))],
+    )
+  }
+  if (options.legacy === true) {
+    headers.push(
+      ['X-RateLimit-Limit', String(binding.limit)],
+      ['X-RateLimit-Remaining', String(binding.remaining)],
+      ['X-RateLimit-Reset', String(Math.ceil((now + binding.resetAfterMs) / 1000))],
+    )
+  }
+  return headers
+}
+
+/** `Retry-After` in delay-seconds, rounded up (RFC 9110 10.2.3). */
+export function retryAfterHeader(decision: Decision): [string, string] {
+  return ['Retry-After', String(Math.max(1, seconds(decision.retryAfterMs)))]
+}
+
+/** draft-6/7 `RateLimit-Policy`: `100;w=60, 1000;w=3600` (quota items, no names). */
+function policyList(decision: Decision, policies: readonly ResolvedPolicy[]): string {
+  return serializeList(decision.policies.map((entry, i): Item => [entry.limit, new Map([['w', windowSeconds(policies[i] as ResolvedPolicy)]])]))
+}
+
+/** The first 12 hex digits of SHA-256(key), as bytes: identifies a partition without revealing it. */
+function partitionKey(key: string): ArrayBuffer {
+  const hex = createHash('sha256').update(key).digest('hex').slice(0, 12)
+  const bytes = Buffer.from(hex, 'utf8')
+  return bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer
+}

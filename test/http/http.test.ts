@@ -1,0 +1,138 @@
+/**
+ * One behavioural suite, run against every adapter on real servers over real
+ * sockets, with the memory store and with Redis.
+ */
+import assert from 'node:assert/strict'
+import { after, before, describe, it } from 'node:test'
+import { MemoryStore, RedisStore, type Store } from '../../src/index.ts'
+import type { RateLimitOptions } from '../../src/http/adapters/node.ts'
+import { startRedis, type RedisServer } from '../support/redis.ts'
+import { fetchServer, nodeServer, type StartServer } from './servers.ts'
+
+const MINUTE = 60_000
+const fixedClock = () => 30_000 // 30 s into the first minute: reset headers say t=30
+
+async function withServer(start: StartServer, options: RateLimitOptions, body: (url: string) => Promise<void>) {
+  const server = await start(options)
+  try {
+    await body(server.url)
+  } finally {
+    await server.close()
+  }
+}
+
+const get = (url: string, headers: Record<string, string> = {}) => fetch(url, { headers })
+
+function suite(adapter: string, start: StartServer, makeStore: () => Store) {
+  const base = (rules: RateLimitOptions['rules'], extra: Partial<RateLimitOptions> = {}): RateLimitOptions => ({
+    rules, store: makeStore(), clock: fixedClock, prefix: `http-${adapter}-${Math.random().toString(36).slice(2)}`, ...extra,
+  })
+
+  it(`${adapter}: the N+1st request gets 429 with Retry-After and an RFC 9457 body; allowed ones carry the headers`, async () => {
+    await withServer(start, base([{ name: 'api', match: { path: '/api/**' }, policies: { algorithm: 'fixed-window', limit: 3, windowMs: MINUTE, name: 'per-minute' } }]), async (url) => {
+      for (let i = 0; i < 3; i++) {
+        const res = await get(`${url}/api/items?page=${i}`)
+        assert.equal(res.status, 200)
+        assert.equal(await res.text(), `ok /api/items${adapter === 'fetch' ? '' : `?page=${i}`}`)
+        assert.equal(res.headers.get('ratelimit-policy'), '"per-minute";q=3;w=60')
+        assert.equal(res.headers.get('ratelimit'), `"per-minute";r=${2 - i};t=30`)
+      }
+      const refused = await get(`${url}/api/items`)
+      assert.equal(refused.status, 429)
+      assert.equal(refused.headers.get('retry-after'), '30')
+      assert.equal(refused.headers.get('ratelimit'), '"per-minute";r=0;t=30')
+      assert.match(refused.headers.get('content-type') ?? '', /^application\/problem\+json/)
+      const problem = await refused.json() as Record<string, unknown>
+      assert.equal(problem.type, 'https://iana.org/assignments/http-problem-types#quota-exceeded')
+      assert.equal(problem.status, 429)
+      assert.deepEqual(problem['violated-policies'], ['per-minute'])
+      assert.equal(problem['retry-after'], 30)
+      // Outside the rule's paths nothing is limited.
+      assert.equal((await get(`${url}/public`)).status, 200)
+    })
+  })
+
+  it(`${adapter}: skipped paths are never limited; per-route and global limits combine`, async () => {
+    const options = base([
+      { name: 'global', policies: { algorithm: 'fixed-window', limit: 5, windowMs: MINUTE, name: 'global' } },
+      { name: 'login', match: { path: '/login', method: 'POST' }, policies: { algorithm: 'sliding-log', limit: 2, windowMs: MINUTE, name: 'login' } },
+    ], { skip: ['/health', '/metrics/**'] })
+    await withServer(start, options, async (url) => {
+      for (let i = 0; i < 10; i++) {
+        const health = await get(`${url}/health`)
+        assert.equal(health.status, 200)
+        assert.equal(health.headers.get('ratelimit'), null)
+      }
+      const post = () => fetch(`${url}/login`, { method: 'POST' })
+      assert.equal((await post()).status, 200)
+      const second = await post()
+      assert.equal(second.status, 200)
+      assert.equal(second.headers.get('ratelimit-policy'), '"global";q=5;w=60, "login";q=2;w=60')
+      assert.equal(second.headers.get('ratelimit'), '"global";r=3;t=30, "login";r=0;t=60')
+      const third = await post()
+      assert.equal(third.status, 429)
+      assert.deepEqual((await third.json() as { 'violated-policies': string[] })['violated-policies'], ['login'])
+      // Rules are decided in order: the refused third POST was still charged by "global",
+      // which came first. GETs are only under the global limit: 3 spent, 2 left.
+      assert.equal((await get(`${url}/x`)).status, 200)
+      assert.equal((await get(`${url}/x`)).status, 200)
+      assert.equal((await get(`${url}/x`)).status, 429)
+    })
+  })
+
+  it(`${adapter}: X-Forwarded-For from an untrusted peer cannot change the key; through a trusted proxy it is the key`, async () => {
+    const policies = { algorithm: 'fixed-window' as const, limit: 1, windowMs: MINUTE, name: 'one' }
+    const warnings: string[] = []
+    await withServer(start, base([{ policies }], { onWarning: (m) => warnings.push(m) }), async (url) => {
+      assert.equal((await get(url, { 'x-forwarded-for': '203.0.113.1' })).status, 200)
+      assert.equal((await get(url, { 'x-forwarded-for': '203.0.113.2' })).status, 429, 'a new spoofed address is the same client')
+      assert.equal(warnings.length, 1, 'warned once that forwarding headers are ignored')
+    })
+    await withServer(start, base([{ policies }], { clientIp: { trustProxy: ['127.0.0.1', '::1'] } }), async (url) => {
+      assert.equal((await get(url, { 'x-forwarded-for': '203.0.113.1' })).status, 200)
+      assert.equal((await get(url, { 'x-forwarded-for': '203.0.113.2' })).status, 200, 'another client behind the proxy')
+      assert.equal((await get(url, { 'x-forwarded-for': '6.6.6.6, 203.0.113.1' })).status, 429, 'the right-most untrusted address is the client')
+      assert.equal((await get(url, { 'x-forwarded-for': '2001:db8:aa:1::1' })).status, 200)
+      assert.equal((await get(url, { 'x-forwarded-for': '2001:db8:aa:2::9' })).status, 429, 'one IPv6 /56 is one client')
+    })
+  })
+
+  it(`${adapter}: no identity is refused with 403 when configured; shadow rules never refuse`, async () => {
+    await withServer(start, base([{ policies: { algorithm: 'fixed-window', limit: 5, windowMs: MINUTE } }], { key: (request) => request.header('x-api-key'), emptyKey: 'forbid' }), async (url) => {
+      const anonymous = await get(url)
+      assert.equal(anonymous.status, 403)
+      assert.match(anonymous.headers.get('content-type') ?? '', /problem\+json/)
+      assert.equal((await get(url, { 'x-api-key': 'abc' })).status, 200)
+    })
+    const seen: boolean[] = []
+    await withServer(start, base([{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE } }], { shadow: true, onDecision: (e) => seen.push(e.decision.allowed) }), async (url) => {
+      for (let i = 0; i < 3; i++) assert.equal((await get(url)).status, 200)
+      assert.deepEqual(seen, [true, false, false], 'decided and reported, never enforced')
+    })
+  })
+
+  it(`${adapter}: legacy and draft-6 header shapes`, async () => {
+    await withServer(start, base([{ policies: { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, name: 'tb' } }], { headers: { standard: 'draft-6', legacy: true } }), async (url) => {
+      const res = await get(url)
+      assert.equal(res.headers.get('ratelimit-policy'), '10;w=10')
+      assert.equal(res.headers.get('ratelimit-limit'), '10')
+      assert.equal(res.headers.get('ratelimit-remaining'), '9')
+      assert.equal(res.headers.get('ratelimit-reset'), '1')
+      assert.equal(res.headers.get('x-ratelimit-limit'), '10')
+      assert.equal(res.headers.get('x-ratelimit-reset'), '31', 'epoch seconds: 30 s + 1 s')
+    })
+  })
+}
+
+describe('HTTP adapters (memory store)', () => {
+  suite('node', nodeServer, () => new MemoryStore())
+  suite('fetch', fetchServer, () => new MemoryStore())
+})
+
+describe('HTTP adapters (Redis store)', () => {
+  let redis: RedisServer
+  before(async () => { redis = await startRedis() })
+  after(async () => { await redis.stop() })
+  suite('node', nodeServer, () => new RedisStore({ client: redis.client() }))
+  suite('fetch', fetchServer, () => new RedisStore({ client: redis.client() }))
+})

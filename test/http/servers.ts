@@ -1,0 +1,46 @@
+/** Real servers on loopback for the HTTP suite: one per adapter. */
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { withRateLimit as withNode, type RateLimitOptions } from '../../src/http/adapters/node.ts'
+import { withRateLimit as withFetch } from '../../src/http/adapters/fetch.ts'
+
+export interface ServerUnderTest {
+  url: string
+  close(): Promise<void>
+}
+
+export type StartServer = (options: RateLimitOptions) => Promise<ServerUnderTest>
+
+async function listen(server: Server): Promise<ServerUnderTest> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }),
+  }
+}
+
+/** node:http with the node adapter. */
+export const nodeServer: StartServer = (options) =>
+  listen(createServer(withNode((req, res) => { res.setHeader('Content-Type', 'text/plain'); res.end(`ok ${req.url}`) }, options)))
+
+/**
+ * The fetch adapter behind a minimal node:http -> Request / Response bridge (what
+ * Hono's node server does), passing the socket address as the runtime would.
+ */
+export const fetchServer: StartServer = (options) => {
+  const handler = withFetch(
+    (request: Request, _remoteAddress: string | undefined) => new Response(`ok ${new URL(request.url).pathname}`, { headers: { 'Content-Type': 'text/plain' } }),
+    options,
+    (_request: Request, remoteAddress: string | undefined) => remoteAddress,
+  )
+  return listen(createServer(async (req, res) => {
+    const headers = new Headers()
+    for (const [name, value] of Object.entries(req.headers)) if (typeof value === 'string') headers.set(name, value)
+    const request = new Request(`http://${req.headers.host ?? 'localhost'}${req.url ?? '/'}`, { method: req.method ?? 'GET', headers })
+    const response = await handler(request, req.socket.remoteAddress)
+    res.statusCode = response.status
+    response.headers.forEach((value, name) => res.setHeader(name, value))
+    res.end(Buffer.from(await response.arrayBuffer()))
+  }))
+}
