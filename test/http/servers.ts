@@ -3,6 +3,10 @@ import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { withRateLimit as withNode, type RateLimitOptions } from '../../src/http/adapters/node.ts'
 import { withRateLimit as withFetch } from '../../src/http/adapters/fetch.ts'
+import { rateLimit as expressRateLimit } from '../../src/http/adapters/express.ts'
+import { sluiceFastify } from '../../src/http/adapters/fastify.ts'
+import express from 'express'
+import Fastify from 'fastify'
 
 export interface ServerUnderTest {
   url: string
@@ -43,4 +47,22 @@ export const fetchServer: StartServer = (options) => {
     response.headers.forEach((value, name) => res.setHeader(name, value))
     res.end(Buffer.from(await response.arrayBuffer()))
   }))
+}
+
+/** An Express app with the middleware in front of every route. */
+export const expressServer: StartServer = (options) => {
+  const app = express()
+  app.use(expressRateLimit(options))
+  app.use((req, res) => { res.type('text/plain').send(`ok ${req.originalUrl}`) })
+  return listen(createServer(app))
+}
+
+/** A Fastify app with the plugin registered. */
+export const fastifyServer: StartServer = async (options) => {
+  const app = Fastify({ logger: false })
+  await app.register(sluiceFastify, options)
+  app.all('/*', async (request, reply) => reply.type('text/plain').send(`ok ${request.url}`))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as AddressInfo
+  return { url: `http://127.0.0.1:${port}`, close: async () => { await app.close() } }
 }

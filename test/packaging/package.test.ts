@@ -18,9 +18,11 @@ describe('package', () => {
     assert.ok(readFileSync(new URL(`../../${pkg.exports['.']?.types}`, import.meta.url), 'utf8').includes('export'))
   })
 
-  it('exports the HTTP adapters as subpaths: sluice/node and sluice/fetch', async () => {
+  it('exports the HTTP adapters as subpaths: sluice/node, sluice/express, sluice/fastify, sluice/fetch', async () => {
     const node = await import('sluice/node')
     const web = await import('sluice/fetch')
+    assert.equal(typeof (await import('sluice/express')).rateLimit, 'function')
+    assert.equal(typeof (await import('sluice/fastify')).sluiceFastify, 'function')
     assert.equal(typeof node.withRateLimit, 'function')
     assert.equal(typeof node.rateLimitNode, 'function')
     assert.equal(typeof web.withRateLimit, 'function')

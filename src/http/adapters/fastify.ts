@@ -1,0 +1,55 @@
+/**
+ * Fastify plugin: an `onRequest` hook runs the pipeline; refused requests are
+ * answered there, allowed ones get the headers on their reply. Warnings go to
+ * Fastify's logger unless `onWarning` is given.
+ */
+import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+
+/** The parts of Fastify's request and reply the plugin uses. */
+interface FastifyRequestLike {
+  method: string
+  url: string
+  hostname?: string
+  headers: Record<string, string | string[] | undefined>
+  raw: { socket: { remoteAddress?: string | undefined } }
+}
+interface FastifyReplyLike {
+  header(name: string, value: string): unknown
+  code(status: number): FastifyReplyLike
+  send(body: unknown): unknown
+}
+interface FastifyInstanceLike {
+  addHook(name: 'onRequest', hook: (request: FastifyRequestLike, reply: FastifyReplyLike) => Promise<unknown>): unknown
+  log: { warn(message: string): void }
+}
+
+export function fastifyRequest(request: FastifyRequestLike): HttpRequest {
+  const query = request.url.indexOf('?')
+  return {
+    method: request.method,
+    path: query === -1 ? request.url : request.url.slice(0, query),
+    host: typeof request.headers.host === 'string' ? request.headers.host : request.hostname,
+    header: (name) => {
+      const value = request.headers[name]
+      return Array.isArray(value) ? value.join(', ') : value
+    },
+    remoteAddress: request.raw.socket.remoteAddress,
+  }
+}
+
+/** `fastify.register(sluiceFastify, options)`: applies to every route of the instance, not only its children. */
+export const sluiceFastify = Object.assign(
+  async function sluiceFastify(fastify: FastifyInstanceLike, options: RateLimitOptions): Promise<void> {
+    const handle = createRateLimitHandler({ onWarning: (message) => fastify.log.warn(message), ...options })
+    fastify.addHook('onRequest', async (request, reply) => {
+      const outcome = await handle(fastifyRequest(request))
+      for (const [name, value] of outcome.headers) reply.header(name, value)
+      if (!outcome.proceed) return reply.code(outcome.status).send(outcome.body)
+      return undefined
+    })
+  },
+  // What fastify-plugin sets: the hook covers the routes of the instance that registers it.
+  { [Symbol.for('skip-override')]: true },
+)
+
+export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'
