@@ -100,11 +100,24 @@ interface CompiledRule {
 
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
 
+const OPTIONS = new Set(['rules', 'skip', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onWarning',
+  'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache'])
+const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'key', 'cost', 'shadow'])
+const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude'])
+
+/** Unknown options are refused, not ignored: a misspelt option would silently do nothing. */
+function rejectUnknown(what: string, value: object, known: ReadonlySet<string>): void {
+  for (const [name, option] of Object.entries(value)) {
+    if (!known.has(name) && option !== undefined) throw new ArgumentError(name, option, `is not ${what} (known: ${[...known].join(', ')})`)
+  }
+}
+
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
 export function createRateLimitHandler(options: RateLimitOptions): (request: HttpRequest) => Promise<HttpOutcome> {
   if (typeof options !== 'object' || options === null || !Array.isArray(options.rules) || options.rules.length === 0) {
     throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules')
   }
+  rejectUnknown('a rate-limit option', options, OPTIONS)
   const warn = options.onWarning ?? ((message: string) => process.emitWarning(message, { code: 'SLUICE_HTTP' }))
   const warned = new Set<string>()
   const warnOnce = (message: string) => {
@@ -128,6 +141,9 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   const seenPolicyNames = new Map<string, string>()
 
   const rules: CompiledRule[] = options.rules.map((rule, index) => {
+    if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
+    rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
+    if (rule.match !== undefined) rejectUnknown(`a match option (rules[${index}].match)`, rule.match, MATCH_OPTIONS)
     const name = rule.name ?? `rule-${index}`
     const limiter = new Limiter({
       policies: rule.policies,

@@ -124,6 +124,20 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
   })
 }
 
+describe('HTTP configuration', () => {
+  it('refuses at start-up what cannot work, naming it', async () => {
+    const { createRateLimitHandler } = await import('../../src/index.ts')
+    const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
+    assert.throws(() => createRateLimitHandler({ rules: [] }), /rules must be a non-empty array/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], skipPaths: ['/x'] } as never), /skipPaths is not a rate-limit option/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { paths: '/x' } } as never] }), /paths is not a match option/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { path: 'api/**' } }] }), /must be path patterns starting with "\/"/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, cost: 10 }] }), /exceeds the limit 5 .* would refuse every request/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { policies }] }), /both have a policy named/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['not-an-ip'] } }), /trustProxy/)
+  })
+})
+
 describe('HTTP adapters (memory store)', () => {
   suite('node', nodeServer, () => new MemoryStore())
   suite('fetch', fetchServer, () => new MemoryStore())
