@@ -31,4 +31,5 @@ export type {
 export { createRateLimitHandler, type RateLimitOptions, type RuleOptions, type KeyResolver, type HttpRequest, type HttpOutcome, type DecisionEvent } from './http/handler.ts'
 export { rateLimitHeaders, retryAfterHeader, windowSeconds, type HeaderOptions, type StandardHeaders } from './http/headers.ts'
 export { clientIpResolver, type ClientIpOptions } from './http/client-ip.ts'
+export { firstOf, apiKey, jwtClaim, clientIpKey, type JwtClaimOptions } from './http/identity.ts'
 export * as algorithms from './algorithms/index.ts'

@@ -1,0 +1,109 @@
+/**
+ * Key resolvers: who a request is. Each gives its kind as a prefix, so kinds
+ * never collide (`user:42`, `apikey:abc`, `ip:203.0.113.7`), and `firstOf`
+ * chains them: the first that resolves wins. A token that cannot be verified
+ * is no identity: it falls through to the next resolver, never to a key the
+ * client chose.
+ */
+import { createRemoteJWKSet, importSPKI, jwtVerify, type JWTVerifyGetKey, type CryptoKey } from 'jose'
+import { ArgumentError } from '../core/errors.ts'
+import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
+import type { HttpRequest, KeyResolver } from './handler.ts'
+
+/** The first resolver that gives a key. */
+export function firstOf(...resolvers: KeyResolver[]): KeyResolver {
+  if (resolvers.length === 0 || resolvers.some((r) => typeof r !== 'function')) {
+    throw new ArgumentError('firstOf', resolvers, 'takes one or more key resolvers')
+  }
+  return async function firstResolved(request: HttpRequest) {
+    for (const resolve of resolvers) {
+      const key = await resolve(request)
+      if (key !== undefined && key !== '') return key
+    }
+    return undefined
+  }
+}
+
+/** The value of a request header (e.g. `x-api-key`), as `<prefix>:<value>`. */
+export function apiKey(header = 'x-api-key', options: { prefix?: string; maxLength?: number } = {}): KeyResolver {
+  const name = header.toLowerCase()
+  const prefix = options.prefix ?? 'apikey'
+  const maxLength = options.maxLength ?? 256
+  return function apiKeyOf(request) {
+    const value = request.header(name)?.trim()
+    // An over-long value is no key: it would only cost memory (the limiter hashes long keys anyway).
+    if (value === undefined || value === '' || value.length > maxLength) return undefined
+    return `${prefix}:${value}`
+  }
+}
+
+export interface JwtClaimOptions {
+  /** The claim that identifies the caller. Default `sub`. */
+  claim?: string
+  /** Key prefix. Default `user`. */
+  prefix?: string
+  /** Accepted algorithms, always explicit (e.g. `['HS256']`, `['RS256', 'ES256']`). */
+  algorithms: string[]
+  /** HS* shared secret. */
+  secret?: string | Uint8Array
+  /** RS* / ES* / PS* / EdDSA public key, PEM (SPKI). */
+  publicKey?: string
+  /** A JWKS endpoint; keys are fetched and cached by jose. */
+  jwksUrl?: string
+  issuer?: string | string[]
+  audience?: string | string[]
+}
+
+/**
+ * The claim of a verified `Authorization: Bearer <jwt>`, as `<prefix>:<claim>`.
+ * Unsigned (`alg: none`), forged, expired, not-yet-valid or otherwise
+ * unverifiable tokens give no key.
+ */
+export function jwtClaim(options: JwtClaimOptions): KeyResolver {
+  const claim = options.claim ?? 'sub'
+  const prefix = options.prefix ?? 'user'
+  if (!Array.isArray(options.algorithms) || options.algorithms.length === 0 || options.algorithms.some((a) => typeof a !== 'string' || a.toLowerCase() === 'none')) {
+    throw new ArgumentError('algorithms', options.algorithms, "must list the accepted algorithms (e.g. ['HS256']); 'none' is never accepted")
+  }
+  const sources = [options.secret, options.publicKey, options.jwksUrl].filter((s) => s !== undefined)
+  if (sources.length !== 1) throw new ArgumentError('secret', '...', 'exactly one of secret, publicKey or jwksUrl is required')
+  let key: Promise<Uint8Array | CryptoKey | JWTVerifyGetKey>
+  if (options.secret !== undefined) {
+    key = Promise.resolve(typeof options.secret === 'string' ? new TextEncoder().encode(options.secret) : options.secret)
+  } else if (options.publicKey !== undefined) {
+    key = importSPKI(options.publicKey, options.algorithms[0] as string)
+  } else {
+    key = Promise.resolve(createRemoteJWKSet(new URL(options.jwksUrl as string)))
+  }
+  key.catch(() => {}) // a bad key surfaces on the first request, as "no identity", not as a crash
+  const verifyOptions = {
+    algorithms: options.algorithms,
+    ...(options.issuer !== undefined ? { issuer: options.issuer } : {}),
+    ...(options.audience !== undefined ? { audience: options.audience } : {}),
+  }
+  return async function jwtClaimOf(request) {
+    const authorization = request.header('authorization')
+    const match = authorization === undefined ? null : /^Bearer\s+([A-Za-z0-9_.-]{1,8192})$/i.exec(authorization.trim())
+    if (match === null) return undefined
+    try {
+      const resolved = await key
+      // Two calls only because jose's overloads take a key or a key getter, not a union.
+      const { payload } = typeof resolved === 'function'
+        ? await jwtVerify(match[1] as string, resolved, verifyOptions)
+        : await jwtVerify(match[1] as string, resolved, verifyOptions)
+      const value = payload[claim]
+      if ((typeof value !== 'string' || value === '') && typeof value !== 'number') return undefined
+      return `${prefix}:${String(value)}`
+    } catch {
+      return undefined
+    }
+  }
+}
+
+/** The client IP as a resolver, to compose with others (the handler's default key, without its warning). */
+export function clientIpKey(options: ClientIpOptions = {}): KeyResolver {
+  const resolve = clientIpResolver(options)
+  return function clientIpOf(request) {
+    return resolve(request.remoteAddress, request.header).key
+  }
+}

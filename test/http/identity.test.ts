@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { describe, it } from 'node:test'
+import { exportJWK, exportSPKI, generateKeyPair, SignJWT } from 'jose'
+import { apiKey, clientIpKey, firstOf, jwtClaim, type HttpRequest } from '../../src/index.ts'
+
+const request = (headers: Record<string, string>, remoteAddress = '198.51.100.7'): HttpRequest => ({
+  method: 'GET', path: '/', host: 'api.test', header: (name) => headers[name], remoteAddress,
+})
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
+const secret = 'a-shared-secret-of-enough-length!!'
+const hs256 = (claims: Record<string, unknown>, expiresIn = '5m', key = secret) =>
+  new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).setIssuedAt().setExpirationTime(expiresIn).sign(new TextEncoder().encode(key))
+
+describe('identity', () => {
+  const identity = firstOf(jwtClaim({ secret, algorithms: ['HS256'] }), apiKey(), clientIpKey())
+
+  it('a verified JWT claim is the key; a forged, expired or unsigned one falls through', async () => {
+    assert.equal(await identity(request(bearer(await hs256({ sub: '42' })))), 'user:42')
+    assert.equal(await identity(request(bearer(await hs256({ sub: '42' }, '5m', 'another-secret-of-enough-length!!')))), 'ip:198.51.100.7', 'forged')
+    assert.equal(await identity(request(bearer(await hs256({ sub: '42' }, '-1m')))), 'ip:198.51.100.7', 'expired')
+    const unsigned = `${Buffer.from('{"alg":"none","typ":"JWT"}').toString('base64url')}.${Buffer.from('{"sub":"42"}').toString('base64url')}.`
+    assert.equal(await identity(request(bearer(unsigned))), 'ip:198.51.100.7', 'alg: none')
+    assert.equal(await identity(request(bearer('not.a.jwt'))), 'ip:198.51.100.7')
+    assert.equal(await identity(request({ ...bearer('x'.repeat(20_000)) })), 'ip:198.51.100.7', 'oversized token')
+    assert.equal(await identity(request(bearer(await hs256({ name: 'no sub' })))), 'ip:198.51.100.7', 'no claim')
+  })
+
+  it('an API key header, then the client IP', async () => {
+    assert.equal(await identity(request({ 'x-api-key': 'k-123' })), 'apikey:k-123')
+    assert.equal(await identity(request({ 'x-api-key': 'k'.repeat(300) })), 'ip:198.51.100.7')
+    assert.equal(await identity(request({}, '::ffff:203.0.113.5')), 'ip:203.0.113.5')
+  })
+
+  it('RS256 with a PEM public key, and ES256 through a JWKS endpoint on a real server', async () => {
+    const rsa = await generateKeyPair('RS256')
+    const rs = jwtClaim({ publicKey: await exportSPKI(rsa.publicKey), algorithms: ['RS256'], claim: 'tenant', prefix: 'tenant' })
+    const token = await new SignJWT({ tenant: 'acme' }).setProtectedHeader({ alg: 'RS256' }).setExpirationTime('5m').sign(rsa.privateKey)
+    assert.equal(await rs(request(bearer(token))), 'tenant:acme')
+    const other = await generateKeyPair('RS256')
+    const forged = await new SignJWT({ tenant: 'acme' }).setProtectedHeader({ alg: 'RS256' }).setExpirationTime('5m').sign(other.privateKey)
+    assert.equal(await rs(request(bearer(forged))), undefined)
+
+    const ec = await generateKeyPair('ES256')
+    const jwk = { ...(await exportJWK(ec.publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' }
+    const server = createServer((_req, res) => { res.setHeader('Content-Type', 'application/json'); res.end(JSON.stringify({ keys: [jwk] })) })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/.well-known/jwks.json`
+      const es = jwtClaim({ jwksUrl: url, algorithms: ['ES256'], issuer: 'https://issuer.test' })
+      const good = await new SignJWT({ sub: 'u-1' }).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).setIssuer('https://issuer.test').setExpirationTime('5m').sign(ec.privateKey)
+      assert.equal(await es(request(bearer(good))), 'user:u-1')
+      const wrongIssuer = await new SignJWT({ sub: 'u-1' }).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).setIssuer('https://evil.test').setExpirationTime('5m').sign(ec.privateKey)
+      assert.equal(await es(request(bearer(wrongIssuer))), undefined)
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
+  })
+
+  it('refuses configurations that would accept unverifiable tokens', () => {
+    assert.throws(() => jwtClaim({ secret, algorithms: [] }), /must list the accepted algorithms/)
+    assert.throws(() => jwtClaim({ secret, algorithms: ['none'] }), /'none' is never accepted/)
+    assert.throws(() => jwtClaim({ algorithms: ['HS256'] }), /exactly one of secret, publicKey or jwksUrl/)
+  })
+})
