@@ -40,7 +40,18 @@ export interface RuleOptions {
     /** Path patterns the rule does not apply to, even when `path` matches. */
     exclude?: string | string[]
   }
-  policies: Policy | Policy[]
+  /** The rule's policies; or give `tiers` instead. */
+  policies?: Policy | Policy[]
+  /**
+   * Policies per tier (FREE / PRO / ...): `of` names the request's tier (e.g.
+   * from a verified JWT claim or a lookup); an unknown or missing tier gets
+   * `default`.
+   */
+  tiers?: {
+    of: (request: HttpRequest) => string | undefined | Promise<string | undefined>
+    policies: Record<string, Policy | Policy[]>
+    default: string
+  }
   /** Identity for this rule. Default: the handler's `key`. */
   key?: KeyResolver
   /** Units a request costs. Default 1. */
@@ -92,7 +103,8 @@ export interface HttpOutcome {
 interface CompiledRule {
   name: string
   matches: (request: HttpRequest) => boolean
-  limiter: Limiter
+  /** The limiter for this request (one per tier). */
+  limiter: (request: HttpRequest) => Limiter | Promise<Limiter>
   key: KeyResolver
   cost: (request: HttpRequest) => number
   shadow: boolean
@@ -102,7 +114,7 @@ const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-ex
 
 const OPTIONS = new Set(['rules', 'skip', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onWarning',
   'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache'])
-const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'key', 'cost', 'shadow'])
+const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow'])
 const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude'])
 
 /** Unknown options are refused, not ignored: a misspelt option would silently do nothing. */
@@ -145,27 +157,48 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
     if (rule.match !== undefined) rejectUnknown(`a match option (rules[${index}].match)`, rule.match, MATCH_OPTIONS)
     const name = rule.name ?? `rule-${index}`
-    const limiter = new Limiter({
-      policies: rule.policies,
-      prefix: `${options.prefix ?? 'sluice'}:${name}`,
+    const makeLimiter = (policies: Policy | Policy[], prefix: string) => new Limiter({
+      policies,
+      prefix,
       ...(options.store !== undefined ? { store: options.store } : {}),
       ...(options.clock !== undefined ? { clock: options.clock } : {}),
       ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
     })
-    for (const policy of limiter.policies) {
-      const other = seenPolicyNames.get(policy.name)
+    const base = `${options.prefix ?? 'sluice'}:${name}`
+    let limiters: Limiter[]
+    let limiterFor: CompiledRule['limiter']
+    if ((rule.policies === undefined) === (rule.tiers === undefined)) {
+      throw new ArgumentError(`rules[${index}]`, name, 'needs either policies or tiers')
+    }
+    if (rule.tiers !== undefined) {
+      const { of, policies, default: fallback } = rule.tiers
+      if (typeof of !== 'function') throw new ArgumentError(`rule "${name}" tiers.of`, of, 'must be a function of the request')
+      const byTier = new Map(Object.entries(policies ?? {}).map(([tier, p]) => [tier, makeLimiter(p, `${base}:${tier}`)]))
+      const fallbackLimiter = byTier.get(fallback)
+      if (fallbackLimiter === undefined) throw new ArgumentError(`rule "${name}" tiers.default`, fallback, `must name one of the tiers (${[...byTier.keys()].join(', ')})`)
+      limiters = [...byTier.values()]
+      limiterFor = async (request) => byTier.get((await of(request)) ?? fallback) ?? fallbackLimiter
+    } else {
+      const limiter = makeLimiter(rule.policies as Policy | Policy[], base)
+      limiters = [limiter]
+      limiterFor = () => limiter
+    }
+    // Header items are named by policy: names must not repeat across rules (tiers of one rule may share them).
+    const names = new Set(limiters.flatMap((limiter) => limiter.policies.map((policy) => policy.name)))
+    for (const policyName of names) {
+      const other = seenPolicyNames.get(policyName)
       if (other !== undefined) {
-        throw new ArgumentError('rules', name, `and rule "${other}" both have a policy named "${policy.name}"; name the policies so headers can tell them apart`)
+        throw new ArgumentError('rules', name, `and rule "${other}" both have a policy named "${policyName}"; name the policies so headers can tell them apart`)
       }
-      seenPolicyNames.set(policy.name, name)
+      seenPolicyNames.set(policyName, name)
     }
     const cost = rule.cost ?? 1
     // The Limiter checks costs per call; a constant one can be checked now, at start-up.
-    if (typeof cost === 'number') checkStaticCost(cost, limiter.policies, name)
+    if (typeof cost === 'number') for (const limiter of limiters) checkStaticCost(cost, limiter.policies, name)
     return {
       name,
       matches: compileMatch(rule.match ?? {}, name),
-      limiter,
+      limiter: limiterFor,
       key: rule.key ?? defaultKey,
       cost: typeof cost === 'function' ? cost : () => cost,
       shadow: rule.shadow ?? options.shadow ?? false,
@@ -174,7 +207,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
 
   return async function rateLimit(request: HttpRequest): Promise<HttpOutcome> {
     if (skip(request.path)) return { proceed: true, status: 200, headers: [], body: undefined }
-    const applied: Array<{ rule: CompiledRule; decision: Decision; key: string }> = []
+    const applied: Array<{ rule: CompiledRule; limiter: Limiter; decision: Decision; key: string }> = []
     for (const rule of rules) {
       if (!rule.matches(request)) continue
       let key = await rule.key(request)
@@ -182,9 +215,10 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
         if (emptyKey === 'forbid') return problem(403, 'Forbidden', 'The request carries no identity this API accepts.', [])
         key = 'anonymous'
       }
-      const decision = await rule.limiter.limit(key, { cost: rule.cost(request) })
+      const limiter = await rule.limiter(request)
+      const decision = await limiter.limit(key, { cost: rule.cost(request) })
       options.onDecision?.({ rule: rule.name, key, decision, shadow: rule.shadow, request })
-      applied.push({ rule, decision, key })
+      applied.push({ rule, limiter, decision, key })
       if (!decision.allowed && !rule.shadow) break
     }
     if (applied.length === 0) return { proceed: true, status: 200, headers: [], body: undefined }
@@ -193,7 +227,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     // The rule whose numbers single-valued fields carry: the refusing one, else the one with the fewest units left.
     const binding = refused ?? applied.reduce((a, b) => (b.decision.remaining < a.decision.remaining ? b : a))
     const headers = mergeHeaders(
-      applied.map(({ rule, decision, key }) => rateLimitHeaders(decision, rule.limiter.policies, options.headers ?? {}, key, now)),
+      applied.map(({ limiter, decision, key }) => rateLimitHeaders(decision, limiter.policies, options.headers ?? {}, key, now)),
       applied.indexOf(binding),
       options.headers?.standard ?? 'draft-10',
     )

@@ -111,6 +111,37 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: tiers get their own limits; an expensive route costs more`, async () => {
+    const options = base([
+      {
+        name: 'tiered',
+        match: { path: '/api/**' },
+        // A real app takes the tier from a verified JWT claim; a header stands in for it here.
+        tiers: {
+          of: (request) => request.header('x-tier'),
+          default: 'FREE',
+          policies: {
+            FREE: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'free' },
+            PRO: { algorithm: 'fixed-window', limit: 3, windowMs: MINUTE, name: 'pro' },
+          },
+        },
+        cost: (request) => (request.path === '/api/export' ? 3 : 1),
+      },
+    ], { key: (request) => request.header('x-api-key') })
+    await withServer(start, options, async (url) => {
+      const call = (key: string, tier?: string, path = '/api/items') => get(`${url}${path}`, { 'x-api-key': key, ...(tier ? { 'x-tier': tier } : {}) })
+      assert.equal((await call('free-user')).status, 200)
+      assert.equal((await call('free-user')).status, 429)
+      assert.equal((await call('free-user-2', 'GOLD')).status, 200, 'an unknown tier gets the default')
+      assert.equal((await call('free-user-2', 'GOLD')).status, 429)
+      const pro = await call('pro-user', 'PRO')
+      assert.equal(pro.headers.get('ratelimit'), '"pro";r=2;t=30')
+      assert.equal((await call('pro-user', 'PRO', '/api/export')).status, 429, 'cost 3 does not fit in the 2 left')
+      assert.equal((await call('pro-user-2', 'PRO', '/api/export')).status, 200, 'cost 3 fits a fresh PRO key')
+      assert.equal((await call('pro-user-2', 'PRO')).status, 429)
+    })
+  })
+
   it(`${adapter}: legacy and draft-6 header shapes`, async () => {
     await withServer(start, base([{ policies: { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, name: 'tb' } }], { headers: { standard: 'draft-6', legacy: true } }), async (url) => {
       const res = await get(url)
