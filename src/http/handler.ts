@@ -6,6 +6,7 @@
 import type { Clock } from '../core/clock.ts'
 import { ArgumentError } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
+import { checkMaxWait } from '../core/policy.ts'
 import { Limiter, type LimiterOptions } from '../limiter/limiter.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
@@ -58,6 +59,14 @@ export interface RuleOptions {
   cost?: number | ((request: HttpRequest) => number)
   /** Decide and report, never refuse. */
   shadow?: boolean
+  /**
+   * `reject` (default) answers 429 at once; `queue` lets a request that fits
+   * within `maxWaitMs` wait its turn (charged at once), then proceed. Token
+   * bucket, leaky bucket and fixed window policies only.
+   */
+  action?: 'reject' | 'queue'
+  /** With `queue`: the longest a request waits. Default 10,000 ms. */
+  maxWaitMs?: number
 }
 
 export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' | 'onStoreFailure' | 'expectedInstances' | 'circuit' | 'blockCache'> {
@@ -98,6 +107,8 @@ export interface HttpOutcome {
   /** Headers for the response, allowed or refused. */
   headers: HeaderList
   body: string | undefined
+  /** Greater than 0 when the request was queued: wait this long, then proceed. */
+  waitMs: number
 }
 
 interface CompiledRule {
@@ -108,13 +119,14 @@ interface CompiledRule {
   key: KeyResolver
   cost: (request: HttpRequest) => number
   shadow: boolean
+  maxWaitMs: number
 }
 
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
 
 const OPTIONS = new Set(['rules', 'skip', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onWarning',
   'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache'])
-const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow'])
+const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs'])
 const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude'])
 
 /** Unknown options are refused, not ignored: a misspelt option would silently do nothing. */
@@ -195,6 +207,10 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     const cost = rule.cost ?? 1
     // The Limiter checks costs per call; a constant one can be checked now, at start-up.
     if (typeof cost === 'number') for (const limiter of limiters) checkStaticCost(cost, limiter.policies, name)
+    const action = rule.action ?? 'reject'
+    if (action !== 'reject' && action !== 'queue') throw new ArgumentError(`rule "${name}" action`, action, "must be 'reject' or 'queue'")
+    // Checked now against every limiter: a policy that cannot reserve is named at start-up.
+    const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
     return {
       name,
       matches: compileMatch(rule.match ?? {}, name),
@@ -202,11 +218,12 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       key: rule.key ?? defaultKey,
       cost: typeof cost === 'function' ? cost : () => cost,
       shadow: rule.shadow ?? options.shadow ?? false,
+      maxWaitMs,
     }
   })
 
   return async function rateLimit(request: HttpRequest): Promise<HttpOutcome> {
-    if (skip(request.path)) return { proceed: true, status: 200, headers: [], body: undefined }
+    if (skip(request.path)) return { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
     const applied: Array<{ rule: CompiledRule; limiter: Limiter; decision: Decision; key: string }> = []
     for (const rule of rules) {
       if (!rule.matches(request)) continue
@@ -216,12 +233,12 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
         key = 'anonymous'
       }
       const limiter = await rule.limiter(request)
-      const decision = await limiter.limit(key, { cost: rule.cost(request) })
+      const decision = await limiter.limit(key, { cost: rule.cost(request), maxWaitMs: rule.maxWaitMs })
       options.onDecision?.({ rule: rule.name, key, decision, shadow: rule.shadow, request })
       applied.push({ rule, limiter, decision, key })
       if (!decision.allowed && !rule.shadow) break
     }
-    if (applied.length === 0) return { proceed: true, status: 200, headers: [], body: undefined }
+    if (applied.length === 0) return { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
     const now = clock()
     const refused = applied.find(({ rule, decision }) => !decision.allowed && !rule.shadow)
     // The rule whose numbers single-valued fields carry: the refusing one, else the one with the fewest units left.
@@ -231,7 +248,9 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       applied.indexOf(binding),
       options.headers?.standard ?? 'draft-10',
     )
-    if (refused === undefined) return { proceed: true, status: 200, headers, body: undefined }
+    if (refused === undefined) {
+      return { proceed: true, status: 200, headers, body: undefined, waitMs: Math.max(...applied.map(({ decision }) => decision.waitMs)) }
+    }
     const { decision } = refused
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
     return problem(429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${Math.ceil(decision.retryAfterMs / 1000)} s.`, [...headers, retryAfterHeader(decision)], {
@@ -246,7 +265,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
 /** An RFC 9457 problem response. */
 function problem(status: number, title: string, detail: string, headers: HeaderList, extra: Record<string, unknown> = {}): HttpOutcome {
   const body = JSON.stringify({ type: status === 429 ? QUOTA_EXCEEDED : 'about:blank', title, status, detail, ...extra })
-  return { proceed: false, status, headers: [...headers, ['Content-Type', 'application/problem+json']], body }
+  return { proceed: false, status, headers: [...headers, ['Content-Type', 'application/problem+json']], body, waitMs: 0 }
 }
 
 /**

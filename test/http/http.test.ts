@@ -142,6 +142,24 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: a queued rule delays requests instead of refusing them, up to maxWaitMs`, async () => {
+    // Real time here: the adapter really waits. A bucket of 1 refilling every 100 ms.
+    const options: RateLimitOptions = {
+      rules: [{ name: 'queued', action: 'queue', maxWaitMs: 250, policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 100, name: 'q' } }],
+      store: makeStore(),
+      prefix: `queue-${adapter}-${Math.random().toString(36).slice(2)}`,
+    }
+    await withServer(start, options, async (url) => {
+      const started = performance.now()
+      const statuses = await Promise.all([0, 1, 2, 3].map(() => get(url).then((r) => r.status)))
+      const elapsed = performance.now() - started
+      // Waits of 0, 100 and 200 ms fit in 250; the fourth would wait 300 and is refused.
+      assert.deepEqual([...statuses].sort(), [200, 200, 200, 429])
+      assert.ok(elapsed >= 150, `the queued requests were delayed (${elapsed.toFixed(0)} ms)`)
+    })
+    await assert.rejects(async () => { await start({ rules: [{ action: 'queue', policies: { algorithm: 'sliding-log', limit: 1, windowMs: 1000 } }] }) }, /sliding-log cannot reserve/)
+  })
+
   it(`${adapter}: legacy and draft-6 header shapes`, async () => {
     await withServer(start, base([{ policies: { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, name: 'tb' } }], { headers: { standard: 'draft-6', legacy: true } }), async (url) => {
       const res = await get(url)
@@ -166,6 +184,33 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, cost: 10 }] }), /exceeds the limit 5 .* would refuse every request/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { policies }] }), /both have a policy named/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['not-an-ip'] } }), /trustProxy/)
+  })
+})
+
+describe('HTTP queueing and aborts', () => {
+  it('a client that hangs up while queued never reaches the handler', async () => {
+    const { createServer } = await import('node:http')
+    const { withRateLimit } = await import('../../src/http/adapters/node.ts')
+    let handled = 0
+    const server = createServer(withRateLimit((_req, res) => { handled++; res.end('ok') }, {
+      // The second request waits 300 ms for its token; the client hangs up after 100.
+      rules: [{ action: 'queue', maxWaitMs: 5000, policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 300 } }],
+    }))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}/`
+    try {
+      assert.equal((await fetch(url)).status, 200)
+      const controller = new AbortController()
+      const queued = fetch(url, { signal: controller.signal }).catch((error: Error) => error.name)
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      controller.abort()
+      assert.equal(await queued, 'AbortError')
+      await new Promise((resolve) => setTimeout(resolve, 400)) // past the end of its wait
+      assert.equal(handled, 1, 'the aborted request was not handled')
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
   })
 })
 

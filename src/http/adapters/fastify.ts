@@ -4,6 +4,7 @@
  * Fastify's logger unless `onWarning` is given.
  */
 import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { waitUnlessAborted } from '../wait.ts'
 
 /** The parts of Fastify's request and reply the plugin uses. */
 interface FastifyRequestLike {
@@ -44,6 +45,15 @@ export const sluiceFastify = Object.assign(
     fastify.addHook('onRequest', async (request, reply) => {
       const outcome = await handle(fastifyRequest(request))
       for (const [name, value] of outcome.headers) reply.header(name, value)
+      if (outcome.proceed && outcome.waitMs > 0) {
+        // Queued: proceed after the wait, unless the client hangs up first.
+        const socket = request.raw.socket as unknown as { once(e: 'close', f: () => void): void; off(e: 'close', f: () => void): void }
+        const waited = await waitUnlessAborted(outcome.waitMs, (abort) => {
+          socket.once('close', abort)
+          return () => socket.off('close', abort)
+        })
+        if (!waited) return reply.code(499).send(undefined)
+      }
       if (!outcome.proceed) return reply.code(outcome.status).send(outcome.body)
       return undefined
     })

@@ -4,6 +4,7 @@
  * client's address is passed in by the caller (Hono: `getConnInfo(c)`).
  */
 import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { waitUnlessAborted } from '../wait.ts'
 
 export function fetchRequest(request: Request, remoteAddress: string | undefined): HttpRequest {
   const url = new URL(request.url)
@@ -27,6 +28,14 @@ export function rateLimitFetch(options: RateLimitOptions): FetchRateLimiter {
     async check(request, remoteAddress) {
       const outcome = await handle(fetchRequest(request, remoteAddress))
       const headers = new Headers(outcome.headers)
+      if (outcome.proceed && outcome.waitMs > 0) {
+        // Queued: proceed after the wait, unless the client aborts first (a 499-style empty answer).
+        const waited = await waitUnlessAborted(outcome.waitMs, (abort) => {
+          request.signal.addEventListener('abort', abort, { once: true })
+          return () => request.signal.removeEventListener('abort', abort)
+        })
+        if (!waited) return { response: new Response(null, { status: 499, headers }), headers }
+      }
       if (outcome.proceed) return { response: undefined, headers }
       return { response: new Response(outcome.body, { status: outcome.status, headers }), headers }
     },

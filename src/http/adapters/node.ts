@@ -5,6 +5,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { waitUnlessAborted } from '../wait.ts'
 
 export function nodeRequest(req: IncomingMessage): HttpRequest {
   const url = req.url ?? '/'
@@ -30,6 +31,14 @@ export function rateLimitNode(options: RateLimitOptions): (req: IncomingMessage,
   return async function rateLimitNodeRequest(req, res) {
     const outcome = await handle(nodeRequest(req))
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
+    if (outcome.proceed && outcome.waitMs > 0) {
+      // Queued: proceed after the wait, unless the client hangs up first.
+      return waitUnlessAborted(outcome.waitMs, (abort) => {
+        const onClose = () => { if (!res.writableEnded) abort() }
+        res.once('close', onClose)
+        return () => res.off('close', onClose)
+      })
+    }
     if (outcome.proceed) return true
     res.statusCode = outcome.status
     res.end(outcome.body)
