@@ -163,20 +163,23 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   if (emptyKey !== 'anonymous' && emptyKey !== 'forbid') throw new ArgumentError('emptyKey', emptyKey, "must be 'anonymous' or 'forbid'")
   const clock = options.clock ?? Date.now
   const seenPolicyNames = new Map<string, string>()
+  const statePrefix = `${options.prefix ?? 'sluice'}:http`
+  const makeLimiter = (policies: Policy | Policy[], prefix: string) => new Limiter({
+    policies,
+    prefix,
+    ...(options.store !== undefined ? { store: options.store } : {}),
+    ...(options.clock !== undefined ? { clock: options.clock } : {}),
+    ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
+  })
 
   const rules: CompiledRule[] = options.rules.map((rule, index) => {
     if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
     rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
     if (rule.match !== undefined) rejectUnknown(`a match option (rules[${index}].match)`, rule.match, MATCH_OPTIONS)
     const name = rule.name ?? `rule-${index}`
-    const makeLimiter = (policies: Policy | Policy[], prefix: string) => new Limiter({
-      policies,
-      prefix,
-      ...(options.store !== undefined ? { store: options.store } : {}),
-      ...(options.clock !== undefined ? { clock: options.clock } : {}),
-      ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
-    })
-    const base = `${options.prefix ?? 'sluice'}:${name}`
+    // One prefix for every rule: rules that share a key are decided in one store call,
+    // which needs their state under one prefix; policy names keep it apart.
+    const base = statePrefix
     let limiters: Limiter[]
     let limiterFor: CompiledRule['limiter']
     if ((rule.policies === undefined) === (rule.tiers === undefined)) {
@@ -185,7 +188,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     if (rule.tiers !== undefined) {
       const { of, policies, default: fallback } = rule.tiers
       if (typeof of !== 'function') throw new ArgumentError(`rule "${name}" tiers.of`, of, 'must be a function of the request')
-      const byTier = new Map(Object.entries(policies ?? {}).map(([tier, p]) => [tier, makeLimiter(p, `${base}:${tier}`)]))
+      const byTier = new Map(Object.entries(policies ?? {}).map(([tier, p]) => [tier, makeLimiter(p, base)]))
       const fallbackLimiter = byTier.get(fallback)
       if (fallbackLimiter === undefined) throw new ArgumentError(`rule "${name}" tiers.default`, fallback, `must name one of the tiers (${[...byTier.keys()].join(', ')})`)
       limiters = [...byTier.values()]
@@ -195,12 +198,11 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       limiters = [limiter]
       limiterFor = () => limiter
     }
-    // Header items are named by policy: names must not repeat across rules (tiers of one rule may share them).
-    const names = new Set(limiters.flatMap((limiter) => limiter.policies.map((policy) => policy.name)))
-    for (const policyName of names) {
+    // A policy's name is its state key and its header item: unique across all rules and tiers.
+    for (const policyName of limiters.flatMap((limiter) => limiter.policies.map((policy) => policy.name))) {
       const other = seenPolicyNames.get(policyName)
       if (other !== undefined) {
-        throw new ArgumentError('rules', name, `and rule "${other}" both have a policy named "${policyName}"; name the policies so headers can tell them apart`)
+        throw new ArgumentError('rules', name, `${other === name ? 'has two tiers with' : `and rule "${other}" both have`} a policy named "${policyName}"; give each policy its own name (it keys the state and the headers)`)
       }
       seenPolicyNames.set(policyName, name)
     }
@@ -222,9 +224,23 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     }
   })
 
+  // Limiters over the union of several rules' policies, one per combination that occurs.
+  const combinations = new Map<string, Limiter>()
+  const ids = new Map<Limiter, number>()
+  const combined = (limiters: Limiter[]): Limiter => {
+    const id = limiters.map((limiter) => ids.get(limiter) ?? ids.set(limiter, ids.size).get(limiter)).join(',')
+    let limiter = combinations.get(id)
+    if (limiter === undefined) {
+      limiter = makeLimiter(limiters.flatMap((l) => [...l.policies]), statePrefix)
+      combinations.set(id, limiter)
+    }
+    return limiter
+  }
+
   return async function rateLimit(request: HttpRequest): Promise<HttpOutcome> {
     if (skip(request.path)) return { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
-    const applied: Array<{ rule: CompiledRule; limiter: Limiter; decision: Decision; key: string }> = []
+    // Every matching rule, with its key, limiter (tier), cost and wait.
+    const matched: Array<{ rule: CompiledRule; limiter: Limiter; key: string; cost: number }> = []
     for (const rule of rules) {
       if (!rule.matches(request)) continue
       let key = await rule.key(request)
@@ -232,15 +248,26 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
         if (emptyKey === 'forbid') return problem(403, 'Forbidden', 'The request carries no identity this API accepts.', [])
         key = 'anonymous'
       }
-      const limiter = await rule.limiter(request)
-      const decision = await limiter.limit(key, { cost: rule.cost(request), maxWaitMs: rule.maxWaitMs })
-      options.onDecision?.({ rule: rule.name, key, decision, shadow: rule.shadow, request })
-      applied.push({ rule, limiter, decision, key })
+      matched.push({ rule, limiter: await rule.limiter(request), key, cost: rule.cost(request) })
+    }
+    // Enforcing rules that share key, cost and wait are one all-or-nothing store call; the rest go one by one, in order.
+    const groups = new Map<string, typeof matched>()
+    for (const entry of matched) {
+      const id = entry.rule.shadow ? `shadow:${groups.size}` : `${entry.cost}\u0000${entry.rule.maxWaitMs}\u0000${entry.key}`
+      groups.set(id, [...(groups.get(id) ?? []), entry])
+    }
+    const applied: Array<{ shadow: boolean; limiter: Limiter; decision: Decision; key: string }> = []
+    for (const group of groups.values()) {
+      const { key, cost, rule } = group[0] as (typeof matched)[number]
+      const limiter = group.length === 1 ? (group[0] as (typeof matched)[number]).limiter : combined(group.map((entry) => entry.limiter))
+      const decision = await limiter.limit(key, { cost, maxWaitMs: rule.maxWaitMs })
+      options.onDecision?.({ rule: group.map((entry) => entry.rule.name).join('+'), key, decision, shadow: rule.shadow, request })
+      applied.push({ shadow: rule.shadow, limiter, decision, key })
       if (!decision.allowed && !rule.shadow) break
     }
     if (applied.length === 0) return { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
     const now = clock()
-    const refused = applied.find(({ rule, decision }) => !decision.allowed && !rule.shadow)
+    const refused = applied.find(({ shadow, decision }) => !decision.allowed && !shadow)
     // The rule whose numbers single-valued fields carry: the refusing one, else the one with the fewest units left.
     const binding = refused ?? applied.reduce((a, b) => (b.decision.remaining < a.decision.remaining ? b : a))
     const headers = mergeHeaders(
