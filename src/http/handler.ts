@@ -72,8 +72,12 @@ export interface RuleOptions {
 export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' | 'onStoreFailure' | 'expectedInstances' | 'circuit' | 'blockCache'> {
   /** Ordered rules; a request is subject to every rule that matches it. */
   rules: RuleOptions[]
-  /** Path patterns never limited (health checks, metrics). */
-  skip?: string[]
+  /** Requests never limited: path patterns (health checks, metrics), or a predicate. */
+  skip?: string[] | ((request: HttpRequest) => boolean)
+  /** An allow-list: requests it accepts are never limited (e.g. internal callers). */
+  allow?: (request: HttpRequest) => boolean | Promise<boolean>
+  /** A deny-list: requests it accepts are refused with 403 before any limit is checked. */
+  deny?: (request: HttpRequest) => boolean | Promise<boolean>
   /** Default identity: the client IP (see `clientIp`). */
   key?: KeyResolver
   /** How the default IP identity treats proxies and IPv6. */
@@ -88,6 +92,8 @@ export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' 
   clock?: Clock
   /** Every decision, allowed or not (shadow ones too). */
   onDecision?: (event: DecisionEvent) => void
+  /** Each request refused with 429 (for logging). */
+  onLimited?: (event: DecisionEvent) => void
   /** Misconfiguration noticed at run time (e.g. forwarding headers with no trusted proxy). */
   onWarning?: (message: string) => void
 }
@@ -124,7 +130,7 @@ interface CompiledRule {
 
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
 
-const OPTIONS = new Set(['rules', 'skip', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onWarning',
+const OPTIONS = new Set(['rules', 'skip', 'allow', 'deny', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onLimited', 'onWarning',
   'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache'])
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs'])
 const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude'])
@@ -158,7 +164,10 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     return key
   }
   const defaultKey = options.key ?? ipKey
-  const skip = compilePaths(options.skip ?? [], 'skip')
+  const skip = typeof options.skip === 'function' ? options.skip : compilePaths(options.skip ?? [], 'skip')
+  for (const hook of ['allow', 'deny', 'onDecision', 'onLimited', 'onWarning', 'key'] as const) {
+    if (options[hook] !== undefined && typeof options[hook] !== 'function') throw new ArgumentError(hook, options[hook], 'must be a function')
+  }
   const emptyKey = options.emptyKey ?? 'anonymous'
   if (emptyKey !== 'anonymous' && emptyKey !== 'forbid') throw new ArgumentError('emptyKey', emptyKey, "must be 'anonymous' or 'forbid'")
   const clock = options.clock ?? Date.now
@@ -238,7 +247,10 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   }
 
   return async function rateLimit(request: HttpRequest): Promise<HttpOutcome> {
-    if (skip(request.path)) return { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
+    const unlimited: HttpOutcome = { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
+    if (typeof options.skip === 'function' ? options.skip(request) : (skip as (path: string) => boolean)(request.path)) return unlimited
+    if (options.deny !== undefined && (await options.deny(request))) return problem(403, 'Forbidden', 'This client is not allowed to use this API.', [])
+    if (options.allow !== undefined && (await options.allow(request))) return unlimited
     // Every matching rule, with its key, limiter (tier), cost and wait.
     const matched: Array<{ rule: CompiledRule; limiter: Limiter; key: string; cost: number }> = []
     for (const rule of rules) {
@@ -256,13 +268,14 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       const id = entry.rule.shadow ? `shadow:${groups.size}` : `${entry.cost}\u0000${entry.rule.maxWaitMs}\u0000${entry.key}`
       groups.set(id, [...(groups.get(id) ?? []), entry])
     }
-    const applied: Array<{ shadow: boolean; limiter: Limiter; decision: Decision; key: string }> = []
+    const applied: Array<{ rules: string; shadow: boolean; limiter: Limiter; decision: Decision; key: string }> = []
     for (const group of groups.values()) {
       const { key, cost, rule } = group[0] as (typeof matched)[number]
       const limiter = group.length === 1 ? (group[0] as (typeof matched)[number]).limiter : combined(group.map((entry) => entry.limiter))
       const decision = await limiter.limit(key, { cost, maxWaitMs: rule.maxWaitMs })
-      options.onDecision?.({ rule: group.map((entry) => entry.rule.name).join('+'), key, decision, shadow: rule.shadow, request })
-      applied.push({ shadow: rule.shadow, limiter, decision, key })
+      const names = group.map((entry) => entry.rule.name).join('+')
+      options.onDecision?.({ rule: names, key, decision, shadow: rule.shadow, request })
+      applied.push({ rules: names, shadow: rule.shadow, limiter, decision, key })
       if (!decision.allowed && !rule.shadow) break
     }
     if (applied.length === 0) return { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
@@ -279,6 +292,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       return { proceed: true, status: 200, headers, body: undefined, waitMs: Math.max(...applied.map(({ decision }) => decision.waitMs)) }
     }
     const { decision } = refused
+    options.onLimited?.({ rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
     return problem(429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${Math.ceil(decision.retryAfterMs / 1000)} s.`, [...headers, retryAfterHeader(decision)], {
       'violated-policies': violated,

@@ -163,6 +163,27 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     await assert.rejects(async () => { await start({ rules: [{ action: 'queue', policies: { algorithm: 'sliding-log', limit: 1, windowMs: 1000 } }] }) }, /sliding-log cannot reserve/)
   })
 
+  it(`${adapter}: allow-list, deny-list, skip predicate and onLimited`, async () => {
+    const limited: string[] = []
+    const options = base([{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'one' } }], {
+      key: (request) => request.header('x-client'),
+      allow: (request) => request.header('x-client') === 'internal',
+      deny: (request) => request.header('x-client') === 'banned',
+      skip: (request) => request.method === 'OPTIONS',
+      onLimited: (event) => limited.push(event.key),
+    })
+    await withServer(start, options, async (url) => {
+      for (let i = 0; i < 3; i++) assert.equal((await get(url, { 'x-client': 'internal' })).status, 200)
+      const banned = await get(url, { 'x-client': 'banned' })
+      assert.equal(banned.status, 403)
+      assert.match(banned.headers.get('content-type') ?? '', /problem\+json/)
+      for (let i = 0; i < 3; i++) assert.equal((await fetch(url, { method: 'OPTIONS', headers: { 'x-client': 'c' } })).status < 400, true)
+      assert.equal((await get(url, { 'x-client': 'c' })).status, 200, 'OPTIONS were skipped, not counted')
+      assert.equal((await get(url, { 'x-client': 'c' })).status, 429)
+      assert.deepEqual(limited, ['c'])
+    })
+  })
+
   it(`${adapter}: legacy and draft-6 header shapes`, async () => {
     await withServer(start, base([{ policies: { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, name: 'tb' } }], { headers: { standard: 'draft-6', legacy: true } }), async (url) => {
       const res = await get(url)
