@@ -1,0 +1,44 @@
+import assert from 'node:assert/strict'
+import { fork, type ChildProcess } from 'node:child_process'
+import { after, before, describe, it } from 'node:test'
+import { startRedis, type RedisServer } from '../support/redis.ts'
+
+describe('two server processes sharing one Redis', () => {
+  let redis: RedisServer
+  const servers: Array<{ child: ChildProcess; port: number }> = []
+  before(async () => {
+    redis = await startRedis()
+    const policy = { algorithm: 'sliding-log', limit: 50, windowMs: 3_600_000, name: 'shared' }
+    for (let i = 0; i < 2; i++) {
+      const child = fork(new URL('../support/http-worker.ts', import.meta.url).pathname, [], {
+        execArgv: ['--import', 'tsx'],
+        env: { ...process.env, SLUICE_HTTP_WORKER: JSON.stringify({ url: redis.url, prefix: 'two-servers', policy }) },
+      })
+      const port = await new Promise<number>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error('server process did not start within 20 s')), 20_000)
+        child.once('message', (m: { port: number }) => { clearTimeout(timer); resolve(m.port) })
+      })
+      servers.push({ child, port })
+    }
+  })
+  after(async () => {
+    await Promise.all(servers.map(({ child }) => new Promise<void>((resolve) => {
+      child.once('exit', () => resolve())
+      child.send('exit')
+      setTimeout(() => child.kill('SIGKILL'), 3000).unref()
+    })))
+    await redis.stop()
+  })
+
+  it('admit exactly the limit together, whichever server a request reaches', async () => {
+    // 100 requests, alternating servers, 10 at a time: one client, one limit of 50.
+    let ok = 0
+    let refused = 0
+    for (let batch = 0; batch < 10; batch++) {
+      const statuses = await Promise.all(Array.from({ length: 10 }, (_, i) => fetch(`http://127.0.0.1:${servers[(batch + i) % 2]?.port}/`).then((r) => r.status)))
+      ok += statuses.filter((s) => s === 200).length
+      refused += statuses.filter((s) => s === 429).length
+    }
+    assert.deepEqual([ok, refused], [50, 50])
+  })
+})

@@ -1,0 +1,25 @@
+/**
+ * A separate HTTP server process for multi-process tests: a node:http server
+ * with the sluice node adapter on a RedisStore; it reports its port over IPC.
+ */
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { Redis } from 'ioredis'
+import { RedisStore, type Policy } from '../../src/index.ts'
+import { withRateLimit } from '../../src/http/adapters/node.ts'
+
+const { url, prefix, policy } = JSON.parse(process.env.SLUICE_HTTP_WORKER ?? '{}') as { url: string; prefix: string; policy: Policy }
+const redis = new Redis(url, { maxRetriesPerRequest: 1 })
+const server = createServer(withRateLimit((_req, res) => { res.end(`ok from ${process.pid}`) }, {
+  rules: [{ name: 'shared', policies: policy }],
+  store: new RedisStore({ client: redis }),
+  prefix,
+  onWarning: () => {},
+}))
+server.listen(0, '127.0.0.1', () => process.send?.({ port: (server.address() as AddressInfo).port }))
+process.on('message', (message) => {
+  if (message === 'exit') {
+    server.closeAllConnections()
+    server.close(() => { redis.disconnect(); process.exit(0) })
+  }
+})
