@@ -49,13 +49,28 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
   }
   const trustsAny = hops > 0 || (Array.isArray(trust) && trust.length > 0)
 
+  // Peers repeat (one per connection): their keys are cached, in a map cleared when it fills up.
+  const peerKeys = new Map<string, string | undefined>()
+  const peerKey = (remoteAddress: string): string | undefined => {
+    let key = peerKeys.get(remoteAddress)
+    if (key === undefined && !peerKeys.has(remoteAddress)) {
+      const peer = parse(remoteAddress)
+      key = peer === undefined ? undefined : keyOf(peer, prefix)
+      if (peerKeys.size >= 10_000) peerKeys.clear()
+      peerKeys.set(remoteAddress, key)
+    }
+    return key
+  }
+
   return (remoteAddress, header) => {
+    if (remoteAddress === undefined) return { key: undefined, ignoredForwarding: false }
+    const hasForwarding = header('x-forwarded-for') !== undefined || header('forwarded') !== undefined
+    if (!hasForwarding) return { key: peerKey(remoteAddress), ignoredForwarding: false }
+    if (!trustsAny) return { key: peerKey(remoteAddress), ignoredForwarding: true }
     const peer = parse(remoteAddress)
     const forwarded = forwardedFor(header)
     if (peer === undefined) return { key: undefined, ignoredForwarding: false }
-    if (!trustsAny || forwarded.length === 0) {
-      return { key: keyOf(peer, prefix), ignoredForwarding: !trustsAny && forwarded.length > 0 }
-    }
+    if (forwarded.length === 0) return { key: keyOf(peer, prefix), ignoredForwarding: false }
     // The chain as the last proxy saw it: the forwarded addresses, then the peer.
     const chain = [...forwarded, peer]
     let client: Address = peer

@@ -171,6 +171,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   const emptyKey = options.emptyKey ?? 'anonymous'
   if (emptyKey !== 'anonymous' && emptyKey !== 'forbid') throw new ArgumentError('emptyKey', emptyKey, "must be 'anonymous' or 'forbid'")
   const clock = options.clock ?? Date.now
+  const headerOptions = options.headers ?? {}
   const seenPolicyNames = new Map<string, string>()
   const statePrefix = `${options.prefix ?? 'sluice'}:http`
   const makeLimiter = (policies: Policy | Policy[], prefix: string) => new Limiter({
@@ -263,16 +264,22 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       matched.push({ rule, limiter: await rule.limiter(request), key, cost: rule.cost(request) })
     }
     // Enforcing rules that share key, cost and wait are one all-or-nothing store call; the rest go one by one, in order.
-    const groups = new Map<string, typeof matched>()
-    for (const entry of matched) {
-      const id = entry.rule.shadow ? `shadow:${groups.size}` : `${entry.cost}\u0000${entry.rule.maxWaitMs}\u0000${entry.key}`
-      groups.set(id, [...(groups.get(id) ?? []), entry])
+    let groups: Iterable<typeof matched>
+    if (matched.length <= 1) {
+      groups = matched.length === 0 ? [] : [matched]
+    } else {
+      const byId = new Map<string, typeof matched>()
+      for (const entry of matched) {
+        const id = entry.rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${entry.rule.maxWaitMs}\u0000${entry.key}`
+        byId.set(id, [...(byId.get(id) ?? []), entry])
+      }
+      groups = byId.values()
     }
     const applied: Array<{ rules: string; shadow: boolean; limiter: Limiter; decision: Decision; key: string }> = []
-    for (const group of groups.values()) {
+    for (const group of groups) {
       const { key, cost, rule } = group[0] as (typeof matched)[number]
       const limiter = group.length === 1 ? (group[0] as (typeof matched)[number]).limiter : combined(group.map((entry) => entry.limiter))
-      const decision = await limiter.limit(key, { cost, maxWaitMs: rule.maxWaitMs })
+      const decision = await (cost === 1 && rule.maxWaitMs === 0 ? limiter.limit(key) : limiter.limit(key, { cost, maxWaitMs: rule.maxWaitMs }))
       const names = group.map((entry) => entry.rule.name).join('+')
       options.onDecision?.({ rule: names, key, decision, shadow: rule.shadow, request })
       applied.push({ rules: names, shadow: rule.shadow, limiter, decision, key })
@@ -283,11 +290,8 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     const refused = applied.find(({ shadow, decision }) => !decision.allowed && !shadow)
     // The rule whose numbers single-valued fields carry: the refusing one, else the one with the fewest units left.
     const binding = refused ?? applied.reduce((a, b) => (b.decision.remaining < a.decision.remaining ? b : a))
-    const headers = mergeHeaders(
-      applied.map(({ limiter, decision, key }) => rateLimitHeaders(decision, limiter.policies, options.headers ?? {}, key, now)),
-      applied.indexOf(binding),
-      options.headers?.standard ?? 'draft-10',
-    )
+    const perRule = applied.map(({ limiter, decision, key }) => rateLimitHeaders(decision, limiter.policies, headerOptions, key, now))
+    const headers = perRule.length === 1 ? (perRule[0] as HeaderList) : mergeHeaders(perRule, applied.indexOf(binding), headerOptions.standard ?? 'draft-10')
     if (refused === undefined) {
       return { proceed: true, status: 200, headers, body: undefined, waitMs: Math.max(...applied.map(({ decision }) => decision.waitMs)) }
     }

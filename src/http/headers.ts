@@ -9,7 +9,7 @@
  * - `legacy`: `X-RateLimit-Limit / -Remaining / -Reset` (Reset in epoch seconds).
  */
 import { createHash } from 'node:crypto'
-import { serializeList, serializeDictionary, type Item } from 'structured-headers'
+import { serializeByteSequence, serializeDictionary, serializeInteger, serializeItem, serializeList, serializeString, type Item } from 'structured-headers'
 import type { Decision, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 
 export type StandardHeaders = 'draft-10' | 'draft-8' | 'draft-7' | 'draft-6'
@@ -63,21 +63,16 @@ export function rateLimitHeaders(
   const binding = decision.policies.find((p) => p.policy === decision.policy) ?? (decision.policies[0] as PolicyDecision)
 
   if (standard === 'draft-10' || standard === 'draft-8') {
-    const pk = options.partitionKey === true ? partitionKey(key) : undefined
-    const quota: Item[] = []
-    const left: Item[] = []
+    const pk = options.partitionKey === true ? `;pk=${serializeByteSequence(partitionKey(key))}` : ''
+    const quota: string[] = []
+    const left: string[] = []
     decision.policies.forEach((entry, i) => {
-      const policy = policies[i] as ResolvedPolicy
-      const qParams = new Map<string, number | ArrayBuffer>([['q', entry.limit], ['w', windowSeconds(policy)]])
-      const rParams = new Map<string, number | ArrayBuffer>([['r', entry.remaining], ['t', seconds(entry.allowed ? entry.resetAfterMs : entry.retryAfterMs)]])
-      if (pk !== undefined) {
-        qParams.set('pk', pk)
-        rParams.set('pk', pk)
-      }
-      quota.push([entry.policy, qParams])
-      left.push([entry.policy, rParams])
+      const { name, quotaItem } = itemsOf(policies[i] as ResolvedPolicy, entry.limit)
+      quota.push(quotaItem + pk)
+      // Only r and t change per request: their integers go through the serializer, the rest is cached.
+      left.push(`${name};r=${serializeInteger(entry.remaining)};t=${serializeInteger(seconds(entry.allowed ? entry.resetAfterMs : entry.retryAfterMs))}${pk}`)
     })
-    headers.push(['RateLimit-Policy', serializeList(quota)], ['RateLimit', serializeList(left)])
+    headers.push(['RateLimit-Policy', quota.join(', ')], ['RateLimit', left.join(', ')])
   } else if (standard === 'draft-7') {
     headers.push(
       ['RateLimit-Policy', policyList(decision, policies)],
@@ -103,6 +98,19 @@ export function rateLimitHeaders(
     )
   }
   return headers
+}
+
+const itemCache = new WeakMap<ResolvedPolicy, { limit: number; name: string; quotaItem: string }>()
+
+/** A policy's serialized name and `RateLimit-Policy` item, which never change: built once. */
+function itemsOf(policy: ResolvedPolicy, limit: number): { name: string; quotaItem: string } {
+  let cached = itemCache.get(policy)
+  if (cached === undefined || cached.limit !== limit) {
+    const name = serializeString(policy.name)
+    cached = { limit, name, quotaItem: serializeItem([policy.name, new Map([['q', limit], ['w', windowSeconds(policy)]])]) }
+    itemCache.set(policy, cached)
+  }
+  return cached
 }
 
 /** `Retry-After` in delay-seconds, rounded up (RFC 9110 10.2.3). */

@@ -1,0 +1,37 @@
+/**
+ * One server under test for bench/http.ts, in its own process: a framework, bare
+ * or with a rate limiter, answering "ok". Prints its port on stdout.
+ */
+import type { AddressInfo } from 'node:net'
+import { createServer } from 'node:http'
+import { Redis } from 'ioredis'
+import express from 'express'
+import Fastify from 'fastify'
+import { rateLimit as expressRateLimit } from 'express-rate-limit'
+import fastifyRateLimit from '@fastify/rate-limit'
+import { RedisStore, type Store } from '../src/index.ts'
+import { rateLimit } from '../src/http/adapters/express.ts'
+import { sluiceFastify } from '../src/http/adapters/fastify.ts'
+
+const [framework, limiter, redisUrl] = process.argv.slice(2) as [string, string, string | undefined]
+const HUGE = 1_000_000_000
+// Per client IP, one minute, never reached: the cost of deciding, not of refusing.
+const rules = [{ name: 'api', policies: { algorithm: 'fixed-window' as const, limit: HUGE, windowMs: 60_000, name: 'api' } }]
+const store: Store | undefined = limiter === 'sluice-redis' ? new RedisStore({ client: new Redis(redisUrl as string) }) : undefined
+const sluiceOptions = { rules, onWarning: () => {}, ...(store ? { store } : {}) }
+
+if (framework === 'express') {
+  const app = express()
+  if (limiter === 'sluice-memory' || limiter === 'sluice-redis') app.use(rateLimit(sluiceOptions))
+  if (limiter === 'peer') app.use(expressRateLimit({ windowMs: 60_000, limit: HUGE, standardHeaders: 'draft-8', legacyHeaders: false }))
+  app.get('/', (_req, res) => { res.send('ok') })
+  const server = createServer(app).listen(0, '127.0.0.1', () => console.log((server.address() as AddressInfo).port))
+} else {
+  const app = Fastify({ logger: false })
+  if (limiter === 'sluice-memory' || limiter === 'sluice-redis') await app.register(sluiceFastify, sluiceOptions)
+  if (limiter === 'peer') await app.register(fastifyRateLimit, { max: HUGE, timeWindow: 60_000 })
+  app.get('/', async () => 'ok')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  console.log((app.server.address() as AddressInfo).port)
+}
+process.on('SIGTERM', () => process.exit(0))

@@ -1,0 +1,56 @@
+/**
+ * HTTP benchmark (not a test): requests/s and p99 with autocannon against a
+ * trivial handler, for Express and Fastify, each bare, with sluice (memory and
+ * Redis) and with its own peer limiter configured alike (express-rate-limit,
+ * @fastify/rate-limit), in one run. Each server runs in its own process, so the
+ * load generator and the server each have a core.
+ *
+ *   npm run bench:http                  (about a minute and a half)
+ *   BENCH_SECONDS=3 npm run bench:http
+ */
+import { spawn } from 'node:child_process'
+import { createInterface } from 'node:readline'
+import autocannon from 'autocannon'
+import { startRedis } from '../test/support/redis.ts'
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 6)
+const CONNECTIONS = 50
+
+interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number }
+
+async function measure(framework: string, limiter: string, redisUrl: string): Promise<Row> {
+  const child = spawn(process.execPath, ['--import', 'tsx', new URL('./http-server.ts', import.meta.url).pathname, framework, limiter, redisUrl], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${framework}/${limiter} did not start`)), 20_000)
+    createInterface({ input: child.stdout as NodeJS.ReadableStream }).once('line', (line) => { clearTimeout(timer); resolve(Number(line)) })
+  })
+  try {
+    // A short warm-up, then the measured run.
+    await autocannon({ url: `http://127.0.0.1:${port}/`, connections: CONNECTIONS, duration: 1 })
+    const result = await autocannon({ url: `http://127.0.0.1:${port}/`, connections: CONNECTIONS, duration: SECONDS })
+    return { framework, limiter, rps: result.requests.average, p99: result.latency.p99, errors: result.errors, non2xx: result.non2xx }
+  } finally {
+    child.kill('SIGTERM')
+  }
+}
+
+const redis = await startRedis()
+try {
+  console.log(`sluice HTTP benchmark: node ${process.version}, autocannon ${CONNECTIONS} connections x ${SECONDS} s, median of one run per cell\n`)
+  console.log(`${'framework'.padEnd(10)}${'limiter'.padEnd(16)}${'req/s'.padStart(10)}${'p99 ms'.padStart(9)}${'vs bare'.padStart(10)}${'vs peer'.padStart(10)}`)
+  for (const framework of ['express', 'fastify']) {
+    const rows: Record<string, Row> = {}
+    for (const limiter of ['bare', 'peer', 'sluice-memory', 'sluice-redis']) rows[limiter] = await measure(framework, limiter, redis.url)
+    const bare = rows.bare as Row
+    const peer = rows.peer as Row
+    for (const [limiter, row] of Object.entries(rows)) {
+      const label = limiter === 'peer' ? (framework === 'express' ? 'express-rate-limit' : '@fastify/rate-limit') : limiter
+      const vsBare = `${(((row.rps - bare.rps) / bare.rps) * 100).toFixed(1)}%`
+      const vsPeer = limiter.startsWith('sluice') ? `${(row.rps / peer.rps).toFixed(2)}x` : ''
+      console.log(`${framework.padEnd(10)}${label.padEnd(20).slice(0, 16)}${row.rps.toFixed(0).padStart(10)}${String(row.p99).padStart(9)}${vsBare.padStart(10)}${vsPeer.padStart(10)}${row.errors + row.non2xx > 0 ? `  (${row.errors} errors, ${row.non2xx} non-2xx)` : ''}`)
+    }
+  }
+  console.log('\ntargets: sluice (memory) costs at most 5% of bare throughput and is no slower than the peer on the same framework')
+} finally {
+  await redis.stop()
+}
