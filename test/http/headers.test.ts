@@ -1,0 +1,49 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { parseDictionary, parseList } from 'structured-headers'
+import { onVirtualClock } from '../helpers.ts'
+import { rateLimitHeaders, type Policy } from '../../src/index.ts'
+
+const policies: Policy[] = [
+  { algorithm: 'fixed-window', limit: 100, windowMs: 60_000, name: 'minute' },
+  { algorithm: 'token-bucket', capacity: 20, refillTokens: 2, refillIntervalMs: 1000, name: 'burst' },
+]
+
+function decided() {
+  const clock = onVirtualClock(policies, 30_000)
+  const decision = clock.at(30_000)
+  return { decision, resolved: clock.limiter.policies }
+}
+
+describe('rate-limit header fields', () => {
+  it('draft-10: one item per policy, parseable as RFC 9651 lists', () => {
+    const { decision, resolved } = decided()
+    const headers = new Map(rateLimitHeaders(decision, resolved, {}, 'user:42', 30_000))
+    assert.equal(headers.get('RateLimit-Policy'), '"minute";q=100;w=60, "burst";q=20;w=10')
+    assert.equal(headers.get('RateLimit'), '"minute";r=99;t=30, "burst";r=19;t=1')
+    const parsed = parseList(headers.get('RateLimit') as string)
+    assert.deepEqual(parsed.map(([name, params]) => [name, params.get('r')]), [['minute', 99], ['burst', 19]])
+  })
+
+  it('pk: a byte sequence derived from the key, the same for the same key, never the key itself', () => {
+    const { decision, resolved } = decided()
+    const one = new Map(rateLimitHeaders(decision, resolved, { standard: 'draft-8', partitionKey: true }, 'user:42', 30_000))
+    const again = new Map(rateLimitHeaders(decision, resolved, { partitionKey: true }, 'user:42', 30_000))
+    const other = new Map(rateLimitHeaders(decision, resolved, { partitionKey: true }, 'user:43', 30_000))
+    const pkOf = (value: string | undefined) => parseList(value as string)[0]?.[1].get('pk') as ArrayBuffer
+    const pk = Buffer.from(pkOf(one.get('RateLimit')))
+    assert.equal(pk.length, 12)
+    assert.ok(!pk.toString().includes('42'))
+    assert.deepEqual(pk, Buffer.from(pkOf(again.get('RateLimit-Policy'))))
+    assert.notDeepEqual(pk, Buffer.from(pkOf(other.get('RateLimit'))))
+  })
+
+  it('draft-7 is a dictionary for the binding policy; none sends nothing', () => {
+    const { decision, resolved } = decided()
+    const headers = new Map(rateLimitHeaders(decision, resolved, { standard: 'draft-7' }, 'k', 30_000))
+    assert.equal(headers.get('RateLimit-Policy'), '100;w=60, 20;w=10')
+    const dictionary = parseDictionary(headers.get('RateLimit') as string)
+    assert.deepEqual([dictionary.get('limit')?.[0], dictionary.get('remaining')?.[0], dictionary.get('reset')?.[0]], [20, 19, 1])
+    assert.deepEqual(rateLimitHeaders(decision, resolved, { standard: false }, 'k', 30_000), [])
+  })
+})
