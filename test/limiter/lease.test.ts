@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
-import { after, before, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 import { Limiter, RedisStore, type Policy, type Store } from '../../src/index.ts'
-import { startRedis, type RedisServer } from '../support/redis.ts'
-import { startWorkers, type Workers } from '../support/workers.ts'
+
+import { useRedisAndWorkers } from '../support/workers.ts'
 
 const DAY = 86_400_000
 
@@ -16,19 +16,10 @@ function counted(store: RedisStore): { store: Store; calls: () => number } {
 }
 
 describe('leases for hot keys (local + global hybrid)', () => {
-  let redis: RedisServer
-  let workers: Workers
-  before(async () => {
-    redis = await startRedis()
-    workers = await startWorkers(4)
-  })
-  after(async () => {
-    await workers.stop()
-    await redis.stop()
-  })
+  const env = useRedisAndWorkers(4)
 
   it('one process: exactly the capacity is admitted, with about one store call per lease', async () => {
-    const { store, calls } = counted(new RedisStore({ client: redis.client() }))
+    const { store, calls } = counted(new RedisStore({ client: env.redis.client() }))
     const limiter = new Limiter({ store, prefix: 'lease-one', policies: { algorithm: 'token-bucket', capacity: 500, refillTokens: 1, refillIntervalMs: DAY }, lease: { units: 20 }, clock: () => 1_000_000 })
     let admitted = 0
     for (let i = 0; i < 1000; i++) if ((await limiter.limit('hot')).allowed) admitted++
@@ -38,7 +29,7 @@ describe('leases for hot keys (local + global hybrid)', () => {
   })
 
   it('concurrent calls on one key share a lease instead of each taking one', async () => {
-    const { store, calls } = counted(new RedisStore({ client: redis.client() }))
+    const { store, calls } = counted(new RedisStore({ client: env.redis.client() }))
     const limiter = new Limiter({ store, prefix: 'lease-burst', policies: { algorithm: 'leaky-bucket', capacity: 1000, leakTokens: 1, leakIntervalMs: DAY }, lease: { units: 49 }, clock: () => 1_000_000 })
     const decisions = await Promise.all(Array.from({ length: 500 }, () => limiter.limit('hot')))
     assert.equal(decisions.filter((d) => d.allowed).length, 500)
@@ -47,7 +38,7 @@ describe('leases for hot keys (local + global hybrid)', () => {
 
   it('gives unspent units back once the lease is older than maxAgeMs', async () => {
     let now = 1_000_000
-    const redisStore = new RedisStore({ client: redis.client() })
+    const redisStore = new RedisStore({ client: env.redis.client() })
     const policies: Policy = { algorithm: 'token-bucket', capacity: 100, refillTokens: 1, refillIntervalMs: DAY, name: 'tb' }
     const leased = new Limiter({ store: redisStore, prefix: 'lease-return', policies, lease: { units: 30, maxAgeMs: 500 }, clock: () => now })
     const observer = new Limiter({ store: redisStore, prefix: 'lease-return', policies, clock: () => now, blockCache: false })
@@ -62,7 +53,7 @@ describe('leases for hot keys (local + global hybrid)', () => {
   })
 
   it('refuses configurations it cannot honour', () => {
-    const store = new RedisStore({ client: redis.client() })
+    const store = new RedisStore({ client: env.redis.client() })
     assert.throws(() => new Limiter({ store, policies: { algorithm: 'fixed-window', limit: 10, windowMs: 1000 }, lease: { units: 5 } }), /lease needs token-bucket or police leaky-bucket policies/)
     assert.throws(() => new Limiter({ policies: { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000 }, lease: { units: 5 } }), /in-process store needs none/)
     assert.throws(() => new Limiter({ store, policies: { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000 }, lease: { units: 0 } }), /lease.units must be a positive integer/)
@@ -71,8 +62,8 @@ describe('leases for hot keys (local + global hybrid)', () => {
   it('4 processes on one hot key: within the documented bound of the limit, Redis sees under 1/10 of the calls', async (t) => {
     const units = 20
     const capacity = 2000
-    const results = await workers.runCounted({
-      kind: 'burst', url: redis.url, prefix: 'lease-four', calls: 1000, startAt: Date.now() + 300, lease: { units }, sequential: true,
+    const results = await env.workers.runCounted({
+      kind: 'burst', url: env.redis.url, prefix: 'lease-four', calls: 1000, startAt: Date.now() + 300, lease: { units }, sequential: true,
       policy: { algorithm: 'token-bucket', capacity, refillTokens: 1, refillIntervalMs: DAY },
     })
     const admitted = results.reduce((sum, r) => sum + r.allowed, 0)
@@ -89,9 +80,9 @@ describe('leases for hot keys (local + global hybrid)', () => {
     const perSecond = 200
     const durationMs = 2000
     const startAt = Date.now() + 300
-    const results = await workers.runCounted({
+    const results = await env.workers.runCounted({
       // About 4 x 1000 calls a second against a refill of 200: demand far above the rate.
-      kind: 'burst', url: redis.url, prefix: 'lease-refill', calls: 5000, startAt, durationMs, paceMs: 1, lease: { units }, sequential: true,
+      kind: 'burst', url: env.redis.url, prefix: 'lease-refill', calls: 5000, startAt, durationMs, paceMs: 1, lease: { units }, sequential: true,
       policy: { algorithm: 'token-bucket', capacity, refillTokens: perSecond, refillIntervalMs: 1000 },
     })
     const admitted = results.reduce((sum, r) => sum + r.allowed, 0)

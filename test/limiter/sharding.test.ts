@@ -1,22 +1,14 @@
 import assert from 'node:assert/strict'
-import { after, before, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 import { Limiter, RedisStore, type Policy } from '../../src/index.ts'
-import { scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
-import { startWorkers, type Workers } from '../support/workers.ts'
+import { scanKeys } from '../support/redis.ts'
+import { useRedisAndWorkers } from '../support/workers.ts'
 
 const DAY = 86_400_000
 
 describe('hot-key sharding', () => {
-  let redis: RedisServer
-  let workers: Workers
-  before(async () => {
-    redis = await startRedis()
-    workers = await startWorkers(4)
-  })
-  after(async () => {
-    await workers.stop()
-    await redis.stop()
-  })
+  const env = useRedisAndWorkers(4)
+
 
   for (const [name, policy] of [
     ['fixed window', { algorithm: 'fixed-window', limit: 800, windowMs: DAY }],
@@ -24,19 +16,19 @@ describe('hot-key sharding', () => {
   ] as Array<[string, Policy]>) {
     it(`4 processes x 250 calls on one key over 8 shards never admit more than the limit (${name})`, async (t) => {
       const prefix = `shard-${name.replace(' ', '-')}`
-      const counts = await workers.run({ kind: 'burst', url: redis.url, prefix, policy, calls: 250, startAt: Date.now() + 300, shards: 8 })
+      const counts = await env.workers.run({ kind: 'burst', url: env.redis.url, prefix, policy, calls: 250, startAt: Date.now() + 300, shards: 8 })
       const admitted = counts.reduce((a, b) => a + b, 0)
       assert.ok(admitted <= 800, `admitted ${admitted}`)
       // Each shard holds 100; the second try keeps refusals before every shard is full rare.
       assert.ok(admitted >= 760, `admitted only ${admitted} of 800`)
-      const keys = await scanKeys(redis.client(), `${prefix}:*`)
+      const keys = await scanKeys(env.redis.client(), `${prefix}:*`)
       assert.equal(keys.length, 8, 'one store key per shard')
       t.diagnostic(`${name}: admitted ${admitted} of 800 (${((admitted / 800) * 100).toFixed(1)}%) over 8 shards; 1000 calls`)
     })
   }
 
   it('demand equal to the limit: uneven spread over 8 shards refuses a few calls early, never admits more', async (t) => {
-    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'shard-even', policies: { algorithm: 'fixed-window', limit: 800, windowMs: DAY }, shards: 8 })
+    const limiter = new Limiter({ store: new RedisStore({ client: env.redis.client() }), prefix: 'shard-even', policies: { algorithm: 'fixed-window', limit: 800, windowMs: DAY }, shards: 8 })
     const admitted = (await Promise.all(Array.from({ length: 800 }, () => limiter.limit('hot')))).filter((d) => d.allowed).length
     // Seen 776-787 of 800 in five runs; the bound leaves room for chance.
     assert.ok(admitted <= 800 && admitted >= 750, `admitted ${admitted}`)
@@ -44,7 +36,7 @@ describe('hot-key sharding', () => {
   })
 
   it('reports the whole limit, resets every shard, and refuses sharding an in-process store', async () => {
-    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'shard-api', policies: { algorithm: 'fixed-window', limit: 10, windowMs: DAY, name: 'fw' }, shards: 2 })
+    const limiter = new Limiter({ store: new RedisStore({ client: env.redis.client() }), prefix: 'shard-api', policies: { algorithm: 'fixed-window', limit: 10, windowMs: DAY, name: 'fw' }, shards: 2 })
     const first = await limiter.limit('k')
     assert.deepEqual([first.allowed, first.limit, first.remaining], [true, 10, 8], 'a shard of 5 with 4 left, reported as 8 of 10')
     let admitted = 1
@@ -52,7 +44,7 @@ describe('hot-key sharding', () => {
     assert.equal(admitted, 10)
     await limiter.reset('k')
     assert.equal((await limiter.limit('k')).allowed, true)
-    assert.deepEqual(await scanKeys(redis.client(), 'shard-api:{k#*'), (await scanKeys(redis.client(), 'shard-api:*')))
+    assert.deepEqual(await scanKeys(env.redis.client(), 'shard-api:{k#*'), (await scanKeys(env.redis.client(), 'shard-api:*')))
     assert.throws(() => new Limiter({ policies: { algorithm: 'fixed-window', limit: 10, windowMs: 1000 }, shards: 4 }), /in-process store needs none/)
     assert.throws(() => new Limiter({ policies: { algorithm: 'fixed-window', limit: 10, windowMs: 1000 }, shards: 0 }), /shards must be an integer/)
   })

@@ -1,4 +1,5 @@
 import { fork, type ChildProcess } from 'node:child_process'
+import { after, before } from 'node:test'
 import type { Scenario } from './burst-worker.ts'
 
 export interface Workers {
@@ -47,5 +48,26 @@ export async function startWorkers(count: number, env: (index: number) => Record
         setTimeout(() => child.kill('SIGKILL'), 3000).unref()
       })))
     },
+  }
+}
+
+/**
+ * Registers before / after hooks in the current suite: a redis-server and
+ * `count` worker processes, stopped at the end. Read them after `before` ran.
+ */
+export function useRedisAndWorkers(count: number): { readonly redis: import('./redis.ts').RedisServer; readonly workers: Workers } {
+  const state: { redis?: import('./redis.ts').RedisServer; workers?: Workers } = {}
+  before(async () => {
+    const { startRedis } = await import('./redis.ts')
+    state.redis = await startRedis()
+    state.workers = await startWorkers(count)
+  })
+  after(async () => {
+    await state.workers?.stop()
+    await state.redis?.stop()
+  })
+  return {
+    get redis() { return state.redis as import('./redis.ts').RedisServer },
+    get workers() { return state.workers as Workers },
   }
 }
