@@ -250,18 +250,27 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   return async function rateLimit(request: HttpRequest): Promise<HttpOutcome> {
     const unlimited: HttpOutcome = { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
     if (typeof options.skip === 'function' ? options.skip(request) : (skip as (path: string) => boolean)(request.path)) return unlimited
-    if (options.deny !== undefined && (await options.deny(request))) return problem(403, 'Forbidden', 'This client is not allowed to use this API.', [])
-    if (options.allow !== undefined && (await options.allow(request))) return unlimited
+    if (options.deny !== undefined) {
+      const denied = options.deny(request)
+      if (isPromise(denied) ? await denied : denied) return problem(403, 'Forbidden', 'This client is not allowed to use this API.', [])
+    }
+    if (options.allow !== undefined) {
+      const allowed = options.allow(request)
+      if (isPromise(allowed) ? await allowed : allowed) return unlimited
+    }
     // Every matching rule, with its key, limiter (tier), cost and wait.
     const matched: Array<{ rule: CompiledRule; limiter: Limiter; key: string; cost: number }> = []
     for (const rule of rules) {
       if (!rule.matches(request)) continue
-      let key = await rule.key(request)
+      // Resolvers are often synchronous: await only real promises (each await is a tick per request).
+      const resolved = rule.key(request)
+      let key = isPromise(resolved) ? await resolved : resolved
       if (key === undefined || key === '') {
         if (emptyKey === 'forbid') return problem(403, 'Forbidden', 'The request carries no identity this API accepts.', [])
         key = 'anonymous'
       }
-      matched.push({ rule, limiter: await rule.limiter(request), key, cost: rule.cost(request) })
+      const chosen = rule.limiter(request)
+      matched.push({ rule, limiter: isPromise(chosen) ? await chosen : chosen, key, cost: rule.cost(request) })
     }
     // Enforcing rules that share key, cost and wait are one all-or-nothing store call; the rest go one by one, in order.
     let groups: Iterable<typeof matched>
@@ -367,6 +376,10 @@ function compileHost(host: string, rule: string): (host: string) => boolean {
     return (candidate) => bare(candidate).endsWith(suffix)
   }
   return (candidate) => bare(candidate) === host.toLowerCase()
+}
+
+function isPromise<T>(value: T | Promise<T>): value is Promise<T> {
+  return typeof (value as Promise<T> | undefined)?.then === 'function'
 }
 
 function list(value: string | string[]): string[] {
