@@ -6,7 +6,8 @@
 import type { Clock } from '../core/clock.ts'
 import { ArgumentError } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
-import { checkMaxWait } from '../core/policy.ts'
+import { rejectUnknown } from '../core/options.ts'
+import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { Limiter, type LimiterOptions } from '../limiter/limiter.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
@@ -134,13 +135,6 @@ const OPTIONS = new Set(['rules', 'skip', 'allow', 'deny', 'key', 'clientIp', 'e
   'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache'])
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs'])
 const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude'])
-
-/** Unknown options are refused, not ignored: a misspelt option would silently do nothing. */
-function rejectUnknown(what: string, value: object, known: ReadonlySet<string>): void {
-  for (const [name, option] of Object.entries(value)) {
-    if (!known.has(name) && option !== undefined) throw new ArgumentError(name, option, `is not ${what} (known: ${[...known].join(', ')})`)
-  }
-}
 
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
 export function createRateLimitHandler(options: RateLimitOptions): (request: HttpRequest) => Promise<HttpOutcome> {
@@ -342,7 +336,7 @@ function mergeHeaders(perRule: HeaderList[], binding: number, standard: string |
 function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule: string): void {
   if (!Number.isSafeInteger(cost) || cost < 1) throw new ArgumentError(`rule "${rule}" cost`, cost, 'must be a positive integer or a function')
   for (const policy of policies) {
-    const limit = 'limit' in policy ? policy.limit : policy.capacity
+    const limit = limitOf(policy)
     if (cost > limit) throw new ArgumentError(`rule "${rule}" cost`, cost, `exceeds the limit ${limit} of policy "${policy.name}", so the rule would refuse every request`)
   }
 }

@@ -1,9 +1,8 @@
 /**
  * Keys known to be refused until a given time, kept in this process so that
  * they are refused again without a round trip to the store (the way peers keep
- * "blocked" keys in memory under attack). Bounded by two generations: when the
- * newer one is half full the older one is dropped whole, which is O(1) and
- * costs a dropped key at most one round trip to the store.
+ * "blocked" keys in memory under attack). Bounded by a GenerationalMap: a
+ * dropped key costs at most one round trip to the store.
  *
  * An entry answers only a call of the same cost: a cheaper call may fit sooner,
  * and a costlier one later than the retry time that was given. A refusal stays
@@ -11,6 +10,7 @@
  * only take more. The one exception is `reset`, which clears the entry here;
  * a reset made by another process is seen when the entry expires.
  */
+import { GenerationalMap } from '../core/generational-map.ts'
 import type { Decision } from '../core/types.ts'
 
 interface Blocked {
@@ -21,18 +21,19 @@ interface Blocked {
 
 export class BlockCache {
   /** Per key, the refusals in force by cost. */
-  private current = new Map<string, Map<number, Blocked>>()
-  private previous = new Map<string, Map<number, Blocked>>()
+  private readonly entries: GenerationalMap<Map<number, Blocked>>
 
-  constructor(readonly maxKeys: number) {}
+  constructor(readonly maxKeys: number) {
+    this.entries = new GenerationalMap(maxKeys)
+  }
 
   get size(): number {
-    return this.current.size + this.previous.size
+    return this.entries.size
   }
 
   /** The refusal still in force for this key and cost, its times adjusted to `now`. */
   check(key: string, cost: number, now: number): Decision | undefined {
-    const byCost = this.current.get(key) ?? this.previous.get(key)
+    const byCost = this.entries.get(key)
     const blocked = byCost?.get(cost)
     if (blocked === undefined) return undefined
     if (now >= blocked.until) {
@@ -54,21 +55,12 @@ export class BlockCache {
   }
 
   remember(key: string, cost: number, decision: Decision, now: number): void {
-    let byCost = this.current.get(key)
-    if (byCost === undefined) {
-      byCost = this.previous.get(key) ?? new Map()
-      this.previous.delete(key)
-      if (this.current.size * 2 >= this.maxKeys) {
-        this.previous = this.current
-        this.current = new Map()
-      }
-      this.current.set(key, byCost)
-    }
+    const byCost = this.entries.get(key) ?? new Map<number, Blocked>()
     byCost.set(cost, { until: now + decision.retryAfterMs, decision, at: now })
+    this.entries.set(key, byCost)
   }
 
   forget(key: string): void {
-    this.current.delete(key)
-    this.previous.delete(key)
+    this.entries.delete(key)
   }
 }

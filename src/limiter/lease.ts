@@ -1,9 +1,10 @@
 /**
  * Leases for hot keys (the local + global hybrid): units taken from the store
  * in one call and spent in this process, so a key hit thousands of times a
- * second costs the store one call per lease. Bounded by two generations, like
- * the block cache; a lease dropped that way is simply not returned.
+ * second costs the store one call per lease. Bounded by a GenerationalMap; a
+ * lease dropped that way is simply not returned.
  */
+import { GenerationalMap } from '../core/generational-map.ts'
 import type { Decision, PolicyDecision } from '../core/types.ts'
 
 interface Lease {
@@ -17,14 +18,15 @@ interface Lease {
 }
 
 export class LeaseBook {
-  private current = new Map<string, Lease>()
-  private previous = new Map<string, Lease>()
+  private readonly leases: GenerationalMap<Lease>
 
-  constructor(private readonly maxKeys: number) {}
+  constructor(maxKeys: number) {
+    this.leases = new GenerationalMap(maxKeys)
+  }
 
   /** Spends `cost` from the key's lease if it has enough and is still fresh. */
   spend(key: string, cost: number, now: number): Decision | undefined {
-    const lease = this.current.get(key) ?? this.previous.get(key)
+    const lease = this.leases.get(key)
     if (lease === undefined || now >= lease.expiresAt || lease.units < cost) return undefined
     lease.units -= cost
     return localDecision(lease, now)
@@ -32,21 +34,15 @@ export class LeaseBook {
 
   /** Removes the key's lease and says how many units it still held. */
   take(key: string): number {
-    const lease = this.current.get(key) ?? this.previous.get(key)
-    this.current.delete(key)
-    this.previous.delete(key)
+    const lease = this.leases.get(key)
+    this.leases.delete(key)
     return lease?.units ?? 0
   }
 
   /** Records a lease of `units` taken with `decision` (which charged them). */
   grant(key: string, units: number, decision: Decision, now: number, maxAgeMs: number): Decision {
-    this.previous.delete(key)
-    if (!this.current.has(key) && this.current.size * 2 >= this.maxKeys) {
-      this.previous = this.current
-      this.current = new Map()
-    }
     const lease: Lease = { units, expiresAt: now + maxAgeMs, taken: decision, takenAt: now }
-    this.current.set(key, lease)
+    this.leases.set(key, lease)
     return localDecision(lease, now)
   }
 }

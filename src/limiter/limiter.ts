@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto'
 import { evaluate, NO_WAIT, REFUNDABLE } from '../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../core/clock.ts'
 import { ArgumentError, SluiceError } from '../core/errors.ts'
+import { rejectUnknown } from '../core/options.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
@@ -114,7 +115,7 @@ export class Limiter {
     if (typeof options !== 'object' || options === null) {
       throw new ArgumentError('options', options, 'must be an object with at least "policies"')
     }
-    rejectUnknown('Limiter option', options, LIMITER_OPTIONS)
+    rejectUnknown('a Limiter option', options, LIMITER_OPTIONS)
     this.policies = resolvePolicies(options.policies)
     this.prefix = checkPrefix(options.prefix ?? 'sluice')
     if (options.clock !== undefined && typeof options.clock !== 'function') {
@@ -142,7 +143,7 @@ export class Limiter {
     this.fallbackStore = new MemoryStore({ maxKeys: 100_000 })
     const circuit = options.circuit ?? {}
     if (typeof circuit !== 'object' || circuit === null) throw new ArgumentError('circuit', circuit, 'must be an object')
-    rejectUnknown('circuit option', circuit, new Set(['failures', 'probeIntervalMs']))
+    rejectUnknown('a circuit option', circuit, new Set(['failures', 'probeIntervalMs']))
     this.probeIntervalMs = positiveNumber('circuit.probeIntervalMs', circuit.probeIntervalMs, 1000)
     const failures = circuit.failures ?? 3
     if (!Number.isSafeInteger(failures) || failures < 1) throw new ArgumentError('circuit.failures', failures, 'must be a positive integer')
@@ -300,7 +301,7 @@ export class Limiter {
   private leaseOptions(input: LimiterOptions['lease']): Limiter['lease'] {
     if (input === undefined) return undefined
     if (typeof input !== 'object' || input === null) throw new ArgumentError('lease', input, 'must be { units, maxAgeMs? }')
-    rejectUnknown('lease option', input, new Set(['units', 'maxAgeMs']))
+    rejectUnknown('a lease option', input, new Set(['units', 'maxAgeMs']))
     if (!Number.isSafeInteger(input.units) || input.units < 1) throw new ArgumentError('lease.units', input.units, 'must be a positive integer')
     const maxAgeMs = positiveNumber('lease.maxAgeMs', input.maxAgeMs, 1000)
     if (this.local !== undefined) throw new ArgumentError('lease', input, 'is for a store outside the process; an in-process store needs none')
@@ -362,7 +363,7 @@ export class Limiter {
     let cost = 1
     let maxWaitMs = 0
     if (options !== undefined) {
-      rejectUnknown('limit option', options, LIMIT_OPTIONS)
+      rejectUnknown('a limit option', options, LIMIT_OPTIONS)
       if (options.cost !== undefined) cost = checkCost(options.cost, this.policies)
       if (options.maxWaitMs !== undefined) maxWaitMs = checkMaxWait(options.maxWaitMs, this.policies)
     }
@@ -419,12 +420,4 @@ function checkPrefix(prefix: unknown): string {
     throw new ArgumentError('prefix', prefix, 'must be 1 to 64 printable ASCII characters without spaces or braces')
   }
   return prefix
-}
-
-function rejectUnknown(what: string, options: object, known: ReadonlySet<string>): void {
-  for (const [name, value] of Object.entries(options)) {
-    if (!known.has(name) && value !== undefined) {
-      throw new ArgumentError(name, value, `is not a ${what} (known: ${[...known].join(', ')})`)
-    }
-  }
 }
