@@ -7,7 +7,7 @@
  * const decision = await limiter.limit('user:42')
  * if (!decision.allowed) console.log(`retry in ${decision.retryAfterMs} ms`)
  */
-export { Limiter, normalizeKey, MAX_KEY_LENGTH, type LimiterOptions, type LimitOptions } from './limiter/limiter.ts'
+export { Limiter, normalizeKey, MAX_KEY_LENGTH, type LimiterOptions, type LimitOptions, type LimiterObserver } from './limiter/limiter.ts'
 export { combine } from './limiter/decision.ts'
 export { rateLimited, RateLimited, RateLimitAction, type RateLimitedOptions } from './limiter/rate-limited.ts'
 export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory-store.ts'
@@ -28,8 +28,9 @@ export type {
   Decision,
   PolicyDecision,
 } from './core/types.ts'
-export { createRateLimitHandler, type RateLimitOptions, type RuleOptions, type KeyResolver, type HttpRequest, type HttpOutcome, type DecisionEvent } from './http/handler.ts'
+export { createRateLimitHandler, httpStatePrefix, type RateLimitOptions, type RuleOptions, type KeyResolver, type HttpRequest, type HttpOutcome, type DecisionEvent } from './http/handler.ts'
 export { rateLimitHeaders, retryAfterHeader, windowSeconds, type HeaderOptions, type StandardHeaders } from './http/headers.ts'
 export { clientIpResolver, type ClientIpOptions } from './http/client-ip.ts'
-export { firstOf, apiKey, jwtClaim, clientIpKey, type JwtClaimOptions } from './http/identity.ts'
+export { firstOf, apiKey, jwtClaim, jwtVerifier, claimOf, clientIpKey, type JwtClaimOptions } from './http/identity.ts'
+export { compileMatch, type MatchOptions } from './http/match.ts'
 export * as algorithms from './algorithms/index.ts'

@@ -11,6 +11,7 @@ import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { Limiter, type LimiterOptions } from '../limiter/limiter.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
+import { compileMatch, compilePaths, type MatchOptions } from './match.ts'
 import { rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
@@ -31,17 +32,8 @@ export type KeyResolver = (request: HttpRequest) => string | undefined | Promise
 export interface RuleOptions {
   /** Names the rule in logs and keys. Default `rule-<index>`. */
   name?: string
-  /** Which requests the rule applies to. Default: every request. */
-  match?: {
-    /** Path patterns: `*` matches within a segment, `**` across segments (`/api/**`). */
-    path?: string | string[]
-    /** Methods, e.g. `['POST', 'PUT']`. */
-    method?: string | string[]
-    /** Hosts, exact or `*.example.com`. */
-    host?: string | string[]
-    /** Path patterns the rule does not apply to, even when `path` matches. */
-    exclude?: string | string[]
-  }
+  /** Which requests the rule applies to: predicates, or a function of the request. Default: every request. */
+  match?: MatchOptions | ((request: HttpRequest) => boolean)
   /** The rule's policies; or give `tiers` instead. */
   policies?: Policy | Policy[]
   /**
@@ -70,7 +62,7 @@ export interface RuleOptions {
   maxWaitMs?: number
 }
 
-export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' | 'onStoreFailure' | 'expectedInstances' | 'circuit' | 'blockCache'> {
+export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' | 'onStoreFailure' | 'expectedInstances' | 'circuit' | 'blockCache' | 'observer'> {
   /** Ordered rules; a request is subject to every rule that matches it. */
   rules: RuleOptions[]
   /** Requests never limited: path patterns (health checks, metrics), or a predicate. */
@@ -132,9 +124,8 @@ interface CompiledRule {
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
 
 const OPTIONS = new Set(['rules', 'skip', 'allow', 'deny', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onLimited', 'onWarning',
-  'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache'])
+  'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'observer'])
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs'])
-const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude'])
 
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
 export function createRateLimitHandler(options: RateLimitOptions): (request: HttpRequest) => Promise<HttpOutcome> {
@@ -167,19 +158,18 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   const clock = options.clock ?? Date.now
   const headerOptions = options.headers ?? {}
   const seenPolicyNames = new Map<string, string>()
-  const statePrefix = `${options.prefix ?? 'sluice'}:http`
+  const statePrefix = httpStatePrefix(options.prefix)
   const makeLimiter = (policies: Policy | Policy[], prefix: string) => new Limiter({
     policies,
     prefix,
     ...(options.store !== undefined ? { store: options.store } : {}),
     ...(options.clock !== undefined ? { clock: options.clock } : {}),
-    ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
+    ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'observer']),
   })
 
   const rules: CompiledRule[] = options.rules.map((rule, index) => {
     if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
     rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
-    if (rule.match !== undefined) rejectUnknown(`a match option (rules[${index}].match)`, rule.match, MATCH_OPTIONS)
     const name = rule.name ?? `rule-${index}`
     // One prefix for every rule: rules that share a key are decided in one store call,
     // which needs their state under one prefix; policy names keep it apart.
@@ -219,7 +209,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
     return {
       name,
-      matches: compileMatch(rule.match ?? {}, name),
+      matches: typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`),
       limiter: limiterFor,
       key: rule.key ?? defaultKey,
       cost: typeof cost === 'function' ? cost : () => cost,
@@ -278,14 +268,14 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       }
       groups = byId.values()
     }
-    const applied: Array<{ rules: string; shadow: boolean; limiter: Limiter; decision: Decision; key: string }> = []
+    const applied: Array<{ rules: string; shadow: boolean; limiter: Limiter; decision: Decision; key: string; cost: number }> = []
     for (const group of groups) {
       const { key, cost, rule } = group[0] as (typeof matched)[number]
       const limiter = group.length === 1 ? (group[0] as (typeof matched)[number]).limiter : combined(group.map((entry) => entry.limiter))
       const decision = await (cost === 1 && rule.maxWaitMs === 0 ? limiter.limit(key) : limiter.limit(key, { cost, maxWaitMs: rule.maxWaitMs }))
       const names = group.map((entry) => entry.rule.name).join('+')
       options.onDecision?.({ rule: names, key, decision, shadow: rule.shadow, request })
-      applied.push({ rules: names, shadow: rule.shadow, limiter, decision, key })
+      applied.push({ rules: names, shadow: rule.shadow, limiter, decision, key, cost })
       if (!decision.allowed && !rule.shadow) break
     }
     if (applied.length === 0) return { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
@@ -293,7 +283,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     const refused = applied.find(({ shadow, decision }) => !decision.allowed && !shadow)
     // The rule whose numbers single-valued fields carry: the refusing one, else the one with the fewest units left.
     const binding = refused ?? applied.reduce((a, b) => (b.decision.remaining < a.decision.remaining ? b : a))
-    const perRule = applied.map(({ limiter, decision, key }) => rateLimitHeaders(decision, limiter.policies, headerOptions, key, now))
+    const perRule = applied.map(({ limiter, decision, key, cost }) => rateLimitHeaders(decision, limiter.policies, headerOptions, key, now, cost))
     const headers = perRule.length === 1 ? (perRule[0] as HeaderList) : mergeHeaders(perRule, applied.indexOf(binding), headerOptions.standard ?? 'draft-10')
     if (refused === undefined) {
       return { proceed: true, status: 200, headers, body: undefined, waitMs: Math.max(...applied.map(({ decision }) => decision.waitMs)) }
@@ -308,6 +298,11 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       'retry-after': Math.max(1, Math.ceil(decision.retryAfterMs / 1000)),
     })
   }
+}
+
+/** Where the handler keeps its limiters' state: read it with a `Limiter` on this prefix (and the same store and policies). */
+export function httpStatePrefix(prefix = 'sluice'): string {
+  return `${prefix}:http`
 }
 
 /** An RFC 9457 problem response. */
@@ -341,43 +336,8 @@ function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule
   }
 }
 
-function compileMatch(match: NonNullable<RuleOptions['match']>, rule: string): (request: HttpRequest) => boolean {
-  const paths = match.path === undefined ? () => true : compilePaths(list(match.path), `rule "${rule}" match.path`)
-  const excluded = match.exclude === undefined ? () => false : compilePaths(list(match.exclude), `rule "${rule}" match.exclude`)
-  const methods = match.method === undefined ? undefined : new Set(list(match.method).map((m) => m.toUpperCase()))
-  const hosts = match.host === undefined ? undefined : list(match.host).map((h) => compileHost(h, rule))
-  return (request) =>
-    paths(request.path) && !excluded(request.path) &&
-    (methods === undefined || methods.has(request.method.toUpperCase())) &&
-    (hosts === undefined || (request.host !== undefined && hosts.some((host) => host(request.host as string))))
-}
-
-/** `**` any number of segments, `*` within one segment; everything else literal. */
-function compilePaths(patterns: string[], what: string): (path: string) => boolean {
-  const regexes = patterns.map((pattern) => {
-    if (typeof pattern !== 'string' || !pattern.startsWith('/')) throw new ArgumentError(what, pattern, 'must be path patterns starting with "/"')
-    const source = pattern.split(/(\*\*|\*)/).map((part) => (part === '**' ? '.*' : part === '*' ? '[^/]*' : part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))).join('')
-    return new RegExp(`^${source}$`)
-  })
-  return (path) => regexes.some((regex) => regex.test(path))
-}
-
-function compileHost(host: string, rule: string): (host: string) => boolean {
-  if (typeof host !== 'string' || host === '') throw new ArgumentError(`rule "${rule}" match.host`, host, 'must be host names')
-  const bare = (h: string) => h.toLowerCase().replace(/:\d+$/, '')
-  if (host.startsWith('*.')) {
-    const suffix = host.slice(1).toLowerCase()
-    return (candidate) => bare(candidate).endsWith(suffix)
-  }
-  return (candidate) => bare(candidate) === host.toLowerCase()
-}
-
 function isPromise<T>(value: T | Promise<T>): value is Promise<T> {
   return typeof (value as Promise<T> | undefined)?.then === 'function'
-}
-
-function list(value: string | string[]): string[] {
-  return Array.isArray(value) ? value : [value]
 }
 
 function pick<T extends object, K extends keyof T>(object: T, keys: K[]): Partial<Pick<T, K>> {

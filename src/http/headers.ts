@@ -7,6 +7,7 @@
  * - `draft-8`, `draft-7`, `draft-6`: the shapes express-rate-limit emits under
  *   those names, for users migrating from it.
  * - `legacy`: `X-RateLimit-Limit / -Remaining / -Reset` (Reset in epoch seconds).
+ * - `springCloudGateway`: the fields of Spring Cloud Gateway's RequestRateLimiter.
  */
 import { createHash } from 'node:crypto'
 import { serializeByteSequence, serializeDictionary, serializeInteger, serializeItem, serializeList, serializeString, type Item } from 'structured-headers'
@@ -25,6 +26,13 @@ export interface HeaderOptions {
    * itself). Default false.
    */
   partitionKey?: boolean
+  /**
+   * Also send Spring Cloud Gateway's RequestRateLimiter fields, for clients
+   * written against it: `X-RateLimit-Remaining`, `-Replenish-Rate` (units per
+   * second), `-Burst-Capacity` and `-Requested-Tokens` (the call's cost), for
+   * the binding policy. Default false.
+   */
+  springCloudGateway?: boolean
 }
 
 export type HeaderList = Array<[name: string, value: string]>
@@ -57,6 +65,7 @@ export function rateLimitHeaders(
   options: HeaderOptions,
   key: string,
   now: number,
+  cost = 1,
 ): HeaderList {
   const headers: HeaderList = []
   const standard = options.standard ?? 'draft-10'
@@ -97,7 +106,28 @@ export function rateLimitHeaders(
       ['X-RateLimit-Reset', String(Math.ceil((now + binding.resetAfterMs) / 1000))],
     )
   }
+  if (options.springCloudGateway === true) {
+    const policy = policies[decision.policies.indexOf(binding)] as ResolvedPolicy
+    if (options.legacy !== true) headers.push(['X-RateLimit-Remaining', String(binding.remaining)])
+    headers.push(
+      ['X-RateLimit-Replenish-Rate', String(unitsPerSecond(policy))],
+      ['X-RateLimit-Burst-Capacity', String(binding.limit)],
+      ['X-RateLimit-Requested-Tokens', String(cost)],
+    )
+  }
   return headers
+}
+
+/** Spring Cloud Gateway's replenishRate: whole units a policy grants per second (0 when slower than one a second). */
+function unitsPerSecond(policy: ResolvedPolicy): number {
+  switch (policy.algorithm) {
+    case 'token-bucket':
+      return Math.floor((policy.refillTokens * 1000) / policy.refillIntervalMs)
+    case 'leaky-bucket':
+      return Math.floor((policy.leakTokens * 1000) / policy.leakIntervalMs)
+    default:
+      return Math.floor((policy.limit * 1000) / policy.windowMs)
+  }
 }
 
 const itemCache = new WeakMap<ResolvedPolicy, { limit: number; name: string; quotaItem: string }>()

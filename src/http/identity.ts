@@ -5,7 +5,7 @@
  * is no identity: it falls through to the next resolver, never to a key the
  * client chose.
  */
-import { createRemoteJWKSet, importSPKI, jwtVerify, type JWTVerifyGetKey, type CryptoKey } from 'jose'
+import { createRemoteJWKSet, importSPKI, jwtVerify, type CryptoKey, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { ArgumentError } from '../core/errors.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import type { HttpRequest, KeyResolver } from './handler.ts'
@@ -62,6 +62,26 @@ export interface JwtClaimOptions {
 export function jwtClaim(options: JwtClaimOptions): KeyResolver {
   const claim = options.claim ?? 'sub'
   const prefix = options.prefix ?? 'user'
+  const verified = jwtVerifier(options)
+  return async function jwtClaimOf(request) {
+    const value = claimOf(await verified(request), claim)
+    return value === undefined ? undefined : `${prefix}:${value}`
+  }
+}
+
+/** A claim of a verified token as a string (strings and numbers only), or undefined. */
+export function claimOf(payload: JWTPayload | undefined, claim: string): string | undefined {
+  const value = payload?.[claim]
+  if ((typeof value !== 'string' || value === '') && typeof value !== 'number') return undefined
+  return String(value)
+}
+
+/**
+ * The payload of a request's verified bearer token, or undefined. Each
+ * request's token is verified once, however many resolvers ask (an identity
+ * and a tier, say).
+ */
+export function jwtVerifier(options: Omit<JwtClaimOptions, 'claim' | 'prefix'>): (request: HttpRequest) => Promise<JWTPayload | undefined> {
   if (!Array.isArray(options.algorithms) || options.algorithms.length === 0 || options.algorithms.some((a) => typeof a !== 'string' || a.toLowerCase() === 'none')) {
     throw new ArgumentError('algorithms', options.algorithms, "must list the accepted algorithms (e.g. ['HS256']); 'none' is never accepted")
   }
@@ -81,22 +101,28 @@ export function jwtClaim(options: JwtClaimOptions): KeyResolver {
     ...(options.issuer !== undefined ? { issuer: options.issuer } : {}),
     ...(options.audience !== undefined ? { audience: options.audience } : {}),
   }
-  return async function jwtClaimOf(request) {
-    const authorization = request.header('authorization')
-    const match = authorization === undefined ? null : /^Bearer\s+([A-Za-z0-9_.-]{1,8192})$/i.exec(authorization.trim())
-    if (match === null) return undefined
+  const verify = async (token: string): Promise<JWTPayload | undefined> => {
     try {
       const resolved = await key
       // Two calls only because jose's overloads take a key or a key getter, not a union.
       const { payload } = typeof resolved === 'function'
-        ? await jwtVerify(match[1] as string, resolved, verifyOptions)
-        : await jwtVerify(match[1] as string, resolved, verifyOptions)
-      const value = payload[claim]
-      if ((typeof value !== 'string' || value === '') && typeof value !== 'number') return undefined
-      return `${prefix}:${String(value)}`
+        ? await jwtVerify(token, resolved, verifyOptions)
+        : await jwtVerify(token, resolved, verifyOptions)
+      return payload
     } catch {
       return undefined
     }
+  }
+  const perRequest = new WeakMap<HttpRequest, Promise<JWTPayload | undefined>>()
+  return function verifiedPayload(request) {
+    let payload = perRequest.get(request)
+    if (payload === undefined) {
+      const authorization = request.header('authorization')
+      const match = authorization === undefined ? null : /^Bearer\s+([A-Za-z0-9_.-]{1,8192})$/i.exec(authorization.trim())
+      payload = match === null ? Promise.resolve(undefined) : verify(match[1] as string)
+      perRequest.set(request, payload)
+    }
+    return payload
   }
 }
 

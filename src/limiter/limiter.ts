@@ -72,6 +72,16 @@ export interface LimiterOptions {
    * beyond their limit, and may refuse as many while leases sit unspent.
    */
   lease?: { units: number; maxAgeMs?: number }
+  /** Hears what metrics need and decisions do not carry: store latency and failures, block-cache hits. */
+  observer?: LimiterObserver
+}
+
+/** Callbacks for metrics; each must be cheap and must not throw. */
+export interface LimiterObserver {
+  /** Each call that reached a store outside the process: how long it took and how it ended. */
+  storeCall?: (durationMs: number, outcome: 'ok' | 'timeout' | 'store-error') => void
+  /** A refusal answered from the block cache, with no store call. */
+  blockCacheHit?: () => void
 }
 
 export interface LimitOptions {
@@ -86,7 +96,7 @@ export interface LimitOptions {
 }
 
 const LIMITER_OPTIONS = new Set([
-  'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'shards', 'lease',
+  'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'shards', 'lease', 'observer',
 ])
 const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs'])
 
@@ -110,6 +120,7 @@ export class Limiter {
   private readonly shards: number
   private readonly shardPolicies: readonly ResolvedPolicy[]
   private readonly lease: { units: number; maxAgeMs: number; book: LeaseBook; taking: Map<string, Promise<unknown>> } | undefined
+  private readonly observer: LimiterObserver | undefined
 
   constructor(options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -170,6 +181,12 @@ export class Limiter {
     this.shards = shards
     this.shardPolicies = shards === 1 ? this.policies : scalePolicies(this.policies, shards)
     this.lease = this.leaseOptions(options.lease)
+    const observer = options.observer
+    if (observer !== undefined && (typeof observer !== 'object' || observer === null)) {
+      throw new ArgumentError('observer', observer, 'must be an object of callbacks (storeCall, blockCacheHit)')
+    }
+    if (observer !== undefined) rejectUnknown('an observer callback', observer, new Set(['storeCall', 'blockCacheHit']))
+    this.observer = observer
   }
 
   /** True while the store is being bypassed after failures (decisions are degraded). */
@@ -253,9 +270,17 @@ export class Limiter {
     const cacheable = this.blocked !== undefined && call.cost > 0 && call.maxWaitMs === 0
     if (cacheable) {
       const known = this.blocked?.check(call.key, call.cost, now)
-      if (known !== undefined) return known
+      if (known !== undefined) {
+        this.observer?.blockCacheHit?.()
+        return known
+      }
     }
+    const observed = this.observer?.storeCall
+    const started = observed === undefined ? 0 : performance.now()
     const outcome = await this.circuit.run(() => this.store.consume(call))
+    if (observed !== undefined && (outcome.ok || outcome.reason !== 'circuit-open')) {
+      observed(performance.now() - started, outcome.ok ? 'ok' : outcome.reason as 'timeout' | 'store-error')
+    }
     if (!outcome.ok) return this.degrade(logical, outcome.reason, now)
     const decision = combine(outcome.value)
     if (cacheable && !decision.allowed) this.blocked?.remember(call.key, call.cost, decision, now)

@@ -1,0 +1,77 @@
+/**
+ * Request predicates shared by the middleware's rules and the gateway's
+ * routes: path patterns, methods, hosts and header values.
+ */
+import { ArgumentError } from '../core/errors.ts'
+import type { HttpRequest } from './handler.ts'
+
+export interface MatchOptions {
+  /** Path patterns: `*` matches within a segment, `**` across segments (`/api/**`). */
+  path?: string | string[]
+  /** Methods, e.g. `['POST', 'PUT']`. */
+  method?: string | string[]
+  /** Hosts, exact or `*.example.com`. */
+  host?: string | string[]
+  /** Path patterns not matched, even when `path` matches. */
+  exclude?: string | string[]
+  /** Header values by name: the exact value, or `true` for "present with any value". */
+  headers?: Record<string, string | true>
+}
+
+const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude', 'headers'])
+
+/** Compiles the predicates once (bad ones throw here); every given predicate must hold. */
+export function compileMatch(match: MatchOptions, what: string): (request: HttpRequest) => boolean {
+  if (typeof match !== 'object' || match === null) throw new ArgumentError(what, match, 'must be an object of predicates or a function')
+  for (const [name, value] of Object.entries(match)) {
+    if (!MATCH_OPTIONS.has(name) && value !== undefined) throw new ArgumentError(`${what}.${name}`, value, `is not a match option (known: ${[...MATCH_OPTIONS].join(', ')})`)
+  }
+  const paths = match.path === undefined ? () => true : compilePaths(list(match.path), `${what}.path`)
+  const excluded = match.exclude === undefined ? () => false : compilePaths(list(match.exclude), `${what}.exclude`)
+  const methods = match.method === undefined ? undefined : new Set(list(match.method).map((m) => m.toUpperCase()))
+  const hosts = match.host === undefined ? undefined : list(match.host).map((h) => compileHost(h, `${what}.host`))
+  const headers = match.headers === undefined ? undefined : compileHeaders(match.headers, `${what}.headers`)
+  return (request) =>
+    paths(request.path) && !excluded(request.path) &&
+    (methods === undefined || methods.has(request.method.toUpperCase())) &&
+    (hosts === undefined || (request.host !== undefined && hosts.some((host) => host(request.host as string)))) &&
+    (headers === undefined || headers(request))
+}
+
+/** `**` any number of segments, `*` within one segment; everything else literal. */
+export function compilePaths(patterns: string[], what: string): (path: string) => boolean {
+  const regexes = patterns.map((pattern) => {
+    if (typeof pattern !== 'string' || !pattern.startsWith('/')) throw new ArgumentError(what, pattern, 'must be path patterns starting with "/"')
+    const source = pattern.split(/(\*\*|\*)/).map((part) => (part === '**' ? '.*' : part === '*' ? '[^/]*' : part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))).join('')
+    return new RegExp(`^${source}$`)
+  })
+  return (path) => regexes.some((regex) => regex.test(path))
+}
+
+function compileHost(host: string, what: string): (host: string) => boolean {
+  if (typeof host !== 'string' || host === '') throw new ArgumentError(what, host, 'must be host names')
+  const bare = (h: string) => h.toLowerCase().replace(/:\d+$/, '')
+  if (host.startsWith('*.')) {
+    const suffix = host.slice(1).toLowerCase()
+    return (candidate) => bare(candidate).endsWith(suffix)
+  }
+  return (candidate) => bare(candidate) === host.toLowerCase()
+}
+
+function compileHeaders(headers: Record<string, string | true>, what: string): (request: HttpRequest) => boolean {
+  if (typeof headers !== 'object' || headers === null) throw new ArgumentError(what, headers, 'must map header names to values (or true)')
+  const checks = Object.entries(headers).map(([name, expected]) => {
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new ArgumentError(`${what}`, name, 'must be header names')
+    if (expected !== true && typeof expected !== 'string') throw new ArgumentError(`${what}.${name}`, expected, 'must be a string or true')
+    const lower = name.toLowerCase()
+    return (request: HttpRequest) => {
+      const value = request.header(lower)
+      return expected === true ? value !== undefined : value === expected
+    }
+  })
+  return (request) => checks.every((check) => check(request))
+}
+
+function list(value: string | string[]): string[] {
+  return Array.isArray(value) ? value : [value]
+}
