@@ -1,25 +1,74 @@
 #!/usr/bin/env node
 /**
- * The `sluice` command. For now: `check` validates a policy, `demo` replays a
- * burst through every algorithm on a virtual clock. The gateway arrives later.
+ * The `sluice` command: the gateway, config checking, key inspection, and
+ * small tools (policy check, algorithm demo). Exit codes: 0 success, 1 the
+ * input was wrong (a bad config or policy), 2 bad usage, 3 could not run
+ * (a port in use, Redis unreachable).
  */
 import { readFileSync, realpathSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
 import { SluiceError } from '../core/errors.ts'
 import { resolvePolicies } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
+import { ConfigError, loadConfig } from '../gateway/config.ts'
+import { startDemoUpstream } from '../gateway/demo-upstream.ts'
+import { Gateway } from '../gateway/gateway.ts'
+import { httpStatePrefix } from '../http/handler.ts'
+import { RedisStore } from '../stores/redis/redis-store.ts'
 
-const USAGE = `usage: sluice <command>
+const USAGE = `usage: sluice <command> [options]
 
 commands:
-  check '<policy JSON>'   validate one policy or an array of them; print them resolved
-  demo                    replay a burst through each algorithm on a virtual clock
-  version                 print the version
-  help                    print this text
+  gateway --config FILE          run the rate-limiting gateway (see sluice gateway --help)
+  check-config FILE              validate a gateway config; list every problem with its line
+  inspect --redis URL KEY        show a key's state in Redis for each policy
+  check '<policy JSON>'          validate one policy or an array of them; print them resolved
+  demo                           replay a burst through each algorithm on a virtual clock
+  version                        print the version
+  help                           print this text
+
+exit codes: 0 ok, 1 invalid input (config, policy), 2 bad usage, 3 could not run
 `
 
-export function main(argv: readonly string[], out: (line: string) => void = console.log): number {
+const GATEWAY_USAGE = `usage: sluice gateway --config FILE [--demo-upstream]
+
+Runs the gateway the YAML file describes. SIGHUP (or saving the file) reloads
+it: a valid file takes effect without dropping requests, an invalid one is
+refused and the running config stays. SIGTERM / SIGINT stop accepting, let
+requests in flight finish (server.timeouts.shutdownMs), then exit.
+
+options:
+  -c, --config FILE     the config file (required)
+  --demo-upstream       also start the bundled demo upstream on a free loopback
+                        port, exported as UPSTREAM_PORT for the config (npm start)
+  --no-watch            reload on SIGHUP only, not on file changes
+  -h, --help            print this text
+`
+
+const CHECK_CONFIG_USAGE = `usage: sluice check-config FILE
+
+Validates a gateway config and lists every problem as "path: problem (line N)".
+Exit code 0 when the file is valid, 1 when it is not, 2 on bad usage.
+`
+
+const INSPECT_USAGE = `usage: sluice inspect --redis URL [--config FILE] [--prefix PREFIX] KEY
+
+Shows what Redis holds for KEY (e.g. ip:203.0.113.7, apikey:abc, user:42).
+With --config, reads each of the config's policies without charging (remaining,
+limit, reset). Without it, lists the raw state of every policy under the prefix.
+
+options:
+  --redis URL       redis:// or rediss:// URL (required)
+  --config FILE     a gateway config: show remaining quota per policy
+  --prefix PREFIX   the config's prefix (default: sluice, or the config's)
+  -h, --help        print this text
+`
+
+type Out = (line: string) => void
+
+export async function main(argv: readonly string[], out: Out = console.log, err: Out = console.error): Promise<number> {
   const [command, ...rest] = argv
   switch (command) {
     case undefined:
@@ -37,9 +86,205 @@ export function main(argv: readonly string[], out: (line: string) => void = cons
     case 'demo':
       demo(out)
       return 0
+    case 'gateway':
+      return gateway(rest, out, err)
+    case 'check-config':
+      return checkConfig(rest, out, err)
+    case 'inspect':
+      return inspect(rest, out, err)
     default:
-      out(`sluice: unknown command ${JSON.stringify(command)}\n\n${USAGE}`)
+      err(`sluice: unknown command ${JSON.stringify(command)}\n\n${USAGE}`)
       return 2
+  }
+}
+
+/** Parses options; on a mistake prints it with the usage and returns undefined. */
+function options<R>(parse: () => R, usage: string, err: Out): R | undefined {
+  try {
+    return parse()
+  } catch (error) {
+    err(`${(error as Error).message}\n\n${usage}`)
+    return undefined
+  }
+}
+
+async function gateway(args: readonly string[], out: Out, err: Out): Promise<number> {
+  const parsed = options(() => parseArgs({
+    args: [...args],
+    allowPositionals: true,
+    options: {
+      config: { type: 'string', short: 'c' },
+      'demo-upstream': { type: 'boolean' },
+      'no-watch': { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  }), GATEWAY_USAGE, err)
+  if (parsed === undefined) return 2
+  if (parsed.values.help === true) {
+    out(GATEWAY_USAGE)
+    return 0
+  }
+  const file = parsed.values.config
+  if (typeof file !== 'string' || parsed.positionals.length > 0) {
+    err(`sluice gateway: ${typeof file !== 'string' ? '--config FILE is required' : `unexpected argument ${JSON.stringify(parsed.positionals[0])}`}\n\n${GATEWAY_USAGE}`)
+    return 2
+  }
+  const env = { ...process.env }
+  let upstream: Awaited<ReturnType<typeof startDemoUpstream>> | undefined
+  if (parsed.values['demo-upstream'] === true) {
+    upstream = await startDemoUpstream(0)
+    env.UPSTREAM_PORT = String(new URL(upstream.url).port)
+  }
+  let running: Gateway
+  try {
+    running = await Gateway.start(file, { env, watchFile: parsed.values['no-watch'] !== true })
+  } catch (error) {
+    upstream?.server.close()
+    if (error instanceof ConfigError) {
+      err(`sluice gateway: refusing to start\n${error.message}`)
+      return 1
+    }
+    err(`sluice gateway: ${(error as Error).message}`)
+    return 3
+  }
+  if (upstream !== undefined) {
+    out([
+      '',
+      `  sluice gateway   ${running.url}   (config ${file})`,
+      `  demo upstream    ${upstream.url}`,
+      `  admin            ${running.adminUrl}/status   ${running.adminUrl}/metrics`,
+      '',
+      '  try it (the api route allows 5 requests per 10 s per client; the 6th gets 429):',
+      `    for i in $(seq 7); do curl -s -o /dev/null -w "%{http_code} " ${running.url}/api/hello; done; echo`,
+      `    curl -i ${running.url}/api/hello`,
+      '',
+    ].join('\n'))
+  }
+  return new Promise<number>((resolve) => {
+    const reload = () => { void running.reload() }
+    const stop = () => {
+      process.off('SIGHUP', reload)
+      running.close().then(
+        () => { upstream?.server.close(); resolve(0) },
+        (error: Error) => { err(`sluice gateway: shutdown failed: ${error.message}`); resolve(3) },
+      )
+    }
+    process.on('SIGHUP', reload)
+    process.once('SIGTERM', stop)
+    process.once('SIGINT', stop)
+  })
+}
+
+async function checkConfig(args: readonly string[], out: Out, err: Out): Promise<number> {
+  const parsed = options(() => parseArgs({ args: [...args], allowPositionals: true, options: { help: { type: 'boolean', short: 'h' } } }), CHECK_CONFIG_USAGE, err)
+  if (parsed === undefined) return 2
+  if (parsed.values.help === true) {
+    out(CHECK_CONFIG_USAGE)
+    return 0
+  }
+  if (parsed.positionals.length !== 1) {
+    err(`sluice check-config: expected one FILE\n\n${CHECK_CONFIG_USAGE}`)
+    return 2
+  }
+  try {
+    const config = await loadConfig(parsed.positionals[0] as string)
+    const policies = config.limitsResolved.reduce((n, limit) => n + [...limit.policies.values()].reduce((m, list) => m + list.length, 0), 0)
+    out(`${config.file}: valid (version ${config.version}): ${config.routes.length} route${config.routes.length === 1 ? '' : 's'}, ${config.limitsResolved.length} limit${config.limitsResolved.length === 1 ? '' : 's'}, ${policies} polic${policies === 1 ? 'y' : 'ies'}, store ${config.store.type}`)
+    return 0
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      err(error.message)
+      return 1
+    }
+    throw error
+  }
+}
+
+async function inspect(args: readonly string[], out: Out, err: Out): Promise<number> {
+  const parsed = options(() => parseArgs({
+    args: [...args],
+    allowPositionals: true,
+    options: {
+      redis: { type: 'string' },
+      config: { type: 'string' },
+      prefix: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  }), INSPECT_USAGE, err)
+  if (parsed === undefined) return 2
+  if (parsed.values.help === true) {
+    out(INSPECT_USAGE)
+    return 0
+  }
+  const url = parsed.values.redis
+  const key = parsed.positionals[0]
+  if (typeof url !== 'string' || key === undefined || parsed.positionals.length !== 1) {
+    err(`sluice inspect: ${typeof url !== 'string' ? '--redis URL is required' : 'expected one KEY'}\n\n${INSPECT_USAGE}`)
+    return 2
+  }
+  if (!/^rediss?:\/\//.test(url)) {
+    err(`sluice inspect: --redis must be a redis:// or rediss:// URL (got ${JSON.stringify(url)})`)
+    return 2
+  }
+  let config: Awaited<ReturnType<typeof loadConfig>> | undefined
+  if (parsed.values.config !== undefined) {
+    try {
+      config = await loadConfig(parsed.values.config)
+    } catch (error) {
+      if (error instanceof ConfigError) {
+        err(error.message)
+        return 1
+      }
+      throw error
+    }
+  }
+  const prefix = httpStatePrefix(parsed.values.prefix ?? config?.prefix)
+  const { Redis } = await import('ioredis')
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 2000, commandTimeout: 2000, enableOfflineQueue: false, retryStrategy: () => null })
+  client.on('error', () => {})
+  try {
+    await client.connect()
+  } catch (error) {
+    err(`sluice inspect: cannot reach ${url}: ${(error as Error).message}`)
+    client.disconnect()
+    return 3
+  }
+  try {
+    const store = new RedisStore({ client })
+    if (config !== undefined) {
+      out(`${key} under ${config.file} (read without charging):`)
+      for (const limit of config.limitsResolved) {
+        for (const [tier, policies] of limit.policies) {
+          const decision = await new Limiter({ policies, prefix, store, blockCache: false }).peek(key)
+          for (const entry of decision.policies) {
+            out(`  ${limit.name}${tier === '' ? '' : ` [tier ${tier}]`}  ${entry.policy}: ${entry.remaining}/${entry.limit} left, full in ${entry.resetAfterMs} ms${entry.allowed ? '' : `, refusing for ${entry.retryAfterMs} ms`}`)
+          }
+        }
+      }
+      return 0
+    }
+    // No config: every state key of this client key, raw.
+    const pattern = `${prefix}:{${key.replace(/[*?[\]\\]/g, '\\$&')}}:*`
+    const found: string[] = []
+    let cursor = '0'
+    do {
+      const [next, keys] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
+      cursor = next
+      found.push(...keys)
+    } while (cursor !== '0' && found.length < 1000)
+    if (found.length === 0) {
+      out(`${key}: no state under prefix ${prefix} (never seen, or expired)`)
+      return 0
+    }
+    for (const stateKey of found.sort()) {
+      const policy = stateKey.slice(`${prefix}:{${key}}:`.length)
+      const [type, ttl] = await Promise.all([client.type(stateKey), client.pttl(stateKey)])
+      const value = type === 'zset' ? `${await client.zcard(stateKey)} log entries` : type === 'string' ? String(await client.get(stateKey)) : type
+      out(`  ${policy}: ${value} (expires in ${ttl} ms)`)
+    }
+    return 0
+  } finally {
+    await client.quit().catch(() => client.disconnect())
   }
 }
 
@@ -109,4 +354,12 @@ function invokedDirectly(): boolean {
   }
 }
 
-if (invokedDirectly()) process.exitCode = main(process.argv.slice(2))
+if (invokedDirectly()) {
+  main(process.argv.slice(2)).then(
+    (code) => { process.exitCode = code },
+    (error: unknown) => {
+      console.error(error)
+      process.exitCode = 3
+    },
+  )
+}

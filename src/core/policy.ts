@@ -18,7 +18,8 @@ export const MAX_WAIT_MS = 2 ** 31 - 1
 /** Longest policy name: it becomes part of store keys and header values. */
 const MAX_NAME_LENGTH = 64
 
-const FIELDS: Record<AlgorithmName, readonly string[]> = {
+/** The fields of each algorithm's policy (besides `algorithm` and `name`). */
+export const POLICY_FIELDS: Record<AlgorithmName, readonly string[]> = {
   'fixed-window': ['limit', 'windowMs'],
   'sliding-log': ['limit', 'windowMs'],
   'sliding-window': ['limit', 'windowMs'],
@@ -26,7 +27,7 @@ const FIELDS: Record<AlgorithmName, readonly string[]> = {
   'leaky-bucket': ['capacity', 'leakTokens', 'leakIntervalMs', 'mode'],
 }
 
-const ALGORITHMS = Object.keys(FIELDS) as AlgorithmName[]
+const ALGORITHMS = Object.keys(POLICY_FIELDS) as AlgorithmName[]
 
 /** Algorithms that can grant a call now that proceeds later (`maxWaitMs > 0`). */
 export const RESERVABLE: ReadonlySet<AlgorithmName> = new Set([
@@ -60,7 +61,7 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
   if (typeof algorithm !== 'string' || !ALGORITHMS.includes(algorithm as AlgorithmName)) {
     throw new PolicyError('algorithm', algorithm, `must be one of ${ALGORITHMS.join(', ')}`, nameHint(raw))
   }
-  const known = FIELDS[algorithm as AlgorithmName]
+  const known = POLICY_FIELDS[algorithm as AlgorithmName]
   for (const field of Object.keys(raw)) {
     if (field !== 'algorithm' && field !== 'name' && !known.includes(field) && raw[field] !== undefined) {
       throw new PolicyError(field, raw[field], `is not a field of a ${algorithm} policy (fields: ${known.join(', ')}, name)`, nameHint(raw))

@@ -17,22 +17,22 @@ export type StandardHeaders = 'draft-10' | 'draft-8' | 'draft-7' | 'draft-6'
 
 export interface HeaderOptions {
   /** The standard fields to send, or `false` for none. Default `'draft-10'`. */
-  standard?: StandardHeaders | false
+  standard?: StandardHeaders | false | undefined
   /** Also send `X-RateLimit-Limit / -Remaining / -Reset`. Default false. */
-  legacy?: boolean
+  legacy?: boolean | undefined
   /**
    * draft-10 / draft-8: add `pk`, a partition key derived from the client's key:
    * the first 12 hex digits of its SHA-256, as a byte sequence (never the key
    * itself). Default false.
    */
-  partitionKey?: boolean
+  partitionKey?: boolean | undefined
   /**
    * Also send Spring Cloud Gateway's RequestRateLimiter fields, for clients
    * written against it: `X-RateLimit-Remaining`, `-Replenish-Rate` (units per
    * second), `-Burst-Capacity` and `-Requested-Tokens` (the call's cost), for
    * the binding policy. Default false.
    */
-  springCloudGateway?: boolean
+  springCloudGateway?: boolean | undefined
 }
 
 export type HeaderList = Array<[name: string, value: string]>

@@ -7,15 +7,15 @@ import type { HttpRequest } from './handler.ts'
 
 export interface MatchOptions {
   /** Path patterns: `*` matches within a segment, `**` across segments (`/api/**`). */
-  path?: string | string[]
+  path?: string | string[] | undefined
   /** Methods, e.g. `['POST', 'PUT']`. */
-  method?: string | string[]
+  method?: string | string[] | undefined
   /** Hosts, exact or `*.example.com`. */
-  host?: string | string[]
+  host?: string | string[] | undefined
   /** Path patterns not matched, even when `path` matches. */
-  exclude?: string | string[]
+  exclude?: string | string[] | undefined
   /** Header values by name: the exact value, or `true` for "present with any value". */
-  headers?: Record<string, string | true>
+  headers?: Record<string, string | true> | undefined
 }
 
 const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude', 'headers'])

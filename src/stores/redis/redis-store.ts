@@ -250,22 +250,25 @@ function decode(reply: unknown, batch: Pending[]): PolicyDecision[][] {
   })
 }
 
+/** ioredis settings for a limiter's connection (also for Sentinel and Cluster clients). */
+export const LIMITER_CLIENT_OPTIONS = Object.freeze({
+  // A decision never waits in an unbounded queue for a connection: it fails
+  // fast and the limiter's failure policy decides.
+  enableOfflineQueue: false,
+  // A script in flight during a reconnect is not re-sent: charged at most once.
+  autoResendUnfulfilledCommands: false,
+  maxRetriesPerRequest: 1,
+  commandTimeout: 1000,
+  connectTimeout: 2000,
+})
+
 /**
  * Opens an ioredis connection configured for a limiter. ioredis is an optional
  * peer dependency, loaded only here.
  */
 function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
   const loading = import('ioredis').then(({ Redis }) => {
-    const client = new Redis(url, {
-      // A decision never waits in an unbounded queue for a connection: it fails
-      // fast and the limiter's failure policy decides.
-      enableOfflineQueue: false,
-      // A script in flight during a reconnect is not re-sent: charged at most once.
-      autoResendUnfulfilledCommands: false,
-      maxRetriesPerRequest: 1,
-      commandTimeout: 1000,
-      connectTimeout: 2000,
-    })
+    const client = new Redis(url, LIMITER_CLIENT_OPTIONS)
     client.on('error', () => { /* reported through the failing calls; the client reconnects */ })
     return client
   })

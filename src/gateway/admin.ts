@@ -1,0 +1,71 @@
+/**
+ * The admin listener (its own port, loopback by default): `/metrics` for
+ * Prometheus, `/status` for people, `/healthz` and `/readyz` for orchestrators.
+ */
+import { createServer, type Server, type ServerResponse } from 'node:http'
+import type { Gateway } from './gateway.ts'
+
+export function createAdminServer(gateway: Gateway): Server {
+  return createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0]
+    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'GET only\n')
+    switch (path) {
+      case '/metrics':
+        gateway.metrics.registry.metrics().then(
+          (text) => send(res, 200, gateway.metrics.registry.contentType, text),
+          (error: Error) => send(res, 500, 'text/plain', `${error.message}\n`),
+        )
+        return
+      case '/healthz':
+        return send(res, 200, 'text/plain', 'ok\n')
+      case '/readyz': {
+        // Not ready while draining, or while the store is down and the failure policy refuses everything.
+        const store = gateway.store
+        const refusing = !store.up && gateway.config.store.type === 'redis' && gateway.config.store.onFailure === 'closed'
+        const ready = !gateway.isDraining && !refusing
+        return send(res, ready ? 200 : 503, 'text/plain', ready ? 'ready\n' : gateway.isDraining ? 'draining\n' : 'store down\n')
+      }
+      case '/status':
+        status(gateway).then(
+          (body) => send(res, 200, 'application/json', `${JSON.stringify(body, null, 2)}\n`),
+          (error: Error) => send(res, 500, 'text/plain', `${error.message}\n`),
+        )
+        return
+      default:
+        return send(res, 404, 'text/plain', 'not found: try /metrics, /status, /healthz, /readyz\n')
+    }
+  })
+}
+
+async function status(gateway: Gateway): Promise<Record<string, unknown>> {
+  const config = gateway.config
+  const policiesOf = (owner: string | undefined) => config.limitsResolved
+    .filter((limit) => limit.route === owner)
+    .map((limit) => ({
+      name: limit.name,
+      shadow: limit.config.shadow ?? config.shadow,
+      cost: limit.cost,
+      ...(limit.config.action === 'queue' ? { action: 'queue', maxWaitMs: limit.config.maxWaitMs ?? 10_000 } : {}),
+      policies: Object.fromEntries([...limit.policies].map(([tier, list]) => [tier === '' ? 'all' : tier, list])),
+    }))
+  return {
+    version: config.version,
+    file: config.file,
+    startedAt: new Date(gateway.startedAt).toISOString(),
+    draining: gateway.isDraining,
+    store: gateway.store,
+    globalLimits: policiesOf(undefined),
+    routes: config.routes.map((route) => ({
+      name: route.name,
+      match: route.match ?? {},
+      upstream: route.upstream,
+      limits: policiesOf(route.name),
+    })),
+    watched: await gateway.watched(),
+  }
+}
+
+function send(res: ServerResponse, status: number, type: string, body: string): void {
+  res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' })
+  res.end(res.req.method === 'HEAD' ? undefined : body)
+}

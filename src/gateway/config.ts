@@ -1,0 +1,517 @@
+/**
+ * The gateway's YAML file: parsed with `yaml` (so every problem can name its
+ * line), `${ENV}` references substituted in string values, checked by a zod
+ * schema, then by sluice's own policy validation. A wrong file is refused with
+ * every problem listed, each as `path: problem (line N)`.
+ */
+import { readFileSync } from 'node:fs'
+import { isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
+import { z } from 'zod'
+import { PolicyError, SluiceError } from '../core/errors.ts'
+import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
+import type { Policy, ResolvedPolicy } from '../core/types.ts'
+
+/** A file that cannot be used: `problems` lists each, with its YAML path and line. */
+export class ConfigError extends SluiceError {
+  readonly problems: readonly string[]
+
+  constructor(file: string, problems: readonly string[]) {
+    super('ERR_SLUICE_CONFIG', `${file}: ${problems.length} problem${problems.length === 1 ? '' : 's'}\n${problems.map((p) => `  - ${p}`).join('\n')}`)
+    this.problems = problems
+  }
+}
+
+const show = (value: unknown): string => (value === undefined ? 'nothing' : typeof value === 'string' ? JSON.stringify(value) : JSON.stringify(value) ?? String(value))
+
+const positiveInt = (what = 'a positive integer') =>
+  z.number({ error: (issue) => `expected ${what}, got ${show(issue.input)}` })
+    .int({ error: (issue) => `expected ${what}, got ${show(issue.input)}` })
+    .positive({ error: (issue) => `expected ${what}, got ${show(issue.input)}` })
+    .max(Number.MAX_SAFE_INTEGER)
+const milliseconds = positiveInt('a positive number of milliseconds').max(2 ** 31 - 1, { error: (issue) => `expected at most 2147483647 ms, got ${show(issue.input)}` })
+const nonEmpty = z.string({ error: (issue) => `expected a non-empty string, got ${show(issue.input)}` }).min(1, { error: 'expected a non-empty string' })
+const stringOrList = z.union([nonEmpty, z.array(nonEmpty).min(1)], { error: (issue) => `expected a string or a list of strings, got ${show(issue.input)}` })
+const name = z.string({ error: (issue) => `expected a name, got ${show(issue.input)}` })
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, { error: (issue) => `expected 1 to 64 letters, digits, ".", "_" or "-", got ${show(issue.input)}` })
+
+/** `host:port`, `[::1]:port`, or a port (on 127.0.0.1). Port 0 picks a free one. */
+const listen = z.union([z.string(), z.number()], { error: (issue) => `expected "host:port" or a port number, got ${show(issue.input)}` })
+  .transform((value, context) => {
+    const text = String(value)
+    const match = /^(?:(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):)?(\d{1,5})$/.exec(text)
+    const port = match === null ? NaN : Number(match[2])
+    if (match === null || port > 65535) {
+      context.addIssue({ code: 'custom', message: `expected "host:port" or a port number, got ${show(value)}` })
+      return z.NEVER
+    }
+    return { host: (match[1] ?? '127.0.0.1').replace(/^\[|\]$/g, ''), port }
+  })
+
+const algorithmNames = Object.keys(POLICY_FIELDS)
+
+/**
+ * A policy exactly as the library takes it, checked by the library's own
+ * `resolvePolicy` (the one source of truth for policy rules).
+ */
+const policy = z.record(z.string(), z.unknown(), { error: (issue) => `expected a policy (an object with "algorithm"), got ${show(issue.input)}` })
+  .superRefine((raw, context) => {
+    try {
+      resolvePolicy(raw)
+    } catch (error) {
+      if (!(error instanceof PolicyError)) throw error
+      const path = error.field === 'policy' ? [] : [error.field]
+      context.addIssue({ code: 'custom', path, message: error.message.replace(/^policy "[^"]*": /, '').replace(new RegExp(`^${error.field} `), '') })
+    }
+  })
+  .meta({
+    description: 'A policy: algorithm and its fields (see the README).',
+    oneOf: algorithmNames.map((algorithm) => ({
+      type: 'object',
+      required: ['algorithm', ...(POLICY_FIELDS[algorithm as keyof typeof POLICY_FIELDS]).filter((f) => f !== 'refill' && f !== 'mode')],
+      additionalProperties: false,
+      properties: {
+        algorithm: { const: algorithm },
+        name: { type: 'string', pattern: '^[\\x21-\\x7e]{1,64}$' },
+        ...Object.fromEntries(POLICY_FIELDS[algorithm as keyof typeof POLICY_FIELDS].map((field) => [field,
+          field === 'refill' ? { enum: ['greedy', 'interval'] } : field === 'mode' ? { enum: ['police', 'shape'] } : { type: 'integer', exclusiveMinimum: 0 }])),
+      },
+    })),
+  })
+const policies = z.union([z.array(policy).min(1, { error: 'expected at least one policy' }), policy], { error: (issue) => `expected a policy or a list of policies, got ${show(issue.input)}` })
+
+const identityKinds = z.enum(['jwt', 'apiKey', 'ip'], { error: (issue) => `expected one of jwt, apiKey, ip, got ${show(issue.input)}` })
+
+const match = z.strictObject({
+  path: stringOrList.optional(),
+  method: stringOrList.optional(),
+  host: stringOrList.optional(),
+  exclude: stringOrList.optional(),
+  headers: z.record(z.string(), z.union([z.string(), z.literal(true)]), { error: 'expected header names mapped to a value or true' }).optional(),
+})
+
+/** One limit: the HTTP layer's rule, or Spring Cloud Gateway's RequestRateLimiter. */
+const limit = z.strictObject({
+  name: name.optional(),
+  /** Narrows the limit within its route (e.g. only POST). */
+  match: match.optional(),
+  policies: policies.optional(),
+  tiers: z.record(z.string(), policies, { error: 'expected tier names mapped to policies' }).optional(),
+  replenishRate: positiveInt().optional(),
+  burstCapacity: positiveInt().optional(),
+  requestedTokens: positiveInt().optional(),
+  key: z.array(identityKinds).min(1).optional(),
+  cost: positiveInt().optional(),
+  shadow: z.boolean().optional(),
+  action: z.enum(['reject', 'queue'], { error: (issue) => `expected reject or queue, got ${show(issue.input)}` }).optional(),
+  maxWaitMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
+}).superRefine((value, context) => {
+  const scg = value.replenishRate !== undefined || value.burstCapacity !== undefined || value.requestedTokens !== undefined
+  const forms = [value.policies !== undefined, value.tiers !== undefined, scg].filter(Boolean).length
+  if (forms !== 1) {
+    context.addIssue({ code: 'custom', message: 'needs exactly one of policies, tiers, or replenishRate + burstCapacity' })
+  } else if (scg) {
+    for (const field of ['replenishRate', 'burstCapacity'] as const) {
+      if (value[field] === undefined) context.addIssue({ code: 'custom', path: [field], message: 'is required with Spring Cloud Gateway limits' })
+    }
+    if (value.cost !== undefined) context.addIssue({ code: 'custom', path: ['cost'], message: 'use requestedTokens with Spring Cloud Gateway limits' })
+  }
+  if (value.maxWaitMs !== undefined && value.action !== 'queue') context.addIssue({ code: 'custom', path: ['maxWaitMs'], message: 'applies only with action: queue' })
+})
+
+const upstreamUrl = z.string({ error: (issue) => `expected an http:// or https:// URL, got ${show(issue.input)}` }).superRefine((value, context) => {
+  let url: URL | undefined
+  try {
+    url = new URL(value)
+  } catch { /* reported below */ }
+  if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.search !== '' || url.hash !== '' || url.username !== '') {
+    context.addIssue({ code: 'custom', message: `expected an http:// or https:// URL without query or credentials, got ${show(value)}` })
+  }
+})
+
+const route = z.strictObject({
+  name,
+  match: match.optional(),
+  upstream: z.union([upstreamUrl, z.array(upstreamUrl).min(1)], { error: (issue) => `expected a URL or a list of URLs, got ${show(issue.input)}` }),
+  stripPrefix: z.string().regex(/^\/.*[^/]$|^\/$/, { error: (issue) => `expected a path prefix starting with "/" (no trailing "/"), got ${show(issue.input)}` }).optional(),
+  rewrite: z.strictObject({
+    pattern: z.string().superRefine((value, context) => {
+      try {
+        new RegExp(value)
+      } catch (error) {
+        context.addIssue({ code: 'custom', message: `expected a regular expression: ${(error as Error).message}` })
+      }
+    }),
+    replacement: z.string(),
+  }).optional(),
+  /** Send the client's Host to the upstream instead of the upstream's own. */
+  preserveHost: z.boolean().optional(),
+  /** Longest wait for the upstream's response headers; then 504. */
+  timeoutMs: milliseconds.optional(),
+  limits: z.array(limit).default([]),
+})
+
+const redisOptions = {
+  url: z.string().regex(/^rediss?:\/\//, { error: (issue) => `expected a redis:// or rediss:// URL, got ${show(issue.input)}` }).optional(),
+  cluster: z.array(z.string().regex(/^(rediss?:\/\/)?[^\s/]+:\d+$/, { error: (issue) => `expected host:port or redis://host:port, got ${show(issue.input)}` })).min(1).optional(),
+  sentinel: z.strictObject({
+    sentinels: z.array(z.string().regex(/^[^\s/]+:\d+$/, { error: (issue) => `expected host:port, got ${show(issue.input)}` })).min(1),
+    name: nonEmpty,
+    password: z.string().optional(),
+  }).optional(),
+  password: z.string().optional(),
+  time: z.enum(['server', 'client']).optional(),
+}
+
+const failure = {
+  onFailure: z.enum(['fallback', 'open', 'closed'], { error: (issue) => `expected fallback, open or closed, got ${show(issue.input)}` }).optional(),
+  timeoutMs: milliseconds.optional(),
+  expectedInstances: positiveInt().optional(),
+}
+
+const store = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('memory'), maxKeys: positiveInt().optional() }),
+  z.strictObject({ type: z.literal('redis'), ...redisOptions, ...failure }).superRefine((value, context) => {
+    const given = [value.url, value.cluster, value.sentinel].filter((v) => v !== undefined).length
+    if (given !== 1) context.addIssue({ code: 'custom', message: 'needs exactly one of url, cluster or sentinel' })
+  }),
+], { error: (issue) => `expected type: memory or type: redis, got ${show((issue.input as { type?: unknown } | undefined)?.type)}` })
+
+const identity = z.strictObject({
+  jwt: z.strictObject({
+    algorithms: z.array(nonEmpty).min(1),
+    secret: nonEmpty.optional(),
+    publicKey: nonEmpty.optional(),
+    publicKeyFile: nonEmpty.optional(),
+    jwksUrl: z.url().optional(),
+    claim: nonEmpty.optional(),
+    issuer: stringOrList.optional(),
+    audience: stringOrList.optional(),
+  }).superRefine((value, context) => {
+    if ([value.secret, value.publicKey, value.publicKeyFile, value.jwksUrl].filter((v) => v !== undefined).length !== 1) {
+      context.addIssue({ code: 'custom', message: 'needs exactly one of secret, publicKey, publicKeyFile or jwksUrl' })
+    }
+  }).optional(),
+  apiKey: z.strictObject({ header: nonEmpty.default('x-api-key') }).optional(),
+  clientIp: z.strictObject({
+    trustProxy: z.union([z.array(nonEmpty), z.number().int().min(0), z.literal(false)]).optional(),
+    ipv6Prefix: z.number().int().min(1).max(128).optional(),
+  }).optional(),
+  /** Which resolvers identify a request, first match wins. Default: the configured ones (jwt, apiKey), then ip. */
+  order: z.array(identityKinds).min(1).optional(),
+  emptyKey: z.enum(['anonymous', 'forbid']).optional(),
+})
+
+const tiers = z.strictObject({
+  from: z.union([z.strictObject({ jwtClaim: nonEmpty }), z.strictObject({ header: nonEmpty })], { error: 'expected { jwtClaim: <claim> } or { header: <name> }' }),
+  default: nonEmpty,
+})
+
+const timeouts = z.strictObject({
+  /** A client must send its request headers within this. */
+  headersMs: milliseconds.default(10_000),
+  /** A client must send its whole request within this. */
+  requestMs: milliseconds.default(300_000),
+  keepAliveMs: milliseconds.default(5_000),
+  /** The upstream must answer (headers) within this: else 504. */
+  upstreamMs: milliseconds.default(30_000),
+  /** Longest silence while streaming a body from the upstream. */
+  upstreamBodyMs: milliseconds.default(60_000),
+  /** On SIGTERM, in-flight requests get this long to finish. */
+  shutdownMs: milliseconds.default(10_000),
+})
+
+export const configSchema = z.strictObject({
+  server: z.strictObject({
+    listen: listen.default({ host: '127.0.0.1', port: 8080 }),
+    tls: z.strictObject({ cert: nonEmpty, key: nonEmpty }).optional(),
+    timeouts: timeouts.default(timeouts.parse({})),
+  }).default({ listen: { host: '127.0.0.1', port: 8080 }, timeouts: timeouts.parse({}) }),
+  admin: z.strictObject({
+    listen: listen.default({ host: '127.0.0.1', port: 9090 }),
+    /** Keys whose remaining quota `/status` shows, read without charging (e.g. `apikey:partner-1`). */
+    watch: z.array(nonEmpty).default([]),
+  }).default({ listen: { host: '127.0.0.1', port: 9090 }, watch: [] }),
+  store: store.default({ type: 'memory' }),
+  /** State key namespace, so several gateways can share one Redis. */
+  prefix: z.string().regex(/^[\x21-\x7a\x7c\x7e]{1,48}$/).default('sluice'),
+  identity: identity.default({}),
+  tiers: tiers.optional(),
+  headers: z.strictObject({
+    standard: z.union([z.enum(['draft-10', 'draft-8', 'draft-7', 'draft-6']), z.literal(false)], { error: (issue) => `expected draft-10, draft-8, draft-7, draft-6 or false, got ${show(issue.input)}` }).optional(),
+    legacy: z.boolean().optional(),
+    partitionKey: z.boolean().optional(),
+    springCloudGateway: z.boolean().optional(),
+  }).default({}),
+  /** Every limit in shadow mode: decide, count and log, never refuse. */
+  shadow: z.boolean().default(false),
+  /** Limits on every route, in addition to each route's own. */
+  limits: z.array(limit).default([]),
+  routes: z.array(route).min(1, { error: 'expected at least one route' }),
+  logging: z.strictObject({
+    level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    /** One line per request: route, key kind (never the key), decision, status, latency. */
+    access: z.boolean().default(true),
+  }).default({ level: 'info', access: true }),
+})
+
+export type RawConfig = z.output<typeof configSchema>
+export type RouteConfig = RawConfig['routes'][number]
+export type LimitConfig = RouteConfig['limits'][number]
+
+/** A limit made ready for the HTTP layer: policies resolved and named, tiers spelled out. */
+export interface ResolvedLimit {
+  /** Unique across the file: `<route>.<limit>` or `global.<limit>`. */
+  name: string
+  /** undefined for a global limit. */
+  route: string | undefined
+  config: LimitConfig
+  /** One entry per tier (`''` when the limit has no tiers). */
+  policies: Map<string, Policy[]>
+  cost: number
+}
+
+export interface GatewayConfig extends RawConfig {
+  /** The file it came from, and a short hash of its contents (the config version). */
+  file: string
+  version: string
+  limitsResolved: ResolvedLimit[]
+  tls: { cert: Buffer; key: Buffer } | undefined
+  jwtPublicKey: string | undefined
+}
+
+/** Reads, checks and resolves a config file; throws a ConfigError listing every problem. */
+export async function loadConfig(file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
+  let text: string
+  try {
+    text = readFileSync(file, 'utf8')
+  } catch (error) {
+    throw new ConfigError(file, [`cannot read the file: ${(error as Error).message}`])
+  }
+  return parseConfig(text, file, env)
+}
+
+export async function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
+  const lineCounter = new LineCounter()
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
+  const lineOf = (offset: number | undefined) => (offset === undefined ? undefined : lineCounter.linePos(offset).line)
+  if (doc.errors.length > 0) {
+    throw new ConfigError(file, doc.errors.map((error) => `YAML: ${error.message.split('\n')[0] as string} (line ${lineOf(error.pos[0]) ?? '?'})`))
+  }
+  const problems: string[] = []
+  substituteEnv(doc, env, (path, message, offset) => problems.push(`${formatPath(path)}: ${message} (line ${lineOf(offset) ?? '?'})`))
+  const data: unknown = doc.toJS() ?? {}
+  const at = (path: readonly PropertyKey[]) => lineOf(nodeOffset(doc, path))
+  const report = (path: readonly PropertyKey[], message: string) => {
+    const line = at(path)
+    problems.push(`${formatPath(path)}: ${message}${line === undefined ? '' : ` (line ${line})`}`)
+  }
+  if (problems.length > 0) throw new ConfigError(file, problems)
+  const parsed = configSchema.safeParse(data, { reportInput: true, error: defaultMessage })
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      if (issue.code === 'unrecognized_keys') {
+        for (const key of issue.keys) report([...issue.path, key], 'is not a known field')
+      } else {
+        report(issue.path, issue.message)
+      }
+    }
+    throw new ConfigError(file, problems)
+  }
+  const config = parsed.data
+  const limitsResolved = resolveLimits(config, report)
+  let tls: GatewayConfig['tls']
+  if (config.server.tls !== undefined) {
+    const read = (field: 'cert' | 'key') => {
+      try {
+        return readFileSync((config.server.tls as { cert: string; key: string })[field])
+      } catch (error) {
+        report(['server', 'tls', field], `cannot read: ${(error as Error).message}`)
+        return Buffer.alloc(0)
+      }
+    }
+    tls = { cert: read('cert'), key: read('key') }
+  }
+  let jwtPublicKey = config.identity.jwt?.publicKey
+  if (config.identity.jwt?.publicKeyFile !== undefined) {
+    try {
+      jwtPublicKey = readFileSync(config.identity.jwt.publicKeyFile, 'utf8')
+    } catch (error) {
+      report(['identity', 'jwt', 'publicKeyFile'], `cannot read: ${(error as Error).message}`)
+    }
+  }
+  checkReferences(config, report)
+  if (problems.length > 0) throw new ConfigError(file, problems)
+  const { createHash } = await import('node:crypto')
+  const version = createHash('sha256').update(text).digest('hex').slice(0, 12)
+  return { ...config, file, version, limitsResolved, tls, jwtPublicKey }
+}
+
+type Report = (path: readonly PropertyKey[], message: string) => void
+
+/** Names every limit and policy, spells out Spring Cloud Gateway limits, and checks what spans limits. */
+function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
+  const resolved: ResolvedLimit[] = []
+  const policyNames = new Map<string, string>()
+  const limitNames = new Set<string>()
+  const routeNames = new Set<string>()
+  config.routes.forEach((route, i) => {
+    if (routeNames.has(route.name)) report(['routes', i, 'name'], `${show(route.name)} names two routes`)
+    routeNames.add(route.name)
+  })
+  const sources: Array<{ owner: string; route: string | undefined; limits: LimitConfig[]; path: PropertyKey[] }> = [
+    { owner: 'global', route: undefined, limits: config.limits, path: ['limits'] },
+    ...config.routes.map((route, i) => ({ owner: route.name, route: route.name, limits: route.limits, path: ['routes', i, 'limits'] })),
+  ]
+  for (const { owner, route, limits, path } of sources) {
+    limits.forEach((limit, j) => {
+      const where = [...path, j]
+      const name = `${owner}.${limit.name ?? `limit-${j}`}`
+      if (limitNames.has(name)) report([...where, 'name'], `${show(limit.name)} names two limits of ${owner === 'global' ? 'the global limits' : `route ${show(owner)}`}`)
+      limitNames.add(name)
+      const byTier = new Map<string, { raw: unknown; path: PropertyKey[] }>()
+      if (limit.tiers !== undefined) {
+        for (const [tier, list] of Object.entries(limit.tiers)) byTier.set(tier, { raw: list, path: [...where, 'tiers', tier] })
+        if (config.tiers === undefined) report([...where, 'tiers'], 'needs the top-level tiers section (where a request\'s tier comes from)')
+        else if (!byTier.has(config.tiers.default)) report([...where, 'tiers'], `must give policies for the default tier ${show(config.tiers.default)}`)
+      } else if (limit.policies !== undefined) {
+        byTier.set('', { raw: limit.policies, path: [...where, 'policies'] })
+      } else {
+        // Spring Cloud Gateway's RequestRateLimiter is a token bucket refilled every second.
+        byTier.set('', {
+          raw: { algorithm: 'token-bucket', capacity: limit.burstCapacity, refillTokens: limit.replenishRate, refillIntervalMs: 1000 },
+          path: where,
+        })
+      }
+      const cost = limit.cost ?? limit.requestedTokens ?? 1
+      const policies = new Map<string, Policy[]>()
+      for (const [tier, { raw, path: tierPath }] of byTier) {
+        const list = (Array.isArray(raw) ? raw : [raw]) as Array<Record<string, unknown>>
+        // Unnamed policies are named after their limit, so equal policies on two routes never share state.
+        const named = list.map((p, k) => ({ ...p, name: typeof p.name === 'string' ? p.name : derivedName(owner, limit.name ?? `limit-${j}`, k, resolvePolicy(p).name) }) as Policy)
+        let checked: readonly ResolvedPolicy[]
+        try {
+          checked = resolvePolicies(named)
+        } catch (error) {
+          report(tierPath, (error as Error).message)
+          continue
+        }
+        checked.forEach((p, k) => {
+          const other = policyNames.get(p.name)
+          const policyPath = Array.isArray(raw) ? [...tierPath, k] : tierPath
+          if (other !== undefined) report(policyPath, `policy name ${show(p.name)} is also used by ${other}; give each policy its own name (it keys the state and the headers)`)
+          policyNames.set(p.name, formatPath(policyPath))
+          if (cost > limitOf(p)) report([...where, limit.requestedTokens !== undefined ? 'requestedTokens' : 'cost'], `${cost} exceeds the limit ${limitOf(p)} of policy ${show(p.name)}, so every request would be refused`)
+          if (limit.action === 'queue' && !['token-bucket', 'leaky-bucket', 'fixed-window'].includes(p.algorithm)) {
+            report([...where, 'action'], `queue needs token-bucket, leaky-bucket or fixed-window policies; ${show(p.name)} is ${p.algorithm}`)
+          }
+        })
+        policies.set(tier, named)
+      }
+      resolved.push({ name, route, config: limit, policies, cost })
+    })
+  }
+  return resolved
+}
+
+/** `<route>.<policy>` (e.g. `api.token-bucket:100@10/1s`), shortened when that is over the 64 characters a name may have. */
+function derivedName(owner: string, limit: string, index: number, policy: string): string {
+  const full = `${owner}.${policy}`
+  return full.length <= 64 ? full : `${owner}.${limit}.${index}`.slice(0, 64)
+}
+
+function checkReferences(config: RawConfig, report: Report): void {
+  const configured = new Set(['ip', ...(config.identity.jwt !== undefined ? ['jwt'] : []), ...(config.identity.apiKey !== undefined ? ['apiKey'] : [])])
+  const check = (kinds: readonly string[] | undefined, path: PropertyKey[]) => {
+    kinds?.forEach((kind, i) => {
+      if (!configured.has(kind)) report([...path, i], `${show(kind)} is not configured under identity`)
+    })
+  }
+  check(config.identity.order, ['identity', 'order'])
+  config.limits.forEach((limit, j) => check(limit.key, ['limits', j, 'key']))
+  config.routes.forEach((route, i) => route.limits.forEach((limit, j) => check(limit.key, ['routes', i, 'limits', j, 'key'])))
+  if (config.tiers !== undefined && 'jwtClaim' in config.tiers.from && config.identity.jwt === undefined) {
+    report(['tiers', 'from', 'jwtClaim'], 'needs identity.jwt to verify the token the claim comes from')
+  }
+}
+
+/** `${NAME}` and `${NAME:-default}` in string values, replaced in place; an unset variable without a default is a problem. */
+function substituteEnv(doc: Document, env: NodeJS.ProcessEnv, report: (path: PropertyKey[], message: string, offset: number | undefined) => void): void {
+  visit(doc, {
+    Scalar(_key, node, ancestors) {
+      if (typeof node.value !== 'string' || !node.value.includes('${')) return
+      const path = pathOf(ancestors)
+      const whole = /^\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}$/.exec(node.value)
+      const substituted = node.value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_match, variable: string, fallback: string | undefined) => {
+        const value = env[variable]
+        if (value !== undefined && value !== '') return value
+        if (fallback !== undefined) return fallback
+        report(path, `environment variable ${variable} is not set`, node.range?.[0])
+        return ''
+      })
+      // A value that is nothing but one reference may stand for a number or a boolean (`port: ${PORT}`).
+      if (whole !== null && /^-?\d+$/.test(substituted)) node.value = Number(substituted)
+      else if (whole !== null && (substituted === 'true' || substituted === 'false')) node.value = substituted === 'true'
+      else node.value = substituted
+    },
+  })
+}
+
+/** The YAML path of a node from its ancestors (documents, maps, pairs, sequences). */
+function pathOf(ancestors: readonly unknown[]): PropertyKey[] {
+  const path: PropertyKey[] = []
+  ancestors.forEach((node, i) => {
+    const next = ancestors[i + 1]
+    if (node !== null && typeof node === 'object' && 'items' in node && Array.isArray(node.items) && next !== undefined) {
+      const index = node.items.indexOf(next)
+      if ((node as { constructor: { name: string } }).constructor.name === 'YAMLSeq') path.push(index)
+    }
+    if (node !== null && typeof node === 'object' && 'key' in node && 'value' in node) {
+      const key = (node as { key: unknown }).key
+      path.push(isScalar(key) ? String(key.value) : String(key))
+    }
+  })
+  return path
+}
+
+/** The offset of the deepest node on `path` that exists (a missing field points at its parent). */
+function nodeOffset(doc: Document, path: readonly PropertyKey[]): number | undefined {
+  for (let length = path.length; length >= 0; length--) {
+    const node = length === 0 ? doc.contents : doc.getIn(path.slice(0, length), true)
+    const range = (node as { range?: [number, number, number] } | undefined)?.range
+    if (range !== undefined) return range[0]
+  }
+  return undefined
+}
+
+/** `routes[2].limits[0].capacity` */
+export function formatPath(path: readonly PropertyKey[]): string {
+  if (path.length === 0) return '(file)'
+  return path.map((part, i) => (typeof part === 'number' ? `[${part}]` : `${i === 0 ? '' : '.'}${String(part)}`)).join('')
+}
+
+/** Messages for issues the schema does not word itself. */
+function defaultMessage(issue: z.core.$ZodRawIssue): string {
+  switch (issue.code) {
+    case 'invalid_type':
+      return issue.input === undefined ? 'is required' : `expected ${issue.expected}, got ${show(issue.input)}`
+    case 'invalid_value':
+      return `expected ${issue.values.map((v) => String(v)).join(', ')}, got ${show(issue.input)}`
+    case 'too_small':
+      return issue.origin === 'array' ? `expected at least ${String(issue.minimum)} item${issue.minimum === 1 ? '' : 's'}` : `expected at least ${String(issue.minimum)}, got ${show(issue.input)}`
+    case 'too_big':
+      return `expected at most ${String(issue.maximum)}, got ${show(issue.input)}`
+    case 'invalid_format':
+      return `expected a ${issue.format}, got ${show(issue.input)}`
+    default:
+      return `invalid value ${show(issue.input)}`
+  }
+}
+
+/** The JSON Schema of the file, for editor completion (written to schema/sluice.schema.json). */
+export function configJsonSchema(): Record<string, unknown> {
+  return {
+    ...z.toJSONSchema(configSchema, { io: 'input', unrepresentable: 'any' }),
+    $id: 'https://github.com/sluice/sluice/schema/sluice.schema.json',
+    title: 'sluice gateway configuration',
+  }
+}

@@ -1,0 +1,484 @@
+/**
+ * The sluice gateway: a rate-limiting reverse proxy configured by one YAML
+ * file. Each request is matched to its route (first match wins), decided by
+ * the HTTP layer's pipeline (global limits plus the route's own), then
+ * forwarded to the route's upstream. A reload builds a new runtime and swaps
+ * it in: requests in flight finish on the one they started with.
+ */
+import { watch, type FSWatcher } from 'node:fs'
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createServer as createHttpsServer } from 'node:https'
+import type { AddressInfo } from 'node:net'
+import { basename, dirname } from 'node:path'
+import { pino, type Logger } from 'pino'
+import type { Agent } from 'undici'
+import { Limiter } from '../limiter/limiter.ts'
+import { nodeRequest } from '../http/adapters/node.ts'
+import { createRateLimitHandler, httpStatePrefix, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
+import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
+import { compileMatch } from '../http/match.ts'
+import { waitUnlessAborted } from '../http/wait.ts'
+import { GatewayMetrics } from '../metrics/metrics.ts'
+import type { Store } from '../stores/store.ts'
+import { ConfigError, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
+import { createAdminServer } from './admin.ts'
+import { createAgent, forward, pathRewriter, Upstreams } from './proxy.ts'
+import { openStore, type OpenedStore } from './store.ts'
+
+/** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
+interface GatewayRequest extends HttpRequest {
+  route: string
+  /** Set by the decision hook, for the access log: the kind of key (`ip`, `apikey`, `user`), never the key. */
+  keyKind?: string
+  outcome?: 'allowed' | 'limited' | 'shadow_limited' | 'degraded'
+}
+
+interface CompiledRoute {
+  config: RouteConfig
+  matches: (request: HttpRequest) => boolean
+  upstreams: Upstreams
+  rewrite: (path: string) => string
+}
+
+/** Everything built from one version of the config. */
+interface Runtime {
+  config: GatewayConfig
+  routes: CompiledRoute[]
+  decide: ((request: HttpRequest) => Promise<HttpOutcome>) | undefined
+  store: OpenedStore
+}
+
+export interface GatewayOptions {
+  /** Where log lines go. Default: pino to stdout at the config's level. */
+  logger?: Logger
+  /** Reload when the file changes (SIGHUP always works through `reload()`). Default true. */
+  watchFile?: boolean
+  env?: NodeJS.ProcessEnv
+}
+
+export class Gateway {
+  readonly metrics: GatewayMetrics
+  readonly startedAt = Date.now()
+  private runtime: Runtime
+  private readonly server: Server
+  private readonly admin: Server
+  private readonly agent: Agent
+  private readonly logger: Logger
+  private readonly watcher: FSWatcher | undefined
+  private readonly probe: NodeJS.Timeout
+  private inFlight = 0
+  private draining = false
+  private reloading: Promise<void> = Promise.resolve()
+  private storeUp = true
+  private storeError: string | undefined
+
+  private constructor(runtime: Runtime, logger: Logger, metrics: GatewayMetrics, private readonly options: GatewayOptions) {
+    this.metrics = metrics
+    this.runtime = runtime
+    this.logger = logger
+    const { server: serverConfig } = runtime.config
+    this.agent = createAgent(serverConfig.timeouts.keepAliveMs)
+    const listener = (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res) }
+    this.server = runtime.config.tls !== undefined ? createHttpsServer({ cert: runtime.config.tls.cert, key: runtime.config.tls.key }, listener) : createHttpServer(listener)
+    this.server.headersTimeout = serverConfig.timeouts.headersMs
+    this.server.requestTimeout = serverConfig.timeouts.requestMs
+    this.server.keepAliveTimeout = serverConfig.timeouts.keepAliveMs
+    this.admin = createAdminServer(this)
+    this.metrics.configLoaded(runtime.config.version, undefined)
+    this.probe = setInterval(() => { void this.probeStore() }, 1000)
+    this.probe.unref()
+    this.watcher = options.watchFile === false ? undefined : this.watchConfig(runtime.config.file)
+  }
+
+  /** Loads the file (a ConfigError lists every problem), opens the store and both listeners. */
+  static async start(file: string, options: GatewayOptions = {}): Promise<Gateway> {
+    const config = await loadConfig(file, options.env)
+    const logger = options.logger ?? pino({ level: config.logging.level, base: null })
+    const metrics = new GatewayMetrics()
+    const store = await openStore(config)
+    let gateway: Gateway
+    try {
+      gateway = new Gateway(buildRuntime(config, store, metrics, logger), logger, metrics, options)
+    } catch (error) {
+      await store.close()
+      throw error
+    }
+    await gateway.listen()
+    return gateway
+  }
+
+  get config(): GatewayConfig {
+    return this.runtime.config
+  }
+
+  get url(): string {
+    return urlOf(this.server, this.runtime.config.tls !== undefined ? 'https' : 'http')
+  }
+
+  get adminUrl(): string {
+    return urlOf(this.admin, 'http')
+  }
+
+  get isDraining(): boolean {
+    return this.draining
+  }
+
+  get store(): { type: string; up: boolean; error: string | undefined } {
+    return { type: this.runtime.store.description, up: this.storeUp, error: this.storeError }
+  }
+
+  /**
+   * Reads the file again. A valid file takes effect for the next request (those
+   * in flight finish under the old one); an invalid one is refused, logged with
+   * every problem, and the running config stays.
+   */
+  reload(): Promise<void> {
+    // One reload at a time, in order.
+    this.reloading = this.reloading.then(() => this.reloadNow())
+    return this.reloading
+  }
+
+  /** Stops accepting, lets requests in flight finish (up to the config's shutdownMs), then closes everything. */
+  async close(): Promise<void> {
+    if (this.draining) return
+    this.draining = true
+    this.watcher?.close()
+    clearInterval(this.probe)
+    const deadline = Date.now() + this.runtime.config.server.timeouts.shutdownMs
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()))
+    this.server.closeIdleConnections()
+    while (this.inFlight > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+    const abandoned = this.inFlight
+    this.server.closeAllConnections()
+    await closed
+    await new Promise<void>((resolve) => this.admin.close(() => resolve()))
+    this.admin.closeAllConnections()
+    await this.agent.close().catch(() => {})
+    await this.runtime.store.close()
+    this.logger.info({ abandoned }, abandoned === 0 ? 'sluice gateway stopped; every request finished' : 'sluice gateway stopped; requests cut at the shutdown deadline')
+  }
+
+  /** Remaining quota of each watched key under each policy, read without charging. */
+  async watched(): Promise<Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>>> {
+    const { config, store } = this.runtime
+    const result: Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>> = {}
+    const limiters = watchLimiters(this.runtime, store.store)
+    for (const key of config.admin.watch) {
+      const perPolicy: Record<string, { limit: number; remaining: number; resetAfterMs: number }> = {}
+      for (const limiter of limiters) {
+        const decision = await limiter.peek(key)
+        for (const entry of decision.policies) perPolicy[entry.policy] = { limit: entry.limit, remaining: entry.remaining, resetAfterMs: entry.resetAfterMs }
+      }
+      result[key] = perPolicy
+    }
+    return result
+  }
+
+  private async listen(): Promise<void> {
+    const { server, admin } = this.runtime.config
+    await listenOn(this.server, server.listen.host, server.listen.port)
+    try {
+      await listenOn(this.admin, admin.listen.host, admin.listen.port)
+    } catch (error) {
+      this.server.close()
+      await this.runtime.store.close()
+      throw error
+    }
+    this.logger.info({ url: this.url, admin: this.adminUrl, version: this.runtime.config.version, store: this.runtime.store.description, routes: this.runtime.routes.length }, 'sluice gateway listening')
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const started = performance.now()
+    this.inFlight++
+    let finished = false
+    const runtime = this.runtime
+    const request = nodeRequest(req) as GatewayRequest
+    let routeName = '(none)'
+    let failure: string | undefined
+    const done = () => {
+      if (finished) return
+      finished = true
+      this.inFlight--
+      const seconds = (performance.now() - started) / 1000
+      const status = res.headersSent ? res.statusCode : 499
+      this.metrics.request(routeName, status, seconds)
+      if (runtime.config.logging.access) {
+        this.logger.info({
+          route: routeName,
+          method: req.method,
+          status,
+          keyKind: request.keyKind,
+          decision: request.outcome ?? 'none',
+          ms: Math.round(seconds * 10_000) / 10,
+          ...(failure !== undefined ? { upstream: failure } : {}),
+        }, 'request')
+      }
+    }
+    res.once('close', done)
+    try {
+      if (this.draining) res.setHeader('connection', 'close')
+      const route = runtime.routes.find((candidate) => candidate.matches(request))
+      if (route === undefined) {
+        sendProblem(res, 404, [], 'Not Found', 'No route matches this request.')
+        return
+      }
+      routeName = route.config.name
+      request.route = routeName
+      const outcome = runtime.decide === undefined ? undefined : await runtime.decide(request)
+      if (outcome !== undefined && !outcome.proceed) {
+        res.writeHead(outcome.status, [...outcome.headers.flat()])
+        res.end(outcome.body)
+        return
+      }
+      if (outcome !== undefined && outcome.waitMs > 0) {
+        const proceed = await waitUnlessAborted(outcome.waitMs, (abort) => {
+          const onClose = () => { if (!res.writableEnded) abort() }
+          res.once('close', onClose)
+          return () => res.off('close', onClose)
+        })
+        if (!proceed) return
+      }
+      const forwarded = await forward(req, res, {
+        dispatcher: this.agent,
+        upstreams: route.upstreams,
+        rewrite: route.rewrite,
+        preserveHost: route.config.preserveHost ?? false,
+        timeouts: { headersMs: route.config.timeoutMs ?? runtime.config.server.timeouts.upstreamMs, bodyMs: runtime.config.server.timeouts.upstreamBodyMs },
+        protocol: runtime.config.tls !== undefined ? 'https' : 'http',
+        extraHeaders: outcome?.headers ?? [],
+      })
+      if (forwarded.failure !== undefined && forwarded.failure !== 'client-gone') {
+        failure = forwarded.failure
+        this.metrics.upstreamFailure(routeName, forwarded.failure)
+      }
+    } catch (error) {
+      // Only a bug gets here: answer rather than leave the client hanging.
+      this.logger.error({ err: error, route: routeName }, 'request failed inside the gateway')
+      if (!res.headersSent) sendProblem(res, 500, [], 'Internal Server Error', 'The gateway failed to handle this request.')
+      else res.destroy()
+    }
+  }
+
+  private async reloadNow(): Promise<void> {
+    if (this.draining) return
+    const current = this.runtime
+    let config: GatewayConfig
+    try {
+      config = await loadConfig(current.config.file, this.options.env)
+    } catch (error) {
+      this.metrics.configRefused()
+      const problems = error instanceof ConfigError ? error.problems : [(error as Error).message]
+      this.logger.error({ problems, version: current.config.version }, 'config refused; the running config stays')
+      return
+    }
+    if (config.version === current.config.version) return
+    const fixed = ['server', 'admin.listen'].filter((part) => JSON.stringify(part === 'server' ? config.server : config.admin.listen) !== JSON.stringify(part === 'server' ? current.config.server : current.config.admin.listen))
+    const sameStore = JSON.stringify([config.store, config.prefix]) === JSON.stringify([current.config.store, current.config.prefix])
+    let store = current.store
+    if (!sameStore) {
+      try {
+        store = await openStore(config)
+      } catch (error) {
+        this.metrics.configRefused()
+        this.logger.error({ problems: [(error as Error).message] }, 'config refused: its store cannot be opened; the running config stays')
+        return
+      }
+    }
+    let next: Runtime
+    try {
+      next = buildRuntime(config, store, this.metrics, this.logger)
+    } catch (error) {
+      if (!sameStore) await store.close()
+      this.metrics.configRefused()
+      this.logger.error({ problems: [(error as Error).message] }, 'config refused; the running config stays')
+      return
+    }
+    // Keep listeners and timeouts as they are: changing them needs a restart.
+    next.config = { ...next.config, server: current.config.server, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: current.config.tls }
+    this.runtime = next
+    this.metrics.configLoaded(config.version, current.config.version)
+    this.logger.info({ version: config.version, previous: current.config.version, ...(fixed.length > 0 ? { needsRestart: fixed } : {}) }, 'config reloaded')
+    if (!sameStore) {
+      // Requests in flight may still be deciding on the old store: close it once they are done.
+      const old = current.store
+      setTimeout(() => { void old.close() }, current.config.server.timeouts.shutdownMs).unref()
+    }
+  }
+
+  private watchConfig(file: string): FSWatcher | undefined {
+    let timer: NodeJS.Timeout | undefined
+    try {
+      // The directory, not the file: editors and `mv` replace the file, which ends a watch on it.
+      const watcher = watch(dirname(file), (_event, name) => {
+        if (name !== null && name !== basename(file)) return
+        clearTimeout(timer)
+        timer = setTimeout(() => { void this.reload() }, 100)
+      })
+      watcher.on('error', () => {})
+      watcher.unref()
+      return watcher
+    } catch {
+      this.logger.warn({ file }, 'cannot watch the config file; reload with SIGHUP')
+      return undefined
+    }
+  }
+
+  private async probeStore(): Promise<void> {
+    const { store } = this.runtime
+    if (store.store.ping === undefined) return
+    let timer: NodeJS.Timeout | undefined
+    try {
+      await Promise.race([
+        store.store.ping(),
+        new Promise((_resolve, reject) => { timer = setTimeout(() => reject(new Error('no answer within 1000 ms')), 1000) }),
+      ])
+      if (!this.storeUp) this.logger.info('store reachable again')
+      this.storeUp = true
+      this.storeError = undefined
+    } catch (error) {
+      if (this.storeUp) this.logger.warn({ error: (error as Error).message }, 'store unreachable')
+      this.storeUp = false
+      this.storeError = (error as Error).message
+    } finally {
+      clearTimeout(timer)
+    }
+    this.metrics.storeHealth(this.storeUp)
+  }
+}
+
+/** Compiles routes and limits into the HTTP layer's rules: global limits match every route, a route's limits its own. */
+function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger): Runtime {
+  const identity = config.identity
+  const verified = identity.jwt === undefined ? undefined : jwtVerifier({
+    algorithms: identity.jwt.algorithms,
+    ...(identity.jwt.secret !== undefined ? { secret: identity.jwt.secret } : {}),
+    ...(config.jwtPublicKey !== undefined ? { publicKey: config.jwtPublicKey } : {}),
+    ...(identity.jwt.jwksUrl !== undefined ? { jwksUrl: identity.jwt.jwksUrl } : {}),
+    ...(identity.jwt.issuer !== undefined ? { issuer: identity.jwt.issuer } : {}),
+    ...(identity.jwt.audience !== undefined ? { audience: identity.jwt.audience } : {}),
+  })
+  const claim = identity.jwt?.claim ?? 'sub'
+  const clientIp = {
+    ...(identity.clientIp?.trustProxy !== undefined ? { trustProxy: identity.clientIp.trustProxy } : {}),
+    ...(identity.clientIp?.ipv6Prefix !== undefined ? { ipv6Prefix: identity.clientIp.ipv6Prefix } : {}),
+  }
+  const resolvers: Record<'jwt' | 'apiKey' | 'ip', KeyResolver | undefined> = {
+    jwt: verified === undefined ? undefined : async (request) => {
+      const value = claimOf(await verified(request), claim)
+      return value === undefined ? undefined : `user:${value}`
+    },
+    apiKey: identity.apiKey === undefined ? undefined : apiKey(identity.apiKey.header),
+    ip: clientIpKey(clientIp),
+  }
+  const defaultOrder = identity.order ?? [...(verified !== undefined ? ['jwt' as const] : []), ...(identity.apiKey !== undefined ? ['apiKey' as const] : []), 'ip' as const]
+  const keyOf = (kinds: ReadonlyArray<'jwt' | 'apiKey' | 'ip'>): KeyResolver => {
+    const chosen = kinds.map((kind) => resolvers[kind] as KeyResolver)
+    return chosen.length === 1 ? (chosen[0] as KeyResolver) : firstOf(...chosen)
+  }
+  const tierFrom = config.tiers?.from
+  const tierOf = tierFrom === undefined
+    ? undefined
+    : 'jwtClaim' in tierFrom
+      ? async (request: HttpRequest) => claimOf(await (verified as NonNullable<typeof verified>)(request), tierFrom.jwtClaim)
+      : (request: HttpRequest) => request.header(tierFrom.header.toLowerCase())
+
+  const rules: RuleOptions[] = config.limitsResolved.map((limit) => ruleOf(limit, config, keyOf(limit.config.key ?? defaultOrder), tierOf))
+  const routes = config.routes.map((route) => ({
+    config: route,
+    matches: compileMatch(route.match ?? {}, `route "${route.name}" match`),
+    upstreams: new Upstreams(route),
+    rewrite: pathRewriter(route),
+  }))
+  const failure = config.store.type === 'redis' ? config.store : undefined
+  const decide = rules.length === 0 ? undefined : createRateLimitHandler({
+    rules,
+    store: store.store,
+    prefix: config.prefix,
+    headers: config.headers,
+    shadow: config.shadow,
+    ...(identity.emptyKey !== undefined ? { emptyKey: identity.emptyKey } : {}),
+    ...(failure?.onFailure !== undefined ? { onStoreFailure: failure.onFailure } : {}),
+    ...(failure?.timeoutMs !== undefined ? { storeTimeoutMs: failure.timeoutMs } : {}),
+    ...(failure?.expectedInstances !== undefined ? { expectedInstances: failure.expectedInstances } : {}),
+    observer: metrics.observer,
+    onDecision: (event) => {
+      const request = event.request as GatewayRequest
+      metrics.decision(request.route, event.decision, event.shadow)
+      request.keyKind = kindOf(event.key)
+      // The request's outcome: the first refusal (or degraded decision) wins over an allowance.
+      const outcome = event.decision.degraded ? 'degraded' : event.decision.allowed ? 'allowed' : event.shadow ? 'shadow_limited' : 'limited'
+      if (request.outcome === undefined || request.outcome === 'allowed') request.outcome = outcome
+    },
+    onWarning: (message) => logger.warn(message),
+  })
+  return { config, routes, decide, store }
+}
+
+function ruleOf(
+  limit: ResolvedLimit,
+  config: GatewayConfig,
+  key: KeyResolver,
+  tierOf: ((request: HttpRequest) => string | undefined | Promise<string | undefined>) | undefined,
+): RuleOptions {
+  const within = limit.config.match === undefined ? undefined : compileMatch(limit.config.match, `limit "${limit.name}" match`)
+  const route = limit.route
+  const match = route === undefined
+    ? (within ?? (() => true))
+    : within === undefined
+      ? (request: HttpRequest) => (request as GatewayRequest).route === route
+      : (request: HttpRequest) => (request as GatewayRequest).route === route && within(request)
+  const tiered = limit.config.tiers !== undefined && config.tiers !== undefined && tierOf !== undefined
+  return {
+    name: limit.name,
+    match,
+    ...(tiered
+      ? { tiers: { of: tierOf, policies: Object.fromEntries(limit.policies), default: (config.tiers as NonNullable<GatewayConfig['tiers']>).default } }
+      : { policies: limit.policies.get('') ?? [] }),
+    key,
+    cost: limit.cost,
+    shadow: limit.config.shadow ?? config.shadow,
+    ...(limit.config.action !== undefined ? { action: limit.config.action } : {}),
+    ...(limit.config.maxWaitMs !== undefined ? { maxWaitMs: limit.config.maxWaitMs } : {}),
+  }
+}
+
+/** Limiters over the same state as the rules, to read watched keys without charging them. */
+const watchCache = new WeakMap<Runtime, Limiter[]>()
+function watchLimiters(runtime: Runtime, store: Store): Limiter[] {
+  let limiters = watchCache.get(runtime)
+  if (limiters === undefined) {
+    const prefix = httpStatePrefix(runtime.config.prefix)
+    limiters = runtime.config.limitsResolved.flatMap((limit) => [...limit.policies.values()].map((policies) => new Limiter({ policies, prefix, store, blockCache: false })))
+    watchCache.set(runtime, limiters)
+  }
+  return limiters
+}
+
+function kindOf(key: string): string {
+  const colon = key.indexOf(':')
+  return colon === -1 ? 'anonymous' : key.slice(0, colon)
+}
+
+function sendProblem(res: ServerResponse, status: number, headers: string[], title: string, detail: string): void {
+  res.writeHead(status, [...headers, 'content-type', 'application/problem+json'])
+  res.end(JSON.stringify({ type: 'about:blank', title, status, detail }))
+}
+
+function listenOn(server: Server, host: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onError = (error: Error) => reject(new Error(`cannot listen on ${host}:${port}: ${error.message}`))
+    server.once('error', onError)
+    server.listen(port, host, () => {
+      server.off('error', onError)
+      resolve()
+    })
+  })
+}
+
+function urlOf(server: Server, protocol: string): string {
+  const address = server.address() as AddressInfo | null
+  if (address === null) return ''
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address
+  return `${protocol}://${host}:${address.port}`
+}
+

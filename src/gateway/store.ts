@@ -1,0 +1,63 @@
+/**
+ * The store a gateway config names: the embedded memory store, or Redis by
+ * URL, Sentinel or Cluster. ioredis is an optional peer dependency, loaded
+ * only when the config asks for Redis.
+ */
+import { MemoryStore } from '../stores/memory/memory-store.ts'
+import { LIMITER_CLIENT_OPTIONS, RedisStore } from '../stores/redis/redis-store.ts'
+import type { Store } from '../stores/store.ts'
+import type { GatewayConfig } from './config.ts'
+
+export interface OpenedStore {
+  store: Store
+  /** For logs and /status, without secrets: `memory`, `redis 127.0.0.1:6379`, `redis-cluster (3 nodes)`. */
+  description: string
+  close(): Promise<void>
+}
+
+export async function openStore(config: GatewayConfig): Promise<OpenedStore> {
+  const options = config.store
+  if (options.type === 'memory') {
+    return { store: new MemoryStore(options.maxKeys !== undefined ? { maxKeys: options.maxKeys } : {}), description: 'memory', close: async () => {} }
+  }
+  const time = options.time !== undefined ? { time: options.time } : {}
+  if (options.url !== undefined) {
+    const store = new RedisStore({ url: options.url, ...time })
+    const url = new URL(options.url)
+    return { store, description: `redis ${url.host}`, close: () => store.close() }
+  }
+  const ioredis = await import('ioredis').catch(() => {
+    throw new Error('store: Redis Sentinel and Cluster need the ioredis package (npm install ioredis)')
+  })
+  const password = options.password !== undefined ? { password: options.password } : {}
+  if (options.sentinel !== undefined) {
+    const client = new ioredis.Redis({
+      ...LIMITER_CLIENT_OPTIONS,
+      ...password,
+      name: options.sentinel.name,
+      sentinels: options.sentinel.sentinels.map(hostPort),
+      ...(options.sentinel.password !== undefined ? { sentinelPassword: options.sentinel.password } : {}),
+    })
+    client.on('error', () => { /* reported through failing decisions and the health probe */ })
+    const store = new RedisStore({ client, ...time })
+    return { store, description: `redis-sentinel ${options.sentinel.name}`, close: () => quit(client) }
+  }
+  const nodes = (options.cluster as string[]).map((node) => hostPort(node.replace(/^rediss?:\/\//, '')))
+  const client = new ioredis.Cluster(nodes, {
+    enableOfflineQueue: false,
+    redisOptions: { ...LIMITER_CLIENT_OPTIONS, ...password },
+  })
+  client.on('error', () => { /* reported through failing decisions and the health probe */ })
+  const store = new RedisStore({ client, ...time })
+  return { store, description: `redis-cluster (${nodes.length} seed nodes)`, close: () => quit(client) }
+}
+
+function hostPort(value: string): { host: string; port: number } {
+  const at = value.lastIndexOf(':')
+  return { host: value.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(value.slice(at + 1)) }
+}
+
+async function quit(client: { status: string; quit(): Promise<unknown>; disconnect(): void }): Promise<void> {
+  if (client.status === 'ready') await client.quit().catch(() => client.disconnect())
+  else client.disconnect()
+}

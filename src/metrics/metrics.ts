@@ -1,0 +1,100 @@
+/**
+ * The gateway's Prometheus metrics (prom-client), in one registry of their own.
+ * Labels stay bounded: routes and policies come from the config, outcomes and
+ * reasons from fixed sets; no key, path or client ever becomes a label.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import type { LimiterObserver } from '../limiter/limiter.ts'
+import type { Decision } from '../core/types.ts'
+
+export type DecisionOutcome = 'allowed' | 'limited' | 'shadow_limited' | 'degraded'
+
+/** A decision is near its limit when less than this share of the binding policy is left. */
+const NEAR_LIMIT_SHARE = 0.2
+
+export class GatewayMetrics {
+  readonly registry = new Registry()
+  private readonly decisions: Counter<'route' | 'policy' | 'outcome'>
+  private readonly nearLimit: Counter<'route' | 'policy'>
+  private readonly storeLatency: Histogram<'outcome'>
+  private readonly storeErrors: Counter<'reason'>
+  private readonly degradedState: Gauge
+  private readonly storeUp: Gauge
+  private readonly blockCacheHits: Counter
+  private readonly requests: Counter<'route' | 'status'>
+  private readonly upstreamFailures: Counter<'route' | 'failure'>
+  private readonly requestDuration: Histogram<'route'>
+  private readonly configReloads: Counter<'result'>
+  private readonly configInfo: Gauge<'version'>
+
+  constructor() {
+    const registers = [this.registry]
+    collectDefaultMetrics({ register: this.registry, prefix: 'sluice_process_' })
+    this.decisions = new Counter({ name: 'sluice_decisions_total', help: 'Rate-limit decisions by route, binding policy and outcome (allowed, limited, shadow_limited, degraded).', labelNames: ['route', 'policy', 'outcome'], registers })
+    this.nearLimit = new Counter({ name: 'sluice_near_limit_total', help: `Allowed decisions that left less than ${NEAR_LIMIT_SHARE * 100}% of the binding policy's limit.`, labelNames: ['route', 'policy'], registers })
+    this.storeLatency = new Histogram({
+      name: 'sluice_store_latency_seconds',
+      help: 'Time of each call to a store outside the process (Redis).',
+      labelNames: ['outcome'],
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+      registers,
+    })
+    this.storeErrors = new Counter({ name: 'sluice_store_errors_total', help: 'Store calls that failed or timed out.', labelNames: ['reason'], registers })
+    this.degradedState = new Gauge({ name: 'sluice_store_fallback_active', help: '1 while decisions are made by the failure policy (fallback, open or closed) instead of the store.', registers })
+    this.storeUp = new Gauge({ name: 'sluice_store_up', help: '1 when the store answered the last health probe.', registers })
+    this.blockCacheHits = new Counter({ name: 'sluice_block_cache_hits_total', help: 'Refusals answered from the local cache of blocked keys, without a store call.', registers })
+    this.requests = new Counter({ name: 'sluice_requests_total', help: 'Requests answered, by route and status code.', labelNames: ['route', 'status'], registers })
+    this.upstreamFailures = new Counter({ name: 'sluice_upstream_failures_total', help: 'Requests the upstream could not answer (unreachable, timeout, broken).', labelNames: ['route', 'failure'], registers })
+    this.requestDuration = new Histogram({
+      name: 'sluice_request_duration_seconds',
+      help: 'Time from request to response end, by route.',
+      labelNames: ['route'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers,
+    })
+    this.configReloads = new Counter({ name: 'sluice_config_reloads_total', help: 'Config reloads by result (applied, refused).', labelNames: ['result'], registers })
+    this.configInfo = new Gauge({ name: 'sluice_config_info', help: 'The running config version (1 for the current one).', labelNames: ['version'], registers })
+    this.storeUp.set(1)
+  }
+
+  /** What the limiters report that decisions do not carry. */
+  readonly observer: LimiterObserver = {
+    storeCall: (durationMs, outcome) => {
+      this.storeLatency.observe({ outcome }, durationMs / 1000)
+      if (outcome !== 'ok') this.storeErrors.inc({ reason: outcome })
+    },
+    blockCacheHit: () => this.blockCacheHits.inc(),
+  }
+
+  decision(route: string, decision: Decision, shadow: boolean): void {
+    const outcome: DecisionOutcome = decision.degraded ? 'degraded' : decision.allowed ? 'allowed' : shadow ? 'shadow_limited' : 'limited'
+    this.decisions.inc({ route, policy: decision.policy, outcome })
+    if (decision.allowed && decision.remaining < decision.limit * NEAR_LIMIT_SHARE) this.nearLimit.inc({ route, policy: decision.policy })
+    this.degradedState.set(decision.degraded ? 1 : 0)
+  }
+
+  request(route: string, status: number, seconds: number): void {
+    this.requests.inc({ route, status: String(status) })
+    this.requestDuration.observe({ route }, seconds)
+  }
+
+  upstreamFailure(route: string, failure: string): void {
+    this.upstreamFailures.inc({ route, failure })
+  }
+
+  storeHealth(up: boolean): void {
+    this.storeUp.set(up ? 1 : 0)
+  }
+
+  configLoaded(version: string, previous: string | undefined): void {
+    if (previous !== undefined) {
+      this.configInfo.remove({ version: previous })
+      this.configReloads.inc({ result: 'applied' })
+    }
+    this.configInfo.set({ version }, 1)
+  }
+
+  configRefused(): void {
+    this.configReloads.inc({ result: 'refused' })
+  }
+}
