@@ -1,0 +1,284 @@
+/**
+ * The gateway end to end: the CLI in a child process, a real config file, in
+ * front of a real upstream (the bundled demo upstream) on loopback sockets.
+ */
+import assert from 'node:assert/strict'
+import { createHash } from 'node:crypto'
+import { request as httpRequest, type Server } from 'node:http'
+import { Readable } from 'node:stream'
+import { after, before, describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import parsePrometheus from 'parse-prometheus-text-format'
+import { startDemoUpstream } from '../../src/gateway/demo-upstream.ts'
+import { startGateway, type RunningGateway } from '../support/gateway.ts'
+import { freePort } from '../support/redis.ts'
+
+interface Sample { labels?: Record<string, string>; value?: string; count?: string }
+interface Family { name: string; type: string; metrics: Sample[] }
+
+function config(upstream: string, downPort: number, apiLimit = 3): string {
+  return `
+server:
+  listen: 127.0.0.1:0
+  timeouts: { shutdownMs: 5000, upstreamMs: 5000 }
+admin:
+  listen: 127.0.0.1:0
+  watch: [apikey:alpha]
+identity:
+  apiKey: { header: x-api-key }
+  order: [apiKey, ip]
+headers: { standard: draft-10 }
+logging: { level: info }
+routes:
+  - name: api
+    match: { path: /api/** }
+    upstream: ${upstream}
+    stripPrefix: /api
+    limits:
+      - name: per-key
+        policies:
+          - { algorithm: sliding-log, name: api-hour, limit: ${apiLimit}, windowMs: 3600000 }
+  - name: login
+    match: { path: /login, method: POST }
+    upstream: ${upstream}
+    limits:
+      - name: brute-force
+        replenishRate: 1
+        burstCapacity: 2
+        requestedTokens: 1
+  - name: slow
+    match: { path: /slow/** }
+    upstream: ${upstream}
+    timeoutMs: 600
+  - name: down
+    match: { path: /down/** }
+    upstream: http://127.0.0.1:${downPort}
+    stripPrefix: /down
+  - name: files
+    match: { path: [/bytes/**, /digest] }
+    upstream: ${upstream}
+`
+}
+
+async function get(url: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: Headers; body: string }> {
+  const response = await fetch(url, { headers })
+  return { status: response.status, headers: response.headers, body: await response.text() }
+}
+
+async function metrics(gateway: RunningGateway): Promise<Map<string, Family>> {
+  const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
+  return new Map((parsePrometheus(text) as Family[]).map((family) => [family.name, family]))
+}
+
+function sample(families: Map<string, Family>, name: string, labels: Record<string, string>): number {
+  const family = families.get(name)
+  const found = family?.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v))
+  return found === undefined ? 0 : Number(found.value ?? found.count)
+}
+
+describe('gateway (child process, real upstream)', () => {
+  let upstream: { server: Server; url: string }
+  let gateway: RunningGateway
+  let downPort: number
+
+  before(async () => {
+    upstream = await startDemoUpstream()
+    downPort = await freePort()
+    gateway = await startGateway(config(upstream.url, downPort))
+  })
+  after(async () => {
+    await gateway?.stop()
+    upstream?.server.close()
+  })
+
+  it('limits per route and per identity, with standard headers and an RFC 9457 body', async () => {
+    const alpha = []
+    for (let i = 0; i < 4; i++) alpha.push(await get(`${gateway.url}/api/hello`, { 'x-api-key': 'alpha' }))
+    assert.deepEqual(alpha.map((r) => r.status), [200, 200, 200, 429])
+    // Proxied, with the prefix stripped and X-Forwarded-* added.
+    const hello = JSON.parse(alpha[0]?.body ?? '{}') as Record<string, string>
+    assert.equal(hello.path, '/hello')
+    assert.equal(hello.forwardedFor, '127.0.0.1')
+    assert.equal(hello.forwardedProto, 'http')
+    assert.equal(hello.forwardedHost, new URL(gateway.url).host)
+    assert.equal(alpha[0]?.headers.get('ratelimit-policy'), '"api-hour";q=3;w=3600')
+    assert.equal(alpha[0]?.headers.get('ratelimit'), '"api-hour";r=2;t=3600')
+    const refused = alpha[3]
+    assert.equal(refused?.headers.get('content-type'), 'application/problem+json')
+    assert.ok(Number(refused?.headers.get('retry-after')) > 3500)
+    const problem = JSON.parse(refused?.body ?? '{}') as Record<string, unknown>
+    assert.equal(problem.status, 429)
+    assert.deepEqual(problem['violated-policies'], ['api-hour'])
+    // Another key, and a client with no key (its IP), each have their own quota.
+    assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'beta' })).status, 200)
+    assert.equal((await get(`${gateway.url}/api/hello`)).status, 200)
+    // Another route is not limited by this one.
+    assert.equal((await get(`${gateway.url}/bytes/10`, { 'x-api-key': 'alpha' })).status, 200)
+    // /status reads the watched key without charging it.
+    const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>>; routes: unknown[] }
+    assert.equal(status.watched['apikey:alpha']?.['api-hour']?.remaining, 0)
+    assert.equal(status.routes.length, 5)
+  })
+
+  it('speaks Spring Cloud Gateway: replenishRate / burstCapacity as a token bucket', async () => {
+    const statuses = []
+    for (let i = 0; i < 3; i++) {
+      statuses.push((await fetch(`${gateway.url}/login`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status)
+    }
+    assert.deepEqual(statuses, [200, 200, 429])
+    assert.equal((await fetch(`${gateway.url}/login`, { headers: { 'x-api-key': 'scg' } })).status, 404, 'GET /login matches no route')
+  })
+
+  it('answers 502 when the upstream is down and 504 when it is too slow', async () => {
+    const down = await get(`${gateway.url}/down/anything`)
+    assert.equal(down.status, 502)
+    assert.equal((JSON.parse(down.body) as { title: string }).title, 'Bad Gateway')
+    const slow = await get(`${gateway.url}/slow/2000`)
+    assert.equal(slow.status, 504)
+    assert.equal((await get(`${gateway.url}/slow/10`)).status, 200)
+  })
+
+  it('streams 50 MB up and down intact without the gateway buffering them', async () => {
+    const size = 50 * 1024 * 1024
+    // Warm the pools first so the baseline includes them.
+    await get(`${gateway.url}/bytes/1048576`)
+    const before = gateway.memory()
+    const download = await fetch(`${gateway.url}/bytes/${size}`)
+    const downHash = createHash('sha256')
+    let downloaded = 0
+    for await (const chunk of download.body as unknown as AsyncIterable<Uint8Array>) {
+      downHash.update(chunk)
+      downloaded += chunk.length
+    }
+    assert.equal(downloaded, size)
+    assert.equal(downHash.digest('hex'), createHash('sha256').update(Buffer.alloc(size, 0x61)).digest('hex'))
+
+    const upHash = createHash('sha256')
+    const chunk = Buffer.alloc(64 * 1024)
+    let sent = 0
+    const body = new Readable({
+      read() {
+        if (sent >= size) return void this.push(null)
+        chunk.fill(sent % 251)
+        upHash.update(chunk)
+        sent += chunk.length
+        this.push(Buffer.from(chunk))
+      },
+    })
+    const answer = await new Promise<string>((resolve, reject) => {
+      const req = httpRequest(`${gateway.url}/digest`, { method: 'POST', headers: { 'content-type': 'application/octet-stream', 'content-length': String(size) } }, (res) => {
+        let text = ''
+        res.setEncoding('utf8')
+        res.on('data', (part: string) => { text += part })
+        res.on('end', () => resolve(text))
+      })
+      req.on('error', reject)
+      body.pipe(req)
+    })
+    assert.deepEqual(JSON.parse(answer), { length: size, sha256: upHash.digest('hex') })
+    const grown = gateway.memory().peak - before.peak
+    assert.ok(grown < 16 * 1024 * 1024, `the gateway's peak memory grew by ${(grown / 1048576).toFixed(1)} MB moving 100 MB`)
+  })
+
+  it('exports Prometheus metrics whose counters match the requests sent', async () => {
+    const start = await metrics(gateway)
+    const limited = { route: 'api', policy: 'api-hour', outcome: 'limited' }
+    const allowed = { route: 'api', policy: 'api-hour', outcome: 'allowed' }
+    const was = { limited: sample(start, 'sluice_decisions_total', limited), allowed: sample(start, 'sluice_decisions_total', allowed), ok: sample(start, 'sluice_requests_total', { route: 'api', status: '200' }) }
+    for (let i = 0; i < 5; i++) await get(`${gateway.url}/api/hello`, { 'x-api-key': 'metrics' })
+    const now = await metrics(gateway)
+    assert.equal(sample(now, 'sluice_decisions_total', allowed) - was.allowed, 3)
+    assert.equal(sample(now, 'sluice_decisions_total', limited) - was.limited, 2)
+    assert.equal(sample(now, 'sluice_requests_total', { route: 'api', status: '200' }) - was.ok, 3)
+    // The last allowed call left 0 of 3: near the limit.
+    assert.ok(sample(now, 'sluice_near_limit_total', { route: 'api', policy: 'api-hour' }) >= 1)
+    assert.ok(sample(now, 'sluice_upstream_failures_total', { route: 'down', failure: 'unreachable' }) >= 1)
+    assert.equal(now.get('sluice_store_up')?.type, 'GAUGE')
+    assert.equal(now.get('sluice_store_latency_seconds')?.type, 'HISTOGRAM')
+    for (const name of ['sluice_store_errors_total', 'sluice_block_cache_hits_total', 'sluice_store_fallback_active']) assert.ok(now.has(name), name)
+    assert.equal((await fetch(`${gateway.adminUrl}/healthz`)).status, 200)
+    assert.equal((await fetch(`${gateway.adminUrl}/readyz`)).status, 200)
+  })
+
+  it('logs each request with its key kind, never the key itself', async () => {
+    await get(`${gateway.url}/api/hello`, { 'x-api-key': 'secret-key-value' })
+    const line = await gateway.waitForLog((l) => l.msg === 'request' && l.keyKind === 'apikey')
+    assert.equal(line.route, 'api')
+    assert.ok(!gateway.logs.some((l) => JSON.stringify(l).includes('secret-key-value')))
+  })
+})
+
+describe('gateway reload and shutdown', () => {
+  let upstream: { server: Server; url: string }
+  let downPort: number
+  before(async () => {
+    upstream = await startDemoUpstream()
+    downPort = await freePort()
+  })
+  after(() => upstream?.server.close())
+
+  it('SIGHUP applies a new limit without failing a request under concurrent load; a bad file is refused', async () => {
+    const gateway = await startGateway(config(upstream.url, downPort, 5), { args: ['--no-watch'] })
+    try {
+      const statuses: number[] = []
+      let running = true
+      const load = Array.from({ length: 8 }, async (_, worker) => {
+        for (let i = 0; running && i < 2000; i++) {
+          try {
+            statuses.push((await fetch(`${gateway.url}/api/hello`, { headers: { 'x-api-key': `load-${worker % 2}` } })).status)
+          } catch {
+            statuses.push(0)
+          }
+        }
+      })
+      await sleep(300)
+      const before = gateway.logs.length
+      gateway.writeConfig(config(upstream.url, downPort, 100_000))
+      gateway.child.kill('SIGHUP')
+      await gateway.waitForLog((l) => l.msg === 'config reloaded')
+      const countAtReload = statuses.length
+      await sleep(300)
+      running = false
+      await Promise.all(load)
+      assert.ok(gateway.logs.length > before)
+      assert.deepEqual(statuses.filter((s) => s !== 200 && s !== 429), [], 'every request answered 200 or 429')
+      const after = statuses.slice(countAtReload + 16)
+      assert.ok(after.length > 0 && after.every((s) => s === 200), 'the raised limit applies after the reload')
+
+      // A broken file is refused, named with its line; the running config stays.
+      gateway.writeConfig(config(upstream.url, downPort, 100_000).replace('limit: 100000', 'limit: -5'))
+      gateway.child.kill('SIGHUP')
+      const refused = await gateway.waitForLog((l) => l.msg === 'config refused; the running config stays')
+      assert.match(String((refused.problems as string[])[0]), /^routes\[0\]\.limits\[0\]\.policies\[0\]\.limit: must be a positive integer \(got -5\) \(line \d+\)$/)
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'after-refusal' })).status, 200)
+    } finally {
+      assert.equal(await gateway.stop(), 0)
+    }
+  })
+
+  it('reloads when the file changes', async () => {
+    const gateway = await startGateway(config(upstream.url, downPort, 1))
+    try {
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'w' })).status, 200)
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'w' })).status, 429)
+      gateway.writeConfig(config(upstream.url, downPort, 1000))
+      await gateway.waitForLog((l) => l.msg === 'config reloaded')
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'w' })).status, 200)
+    } finally {
+      await gateway.stop()
+    }
+  })
+
+  it('SIGTERM stops accepting and lets requests in flight finish', async () => {
+    const gateway = await startGateway(config(upstream.url, downPort))
+    const inFlight = get(`${gateway.url}/slow/250`)
+    await sleep(80)
+    const exit = gateway.stop()
+    const answered = await inFlight
+    assert.equal(answered.status, 200)
+    assert.deepEqual(JSON.parse(answered.body), { waitedMs: 250 })
+    assert.equal(await exit, 0)
+    assert.ok(gateway.logs.some((l) => l.msg === 'sluice gateway stopped; every request finished'))
+    await assert.rejects(fetch(`${gateway.url}/api/hello`), 'no longer accepting')
+  })
+})

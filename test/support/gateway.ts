@@ -1,0 +1,118 @@
+/**
+ * The gateway as users run it: `node dist/cli/main.js gateway --config FILE`
+ * in a child process, with a real config file, learning its ports from its
+ * "listening" log line (configs use port 0).
+ */
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+const CLI = new URL('../../dist/cli/main.js', import.meta.url).pathname
+
+export interface LogLine {
+  msg: string
+  [field: string]: unknown
+}
+
+export interface RunningGateway {
+  url: string
+  adminUrl: string
+  child: ChildProcess
+  file: string
+  /** Parsed JSON log lines so far (stdout). */
+  logs: LogLine[]
+  stderr(): string
+  /** Rewrites the config file (a reload follows on SIGHUP or the file watch). */
+  writeConfig(yaml: string): void
+  /** Waits for a log line matching `predicate`, up to `timeoutMs`. */
+  waitForLog(predicate: (line: LogLine) => boolean, timeoutMs?: number): Promise<LogLine>
+  /** Resident memory of the gateway process now, and its peak so far, in bytes (Linux /proc). */
+  memory(): { rss: number; peak: number }
+  /** SIGTERM and wait for exit; resolves the exit code. */
+  stop(): Promise<number | null>
+}
+
+export async function startGateway(yaml: string, options: { env?: NodeJS.ProcessEnv; args?: string[] } = {}): Promise<RunningGateway> {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-gateway-'))
+  const file = join(dir, 'sluice.yaml')
+  writeFileSync(file, yaml)
+  const child = spawn(process.execPath, [CLI, 'gateway', '--config', file, ...(options.args ?? [])], {
+    env: { ...process.env, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  const logs: LogLine[] = []
+  let stderr = ''
+  let partial = ''
+  child.stdout?.on('data', (chunk: Buffer) => {
+    partial += chunk.toString('utf8')
+    const lines = partial.split('\n')
+    partial = lines.pop() ?? ''
+    for (const line of lines) {
+      if (!line.startsWith('{')) continue
+      try {
+        logs.push(JSON.parse(line) as LogLine)
+      } catch { /* not a log line */ }
+    }
+  })
+  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString('utf8') })
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
+  const waitForLog = async (predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> => {
+    const deadline = Date.now() + timeoutMs
+    for (;;) {
+      const found = logs.find(predicate)
+      if (found !== undefined) return found
+      if (child.exitCode !== null) throw new Error(`gateway exited (${child.exitCode}): ${stderr}`)
+      if (Date.now() > deadline) throw new Error(`no matching log line within ${timeoutMs} ms; stderr: ${stderr}; logs: ${JSON.stringify(logs.slice(-5))}`)
+      await sleep(20)
+    }
+  }
+  let listening: LogLine
+  try {
+    listening = await waitForLog((line) => line.msg === 'sluice gateway listening')
+  } catch (error) {
+    child.kill('SIGKILL')
+    rmSync(dir, { recursive: true, force: true })
+    throw error
+  }
+  return {
+    url: listening.url as string,
+    adminUrl: listening.admin as string,
+    child,
+    file,
+    logs,
+    stderr: () => stderr,
+    writeConfig: (text) => writeFileSync(file, text),
+    waitForLog,
+    memory() {
+      const status = readFileSync(`/proc/${child.pid}/status`, 'utf8')
+      const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? NaN) * 1024
+      return { rss: kb('VmRSS'), peak: kb('VmHWM') }
+    },
+    async stop() {
+      if (child.exitCode === null) child.kill('SIGTERM')
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000)
+      const code = await exited
+      clearTimeout(timer)
+      rmSync(dir, { recursive: true, force: true })
+      return code
+    },
+  }
+}
+
+/** Runs the CLI to completion (check-config, inspect): exit code and output. */
+export function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString('utf8') })
+    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString('utf8') })
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
+    child.once('exit', (code) => {
+      clearTimeout(timer)
+      resolve({ code, stdout, stderr })
+    })
+  })
+}
