@@ -64,6 +64,7 @@ const policy = z.record(z.string(), z.unknown(), { error: (issue) => `expected a
     }
   })
   .meta({
+    id: 'policy',
     description: 'A policy: algorithm and its fields (see the README).',
     oneOf: algorithmNames.map((algorithm) => ({
       type: 'object',
@@ -87,7 +88,7 @@ const match = z.strictObject({
   host: stringOrList.optional(),
   exclude: stringOrList.optional(),
   headers: z.record(z.string(), z.union([z.string(), z.literal(true)]), { error: 'expected header names mapped to a value or true' }).optional(),
-})
+}).meta({ id: 'match', description: 'Request predicates; every one given must hold. Paths: `*` within a segment, `**` across segments.' })
 
 /** One limit: the HTTP layer's rule, or Spring Cloud Gateway's RequestRateLimiter. */
 const limit = z.strictObject({
@@ -116,7 +117,7 @@ const limit = z.strictObject({
     if (value.cost !== undefined) context.addIssue({ code: 'custom', path: ['cost'], message: 'use requestedTokens with Spring Cloud Gateway limits' })
   }
   if (value.maxWaitMs !== undefined && value.action !== 'queue') context.addIssue({ code: 'custom', path: ['maxWaitMs'], message: 'applies only with action: queue' })
-})
+}).meta({ id: 'limit', description: 'policies, tiers, or Spring Cloud Gateway\'s replenishRate + burstCapacity (+ requestedTokens).' })
 
 const upstreamUrl = z.string({ error: (issue) => `expected an http:// or https:// URL, got ${show(issue.input)}` }).superRefine((value, context) => {
   let url: URL | undefined
@@ -354,8 +355,12 @@ function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
   const policyNames = new Map<string, string>()
   const limitNames = new Set<string>()
   const routeNames = new Set<string>()
+  const duplicateRoutes = new Set<string>()
   config.routes.forEach((route, i) => {
-    if (routeNames.has(route.name)) report(['routes', i, 'name'], `${show(route.name)} names two routes`)
+    if (routeNames.has(route.name)) {
+      report(['routes', i, 'name'], `${show(route.name)} names two routes`)
+      duplicateRoutes.add(route.name)
+    }
     routeNames.add(route.name)
   })
   const sources: Array<{ owner: string; route: string | undefined; limits: LimitConfig[]; path: PropertyKey[] }> = [
@@ -366,7 +371,8 @@ function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
     limits.forEach((limit, j) => {
       const where = [...path, j]
       const name = `${owner}.${limit.name ?? `limit-${j}`}`
-      if (limitNames.has(name)) report([...where, 'name'], `${show(limit.name)} names two limits of ${owner === 'global' ? 'the global limits' : `route ${show(owner)}`}`)
+      // Two routes of one name are reported once, above, not again for each of their limits.
+      if (limitNames.has(name) && !duplicateRoutes.has(owner)) report([...where, 'name'], `${show(limit.name ?? `limit-${j}`)} names two limits of ${owner === 'global' ? 'the global limits' : `route ${show(owner)}`}`)
       limitNames.add(name)
       const byTier = new Map<string, { raw: unknown; path: PropertyKey[] }>()
       if (limit.tiers !== undefined) {

@@ -1,0 +1,146 @@
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { describe, it } from 'node:test'
+import { Ajv2020 } from 'ajv/dist/2020.js'
+import { parse } from 'yaml'
+import { ConfigError, configJsonSchema, parseConfig } from '../../src/gateway/config.ts'
+import { runCli } from '../support/gateway.ts'
+
+const example = new URL('../../examples/sluice.yaml', import.meta.url).pathname
+const minimal = (limits: string, extra = '') => `
+${extra}
+routes:
+  - name: api
+    upstream: http://127.0.0.1:9
+    limits:
+${limits}
+`
+
+async function problems(text: string, env: NodeJS.ProcessEnv = {}): Promise<string[]> {
+  try {
+    await parseConfig(text, 'test.yaml', env)
+  } catch (error) {
+    if (error instanceof ConfigError) return [...error.problems]
+    throw error
+  }
+  return []
+}
+
+describe('gateway config', () => {
+  it('the example config is valid', async () => {
+    const config = await parseConfig(readFileSync(example, 'utf8'), example, {})
+    assert.deepEqual(config.routes.map((r) => r.name), ['api', 'login', 'static'])
+    assert.deepEqual(config.server.listen, { host: '127.0.0.1', port: 8080 })
+  })
+
+  it('lists every problem with its YAML path and line', async () => {
+    const text = `server:
+  listen: 127.0.0.1:99999
+  bogus: 1
+store:
+  type: redis
+routes:
+  - name: api
+    upstream: ftp://x
+    limits:
+      - policies:
+          - algorithm: token-bucket
+            capacity: -5
+            refillTokens: 1
+            refillIntervalMs: 1000
+          - { algorithm: leaky, capacity: 5 }
+      - replenishRate: 0
+        burstCapacity: 2
+`
+    assert.deepEqual(await problems(text), [
+      'server.listen: expected "host:port" or a port number, got "127.0.0.1:99999" (line 2)',
+      'server.bogus: is not a known field (line 3)',
+      'store: needs exactly one of url, cluster or sentinel (line 5)',
+      'routes[0].upstream: expected an http:// or https:// URL without query or credentials, got "ftp://x" (line 8)',
+      'routes[0].limits[0].policies[0].capacity: must be a positive integer (got -5) (line 12)',
+      'routes[0].limits[0].policies[1].algorithm: must be one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket (got "leaky") (line 15)',
+      'routes[0].limits[1].replenishRate: expected a positive integer, got 0 (line 16)',
+    ])
+  })
+
+  it('checks what spans sections: duplicate names, costs beyond a limit, unconfigured identities, tiers', async () => {
+    const text = `
+identity:
+  order: [jwt]
+routes:
+  - name: api
+    upstream: http://127.0.0.1:9
+    limits:
+      - policies: { algorithm: fixed-window, name: same, limit: 5, windowMs: 1000 }
+        cost: 6
+      - tiers: { pro: { algorithm: fixed-window, limit: 5, windowMs: 1000 } }
+  - name: api
+    upstream: http://127.0.0.1:9
+    limits:
+      - policies: { algorithm: sliding-log, name: same, limit: 5, windowMs: 1000 }
+        action: queue
+`
+    const found = await problems(text)
+    assert.deepEqual(found.map((p) => p.replace(/ \(line \d+\)$/, '')), [
+      'routes[1].name: "api" names two routes',
+      'routes[0].limits[0].cost: 6 exceeds the limit 5 of policy "same", so every request would be refused',
+      'routes[0].limits[1].tiers: needs the top-level tiers section (where a request\'s tier comes from)',
+      'routes[1].limits[0].policies: policy name "same" is also used by routes[0].limits[0].policies; give each policy its own name (it keys the state and the headers)',
+      'routes[1].limits[0].action: queue needs token-bucket, leaky-bucket or fixed-window policies; "same" is sliding-log',
+      'identity.order[0]: "jwt" is not configured under identity',
+    ])
+  })
+
+  it('substitutes ${ENV} (with defaults) and reports unset variables', async () => {
+    const text = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `server:
+  listen: 127.0.0.1:\${PORT}
+identity:
+  jwt: { algorithms: [HS256], secret: "\${JWT_SECRET}" }
+  apiKey: { header: "\${KEY_HEADER:-x-api-key}" }`)
+    const config = await parseConfig(text, 't.yaml', { PORT: '7001', JWT_SECRET: 's3cret' })
+    assert.equal(config.server.listen.port, 7001)
+    assert.equal(config.identity.jwt?.secret, 's3cret')
+    assert.equal(config.identity.apiKey?.header, 'x-api-key')
+    assert.deepEqual(await problems(text, { PORT: '7001' }), ['identity.jwt.secret: environment variable JWT_SECRET is not set (line 5)'])
+  })
+
+  it('names unnamed policies after their route, so equal limits on two routes never share state', async () => {
+    const policy = '{ algorithm: fixed-window, limit: 5, windowMs: 1000 }'
+    const config = await parseConfig(`
+limits: [{ policies: ${policy} }]
+routes:
+  - { name: a, upstream: "http://127.0.0.1:9", limits: [{ policies: ${policy} }] }
+  - { name: b, upstream: "http://127.0.0.1:9", limits: [{ policies: ${policy} }] }
+`, 't.yaml', {})
+    assert.deepEqual(config.limitsResolved.map((l) => l.policies.get('')?.[0]?.name), ['global.fixed-window:5/1s', 'a.fixed-window:5/1s', 'b.fixed-window:5/1s'])
+  })
+
+  it('YAML syntax errors name their line', async () => {
+    const found = await problems('routes:\n  - name: a\n   upstream: [\n')
+    assert.equal(found.length > 0, true)
+    assert.match(found[0] as string, /^YAML: .* \(line \d\)$/)
+  })
+
+  it('the committed JSON Schema is current, accepts the example and rejects a wrong file', () => {
+    const committed = JSON.parse(readFileSync(new URL('../../schema/sluice.schema.json', import.meta.url), 'utf8')) as object
+    assert.deepEqual(committed, JSON.parse(JSON.stringify(configJsonSchema())), 'run npm run schema')
+    const ajv = new Ajv2020({ strict: false })
+    const validate = ajv.compile(committed)
+    assert.equal(validate(parse(readFileSync(example, 'utf8'))), true, JSON.stringify(validate.errors))
+    assert.equal(validate({ routes: [{ name: 'a', upstream: 'http://x', limits: [{ policies: { algorithm: 'token-bucket', capacity: 5 } }] }] }), false)
+  })
+
+  it('sluice check-config: exit 0 for a valid file, 1 with every problem for an invalid one, 2 without a file', async () => {
+    const valid = await runCli(['check-config', example])
+    assert.equal(valid.code, 0, valid.stderr)
+    assert.match(valid.stdout, /valid \(version [0-9a-f]{12}\): 3 routes, 3 limits, 4 policies, store memory/)
+    const missing = await runCli(['check-config', '/nonexistent/sluice.yaml'])
+    assert.equal(missing.code, 1)
+    assert.match(missing.stderr, /cannot read the file/)
+    assert.equal((await runCli(['check-config'])).code, 2)
+    assert.equal((await runCli(['gateway', '--help'])).code, 0)
+    const refused = await runCli(['gateway', '--config', '/nonexistent/sluice.yaml'])
+    assert.equal(refused.code, 1)
+    assert.match(refused.stderr, /refusing to start/)
+  })
+})
