@@ -240,12 +240,13 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
   }
   const prefix = httpStatePrefix(parsed.values.prefix ?? config?.prefix)
   const { Redis } = await import('ioredis')
-  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 2000, commandTimeout: 2000, enableOfflineQueue: false, retryStrategy: () => null })
-  client.on('error', () => {})
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 1000, commandTimeout: 2000, enableOfflineQueue: false, retryStrategy: () => null })
+  let cause: Error | undefined
+  client.on('error', (error: Error) => { cause ??= error })
   try {
     await client.connect()
   } catch (error) {
-    err(`sluice inspect: cannot reach ${url}: ${(error as Error).message}`)
+    err(`sluice inspect: cannot reach ${url}: ${(cause ?? (error as Error)).message}`)
     client.disconnect()
     return 3
   }
@@ -356,7 +357,11 @@ function invokedDirectly(): boolean {
 
 if (invokedDirectly()) {
   main(process.argv.slice(2)).then(
-    (code) => { process.exitCode = code },
+    (code) => {
+      process.exitCode = code
+      // A command is done when main resolves; a client library's leftover timer (ioredis after a refused connection) must not hold the exit.
+      setTimeout(() => process.exit(code), 100).unref()
+    },
     (error: unknown) => {
       console.error(error)
       process.exitCode = 3

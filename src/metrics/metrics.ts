@@ -29,7 +29,7 @@ export class GatewayMetrics {
 
   constructor() {
     const registers = [this.registry]
-    collectDefaultMetrics({ register: this.registry, prefix: 'sluice_process_' })
+    collectDefaultMetrics({ register: this.registry, prefix: 'sluice_' })
     this.decisions = new Counter({ name: 'sluice_decisions_total', help: 'Rate-limit decisions by route, binding policy and outcome (allowed, limited, shadow_limited, degraded).', labelNames: ['route', 'policy', 'outcome'], registers })
     this.nearLimit = new Counter({ name: 'sluice_near_limit_total', help: `Allowed decisions that left less than ${NEAR_LIMIT_SHARE * 100}% of the binding policy's limit.`, labelNames: ['route', 'policy'], registers })
     this.storeLatency = new Histogram({

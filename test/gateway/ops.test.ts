@@ -17,7 +17,7 @@ interface Rule { alert: string; expr: string; for?: string; labels?: Record<stri
 /** Every metric the gateway exports, with the series names histograms add. */
 async function exported(): Promise<Set<string>> {
   const metrics = await new GatewayMetrics().registry.getMetricsAsJSON()
-  return new Set(metrics.flatMap((m) => (m.type === 'histogram' ? ['_bucket', '_sum', '_count'].map((s) => `${m.name}${s}`) : [m.name])))
+  return new Set(metrics.flatMap((m) => (String(m.type) === 'histogram' ? ['_bucket', '_sum', '_count'].map((s) => `${m.name}${s}`) : [m.name])))
 }
 
 /** Metric names in a PromQL expression (identifiers followed by a selector or a range, not functions or keywords). */

@@ -34,13 +34,17 @@ export interface RunningGateway {
   stop(): Promise<number | null>
 }
 
-export async function startGateway(yaml: string, options: { env?: NodeJS.ProcessEnv; args?: string[] } = {}): Promise<RunningGateway> {
+export async function startGateway(yaml: string, options: { env?: NodeJS.ProcessEnv; args?: string[]; command?: [string, string[]] } = {}): Promise<RunningGateway> {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-gateway-'))
   const file = join(dir, 'sluice.yaml')
   writeFileSync(file, yaml)
-  const child = spawn(process.execPath, [CLI, 'gateway', '--config', file, ...(options.args ?? [])], {
+  const [command, args] = options.command ?? [process.execPath, [CLI, 'gateway', '--config', file, ...(options.args ?? [])]]
+  const child = spawn(command, args, {
+    cwd: new URL('../..', import.meta.url).pathname,
     env: { ...process.env, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    // npm start runs the gateway as a grandchild: a process group lets stop() reach it.
+    detached: options.command !== undefined,
   })
   const logs: LogLine[] = []
   let stderr = ''
@@ -91,8 +95,13 @@ export async function startGateway(yaml: string, options: { env?: NodeJS.Process
       return { rss: kb('VmRSS'), peak: kb('VmHWM') }
     },
     async stop() {
-      if (child.exitCode === null) child.kill('SIGTERM')
-      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000)
+      const signal = (name: NodeJS.Signals) => {
+        if (child.exitCode !== null) return
+        if (options.command !== undefined && child.pid !== undefined) process.kill(-child.pid, name)
+        else child.kill(name)
+      }
+      signal('SIGTERM')
+      const timer = setTimeout(() => signal('SIGKILL'), 15_000)
       const code = await exited
       clearTimeout(timer)
       rmSync(dir, { recursive: true, force: true })

@@ -1,0 +1,34 @@
+/** The README's first command: `npm start` serves the demo gateway in front of the bundled upstream. */
+import assert from 'node:assert/strict'
+import { after, before, describe, it } from 'node:test'
+import { startGateway, type RunningGateway } from '../support/gateway.ts'
+
+describe('npm start (the demo)', () => {
+  let gateway: RunningGateway
+  before(async () => {
+    // Ports 0: the demo config reads PORT and ADMIN_PORT, so the test never collides with a running demo.
+    gateway = await startGateway('', { command: ['npm', ['start', '--silent']], env: { PORT: '0', ADMIN_PORT: '0' } })
+  })
+  after(async () => {
+    // npm itself dies of the signal; the gateway under it shuts down cleanly.
+    await gateway?.stop()
+    assert.ok(gateway.logs.some((line) => line.msg === 'sluice gateway stopped; every request finished'))
+  })
+
+  it('limits the api route to 5 requests per 10 s per client, as its banner says', async () => {
+    const statuses = []
+    for (let i = 0; i < 7; i++) statuses.push((await fetch(`${gateway.url}/api/hello`)).status)
+    assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429, 429])
+    const hello = await (await fetch(`${gateway.url}/api/hello`, { headers: { 'x-api-key': 'demo-key' } })).json() as { hello: string }
+    assert.equal(hello.hello, 'from the demo upstream')
+  })
+
+  it('guards login with a Spring Cloud Gateway limit and serves the rest unlimited by route', async () => {
+    const statuses = []
+    for (let i = 0; i < 4; i++) statuses.push((await fetch(`${gateway.url}/login`, { method: 'POST', headers: { 'x-api-key': 'login-test' } })).status)
+    assert.deepEqual(statuses, [200, 200, 200, 429])
+    assert.equal((await fetch(`${gateway.url}/`)).status, 200)
+    const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, unknown> }
+    assert.deepEqual(Object.keys(status.watched), ['ip:127.0.0.1', 'apikey:demo-key'])
+  })
+})

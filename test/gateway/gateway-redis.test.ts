@@ -1,0 +1,131 @@
+/**
+ * Two gateway processes on one Redis: limits are shared exactly; identity from
+ * a verified JWT with tiers; `sluice inspect` reads the state they left.
+ */
+import assert from 'node:assert/strict'
+import type { Server } from 'node:http'
+import { after, before, describe, it } from 'node:test'
+import { SignJWT } from 'jose'
+import { startDemoUpstream } from '../../src/gateway/demo-upstream.ts'
+import { runCli, startGateway, type RunningGateway } from '../support/gateway.ts'
+import { startRedis, type RedisServer } from '../support/redis.ts'
+
+const SECRET = 'a-test-secret-of-at-least-32-bytes!!'
+
+function config(redisUrl: string, upstream: string): string {
+  return `
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+store:
+  type: redis
+  url: ${redisUrl}
+  onFailure: closed
+prefix: gw-test
+identity:
+  jwt: { algorithms: [HS256], secret: "\${JWT_SECRET}", claim: sub }
+  order: [jwt, ip]
+tiers:
+  from: { jwtClaim: plan }
+  default: free
+logging: { level: info, access: false }
+routes:
+  - name: api
+    upstream: ${upstream}
+    limits:
+      - name: shared
+        key: [ip]
+        match: { path: /hello/shared }
+        policies: { algorithm: sliding-log, name: shared-hour, limit: 40, windowMs: 3600000 }
+      - name: plan
+        tiers:
+          free: { algorithm: fixed-window, name: free-day, limit: 2, windowMs: 86400000 }
+          pro: { algorithm: fixed-window, name: pro-day, limit: 5, windowMs: 86400000 }
+`
+}
+
+const token = (sub: string, plan?: string, secret = SECRET) =>
+  new SignJWT(plan === undefined ? {} : { plan }).setProtectedHeader({ alg: 'HS256' }).setSubject(sub).setExpirationTime('10m').sign(new TextEncoder().encode(secret))
+
+describe('gateways on a shared Redis (real redis-server)', () => {
+  let redis: RedisServer
+  let upstream: { server: Server; url: string }
+  const gateways: RunningGateway[] = []
+  const config_ = () => config(redis.url, upstream.url)
+
+  before(async () => {
+    redis = await startRedis()
+    upstream = await startDemoUpstream()
+    for (let i = 0; i < 2; i++) gateways.push(await startGateway(config_(), { env: { JWT_SECRET: SECRET } }))
+  })
+  after(async () => {
+    await Promise.all(gateways.map((g) => g.stop()))
+    upstream?.server.close()
+    await redis?.stop()
+  })
+
+  it('admit exactly the shared limit, whichever gateway a request reaches', async () => {
+    // The "shared" limit keys on the IP; the plan limit on the token: pro tokens of many users keep it out of the way.
+    const tokens = await Promise.all(Array.from({ length: 20 }, (_, i) => token(`bulk-${i}`, 'pro')))
+    let ok = 0
+    let refused = 0
+    for (let batch = 0; batch < 6; batch++) {
+      const statuses = await Promise.all(Array.from({ length: 10 }, (_, i) =>
+        fetch(`${(gateways[(batch + i) % 2] as RunningGateway).url}/hello/shared`, { headers: { authorization: `Bearer ${tokens[(batch * 10 + i) % 20] as string}` } }).then((r) => r.status)))
+      ok += statuses.filter((s) => s === 200).length
+      refused += statuses.filter((s) => s === 429).length
+    }
+    assert.deepEqual([ok, refused], [40, 20])
+  })
+
+  it('keys on a verified JWT claim, picks the tier from another claim, and ignores forged tokens', async () => {
+    const [a, b] = gateways as [RunningGateway, RunningGateway]
+    const send = async (gateway: RunningGateway, jwt: string) => (await fetch(`${gateway.url}/hello`, { headers: { authorization: `Bearer ${jwt}` } })).status
+    const free = await token('alice')
+    assert.deepEqual([await send(a, free), await send(b, free), await send(a, free)], [200, 200, 429])
+    const pro = await token('bob', 'pro')
+    const proStatuses = []
+    for (let i = 0; i < 6; i++) proStatuses.push(await send(i % 2 === 0 ? a : b, pro))
+    assert.deepEqual(proStatuses, [200, 200, 200, 200, 200, 429])
+    // A token signed with another secret is no identity: the request falls back to the IP key (free tier).
+    const forged = await token('bob', 'pro', 'some-other-secret-of-32-bytes-or-more')
+    const forgedStatuses = [await send(a, forged), await send(a, forged), await send(a, forged)]
+    assert.deepEqual(forgedStatuses, [200, 200, 429])
+  })
+
+  it('sluice inspect shows a key\'s state per policy, raw or through the config', async () => {
+    const raw = await runCli(['inspect', '--redis', redis.url, '--prefix', 'gw-test', 'user:alice'])
+    assert.equal(raw.code, 0, raw.stderr)
+    assert.match(raw.stdout, /free-day: .* \(expires in \d+ ms\)/)
+    const dir = gateways[0]?.file as string
+    const viaConfig = await runCli(['inspect', '--redis', redis.url, '--config', dir, 'user:bob'], { JWT_SECRET: SECRET })
+    assert.equal(viaConfig.code, 0, viaConfig.stderr)
+    assert.match(viaConfig.stdout, /api\.plan \[tier pro\] {2}pro-day: 0\/5 left/)
+    assert.match(viaConfig.stdout, /api\.plan \[tier free\] {2}free-day: 2\/2 left/)
+    const unreachable = await runCli(['inspect', '--redis', 'redis://127.0.0.1:1', 'user:bob'])
+    assert.equal(unreachable.code, 3)
+    assert.equal((await runCli(['inspect', 'user:bob'])).code, 2)
+  })
+
+  it('with onFailure: closed, a dead store refuses requests and /readyz says so', async () => {
+    const gateway = gateways[0] as RunningGateway
+    const carol = await token('carol')
+    redis.signal('SIGSTOP')
+    try {
+      const status = (await fetch(`${gateway.url}/hello`, { headers: { authorization: `Bearer ${carol}` } })).status
+      assert.equal(status, 429)
+      const deadline = Date.now() + 5000
+      let ready = 200
+      while (ready === 200 && Date.now() < deadline) {
+        ready = (await fetch(`${gateway.adminUrl}/readyz`)).status
+        if (ready === 200) await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+      assert.equal(ready, 503)
+      const metrics = (await (await fetch(`${gateway.adminUrl}/metrics`)).text()).split('\n').filter((line) => /^sluice_(store_up|decisions_total|store_errors_total)/.test(line))
+      assert.ok(metrics.includes('sluice_store_up 0'), metrics.join('\n'))
+      assert.ok(metrics.some((line) => /^sluice_decisions_total\{route="api",policy="[^"]+",outcome="degraded"\} [1-9]/.test(line)), metrics.join('\n'))
+      assert.ok(metrics.some((line) => /^sluice_store_errors_total\{reason="timeout"\} [1-9]/.test(line)), metrics.join('\n'))
+    } finally {
+      redis.signal('SIGCONT')
+    }
+  })
+})
