@@ -1,0 +1,158 @@
+/**
+ * Gateway benchmark (not a test): requests/s and latency through the sluice
+ * gateway, directly to the upstream, and through nginx with `limit_req` as a
+ * reverse proxy, in one run, on the same upstream (an nginx that answers
+ * `200 ok` itself, so the upstream costs little and the proxies are what is
+ * measured). Both proxies: one worker / one process, keep-alive to the
+ * upstream, access logs off, a per-client-IP limit high enough never to bind
+ * (so every request pays for a decision and none is refused).
+ *
+ * Peak: wrk, 1 thread, 64 connections. Then p99 at half of each proxy's own
+ * peak rate: autocannon at a fixed overall rate.
+ *
+ *   npm run bench:gateway              (about a minute; needs Debian's nginx and wrk)
+ *   BENCH_SECONDS=5 npm run bench:gateway
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import autocannon from 'autocannon'
+import { startGateway } from '../test/support/gateway.ts'
+import { freePort } from '../test/support/redis.ts'
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 8)
+const CONNECTIONS = 64
+/** Requests per second per client that neither proxy reaches on this machine. */
+const RATE = 1_000_000
+
+for (const tool of ['nginx', 'wrk']) {
+  if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) {
+    console.error(`bench:gateway needs ${tool}: apt-get install -y nginx wrk`)
+    process.exit(1)
+  }
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-gateway-'))
+const children: ChildProcess[] = []
+
+/** An nginx of its own (one worker, no daemon) with `server` blocks inside `http`. */
+async function startNginx(name: string, servers: string, ports: number[]): Promise<void> {
+  const conf = join(dir, `${name}.conf`)
+  writeFileSync(conf, `
+${process.getuid?.() === 0 ? 'user root;' : ''}
+worker_processes 1;
+pid ${dir}/${name}.pid;
+error_log ${dir}/${name}-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/${name}-body;
+  proxy_temp_path ${dir}/${name}-proxy;
+  fastcgi_temp_path ${dir}/${name}-fastcgi;
+  uwsgi_temp_path ${dir}/${name}-uwsgi;
+  scgi_temp_path ${dir}/${name}-scgi;
+  keepalive_requests 1000000;
+  ${servers}
+}
+`)
+  const child = spawn('nginx', ['-p', dir, '-c', conf, '-g', 'daemon off;'], { stdio: ['ignore', 'inherit', 'inherit'] })
+  children.push(child)
+  for (let i = 0; i < 100; i++) {
+    const up = await Promise.all(ports.map((port) => fetch(`http://127.0.0.1:${port}/`).then(() => true, () => false)))
+    if (up.every(Boolean)) return
+    await sleep(50)
+  }
+  throw new Error(`nginx ${name} did not start`)
+}
+
+interface Peak { rps: number; p50: number; p99: number; non2xx: number; errors: number }
+
+function wrk(url: string): Peak {
+  const run = spawnSync('wrk', ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', url], { encoding: 'utf8' })
+  if (run.status !== 0) throw new Error(`wrk failed: ${run.stderr}`)
+  const out = run.stdout
+  const ms = (label: string) => {
+    const match = new RegExp(`${label}\\s+([\\d.]+)(us|ms|s)`).exec(out)
+    if (match === null) return NaN
+    const value = Number(match[1])
+    return match[2] === 'us' ? value / 1000 : match[2] === 's' ? value * 1000 : value
+  }
+  const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0)
+  const errors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out)
+  return {
+    rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1] ?? NaN),
+    p50: ms(' 50%'),
+    p99: ms(' 99%'),
+    non2xx,
+    errors: errors === null ? 0 : errors.slice(1).reduce((sum, n) => sum + Number(n), 0),
+  }
+}
+
+async function atRate(url: string, rate: number): Promise<{ p50: number; p99: number; rps: number; non2xx: number }> {
+  const result = await autocannon({ url, connections: 16, overallRate: Math.round(rate), duration: SECONDS })
+  return { p50: result.latency.p50, p99: result.latency.p99, rps: result.requests.average, non2xx: result.non2xx }
+}
+
+try {
+  const [upstreamPort, nginxPort] = [await freePort(), await freePort()]
+  await startNginx('upstream', `server { listen 127.0.0.1:${upstreamPort}; location / { return 200 "ok\\n"; } }`, [upstreamPort])
+  await startNginx('proxy', `
+  limit_req_zone $binary_remote_addr zone=perip:10m rate=${RATE}r/s;
+  limit_req_status 429;
+  upstream backend { server 127.0.0.1:${upstreamPort}; keepalive 64; }
+  server {
+    listen 127.0.0.1:${nginxPort};
+    location / {
+      limit_req zone=perip burst=${RATE} nodelay;
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    }
+  }`, [nginxPort])
+  const gateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+logging: { level: info, access: false }
+limits:
+  - name: per-ip
+    policies: { algorithm: token-bucket, name: per-ip, capacity: ${RATE}, refillTokens: ${RATE}, refillIntervalMs: 1000 }
+routes:
+  - name: all
+    upstream: http://127.0.0.1:${upstreamPort}
+`)
+  try {
+    const targets = {
+      direct: `http://127.0.0.1:${upstreamPort}/`,
+      nginx: `http://127.0.0.1:${nginxPort}/`,
+      sluice: `${gateway.url}/`,
+    }
+    console.log(`sluice gateway benchmark: node ${process.version}, ${spawnSync('nginx', ['-v'], { encoding: 'utf8' }).stderr.trim()}, wrk 1 thread x ${CONNECTIONS} connections x ${SECONDS} s\n`)
+    const peaks: Record<string, Peak> = {}
+    for (const [name, url] of Object.entries(targets)) {
+      wrk(url) // warm-up (JIT, pools), not counted
+      peaks[name] = wrk(url)
+    }
+    const half: Record<string, Awaited<ReturnType<typeof atRate>>> = {}
+    for (const name of ['nginx', 'sluice'] as const) half[name] = await atRate(targets[name], (peaks[name] as Peak).rps / 2)
+
+    console.log(`${'target'.padEnd(28)}${'req/s'.padStart(10)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'half-peak p99 ms'.padStart(18)}`)
+    for (const [name, peak] of Object.entries(peaks)) {
+      const label = name === 'direct' ? 'direct to the upstream' : name === 'nginx' ? 'nginx limit_req proxy' : 'sluice gateway (memory)'
+      const h = half[name]
+      console.log(`${label.padEnd(28)}${peak.rps.toFixed(0).padStart(10)}${peak.p50.toFixed(2).padStart(9)}${peak.p99.toFixed(2).padStart(9)}${(h === undefined ? '' : `${h.p99} @${h.rps.toFixed(0)}/s`).padStart(18)}${peak.errors + peak.non2xx > 0 ? `  (${peak.errors} socket errors, ${peak.non2xx} non-2xx)` : ''}`)
+    }
+    const ratio = (peaks.sluice as Peak).rps / (peaks.nginx as Peak).rps
+    const p99 = half.sluice?.p99 ?? NaN
+    console.log(`\nsluice / nginx throughput: ${(ratio * 100).toFixed(0)}%   (target: at least 60%) ${ratio >= 0.6 ? 'met' : 'MISSED'}`)
+    console.log(`sluice p99 at half its peak rate: ${p99} ms   (target: under 5 ms) ${p99 < 5 ? 'met' : 'MISSED'}`)
+  } finally {
+    await gateway.stop()
+  }
+} finally {
+  for (const child of children) child.kill('SIGQUIT')
+  await sleep(200)
+  rmSync(dir, { recursive: true, force: true })
+}
