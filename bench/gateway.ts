@@ -7,6 +7,9 @@
  * upstream, access logs off, a per-client-IP limit high enough never to bind
  * (so every request pays for a decision and none is refused).
  *
+ * A fourth row, the least a Node proxy does (bench/bare-proxy.ts), separates
+ * sluice's own cost from Node's.
+ *
  * Peak: wrk, 1 thread, 64 connections. Then p99 at half of each proxy's own
  * peak rate: autocannon at a fixed overall rate.
  *
@@ -71,7 +74,7 @@ interface Peak { rps: number; p50: number; p99: number; non2xx: number; errors: 
 
 function wrk(url: string): Peak {
   const run = spawnSync('wrk', ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', url], { encoding: 'utf8' })
-  if (run.status !== 0) throw new Error(`wrk failed: ${run.stderr}`)
+  if (run.status !== 0) throw new Error(`wrk ${url} failed: ${run.stderr}${run.stdout}`)
   const out = run.stdout
   const ms = (label: string) => {
     const match = new RegExp(`${label}\\s+([\\d.]+)(us|ms|s)`).exec(out)
@@ -124,9 +127,13 @@ routes:
     upstream: http://127.0.0.1:${upstreamPort}
 `)
   try {
+    const bare = spawn(process.execPath, ['--import', 'tsx', new URL('./bare-proxy.ts', import.meta.url).pathname, String(upstreamPort)], { stdio: ['ignore', 'pipe', 'inherit'] })
+    children.push(bare)
+    const barePort = await new Promise<number>((resolve) => bare.stdout?.once('data', (chunk: Buffer) => resolve(Number(chunk.toString().trim()))))
     const targets = {
       direct: `http://127.0.0.1:${upstreamPort}/`,
       nginx: `http://127.0.0.1:${nginxPort}/`,
+      bare: `http://127.0.0.1:${barePort}/`,
       sluice: `${gateway.url}/`,
     }
     console.log(`sluice gateway benchmark: node ${process.version}, ${spawnSync('nginx', ['-v'], { encoding: 'utf8' }).stderr.trim()}, wrk 1 thread x ${CONNECTIONS} connections x ${SECONDS} s\n`)
@@ -140,7 +147,7 @@ routes:
 
     console.log(`${'target'.padEnd(28)}${'req/s'.padStart(10)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'half-peak p99 ms'.padStart(18)}`)
     for (const [name, peak] of Object.entries(peaks)) {
-      const label = name === 'direct' ? 'direct to the upstream' : name === 'nginx' ? 'nginx limit_req proxy' : 'sluice gateway (memory)'
+      const label = { direct: 'direct to the upstream', nginx: 'nginx limit_req proxy', bare: 'bare Node proxy (no limit)', sluice: 'sluice gateway (memory)' }[name] ?? name
       const h = half[name]
       console.log(`${label.padEnd(28)}${peak.rps.toFixed(0).padStart(10)}${peak.p50.toFixed(2).padStart(9)}${peak.p99.toFixed(2).padStart(9)}${(h === undefined ? '' : `${h.p99} @${h.rps.toFixed(0)}/s`).padStart(18)}${peak.errors + peak.non2xx > 0 ? `  (${peak.errors} socket errors, ${peak.non2xx} non-2xx)` : ''}`)
     }
@@ -148,6 +155,7 @@ routes:
     const p99 = half.sluice?.p99 ?? NaN
     console.log(`\nsluice / nginx throughput: ${(ratio * 100).toFixed(0)}%   (target: at least 60%) ${ratio >= 0.6 ? 'met' : 'MISSED'}`)
     console.log(`sluice p99 at half its peak rate: ${p99} ms   (target: under 5 ms) ${p99 < 5 ? 'met' : 'MISSED'}`)
+    console.log(`sluice / bare Node proxy: ${(((peaks.sluice as Peak).rps / (peaks.bare as Peak).rps) * 100).toFixed(0)}%   (what the limit, headers, logs and metrics cost inside Node)`)
   } finally {
     await gateway.stop()
   }

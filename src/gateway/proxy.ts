@@ -120,6 +120,9 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (statusCode < 200) return // 1xx interim responses stay on the upstream hop
         status = statusCode
         res.writeHead(statusCode, responseHeaders(headers, options.extraHeaders))
+        // Head, body and end of a small response usually arrive together: one write to the socket, not three.
+        res.cork()
+        process.nextTick(() => res.uncork())
       },
       onResponseData(paused, chunk) {
         if (!res.write(chunk)) {
