@@ -22,7 +22,7 @@ import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { ConfigError, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
-import { createAgent, forward, pathRewriter, Upstreams } from './proxy.ts'
+import { createAgent, forward, normalizePath, pathRewriter, Upstreams } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
@@ -193,6 +193,8 @@ export class Gateway {
     let finished = false
     const runtime = this.runtime
     const request = nodeRequest(req) as GatewayRequest
+    const absolute = !request.path.startsWith('/')
+    request.path = normalizePath(request.path)
     let routeName = '(none)'
     let failure: string | undefined
     const done = () => {
@@ -217,6 +219,11 @@ export class Gateway {
     res.once('close', done)
     try {
       if (this.draining) res.setHeader('connection', 'close')
+      if (absolute) {
+        // Absolute-form (proxy) requests and `*`: this is a reverse proxy, not a forward one.
+        sendProblem(res, 400, [], 'Bad Request', 'The request target must be a path.')
+        return
+      }
       const route = runtime.routes.find((candidate) => candidate.matches(request))
       if (route === undefined) {
         sendProblem(res, 404, [], 'Not Found', 'No route matches this request.')
@@ -239,6 +246,7 @@ export class Gateway {
         if (!proceed) return
       }
       const forwarded = await forward(req, res, {
+        path: request.path,
         dispatcher: this.agent,
         upstreams: route.upstreams,
         rewrite: route.rewrite,

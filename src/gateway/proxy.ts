@@ -52,6 +52,24 @@ export function createAgent(keepAliveMs: number): Agent {
   return new Agent({ keepAliveTimeout: keepAliveMs, connections: 256, pipelining: 1 })
 }
 
+/**
+ * Resolves `.` and `..` segments (also percent-encoded ones) and empty
+ * segments, so the path that picks the route and its limits is the path the
+ * upstream serves: `/static/../api/orders` must not slip past the limits of
+ * `/api/**` into an upstream that resolves it to `/api/orders`.
+ */
+export function normalizePath(path: string): string {
+  if (!/\/\/|\/\.|%2e/i.test(path)) return path
+  const out: string[] = []
+  for (const segment of path.split('/')) {
+    const plain = segment.replace(/%2e/gi, '.')
+    if (segment === '' || plain === '.') continue
+    if (plain === '..') out.pop()
+    else out.push(segment)
+  }
+  return `/${out.join('/')}${path.endsWith('/') && out.length > 0 ? '/' : ''}`
+}
+
 /** Compiles a route's path rewriting: strip a prefix, then a regex replacement. */
 export function pathRewriter(route: RouteConfig): (path: string) => string {
   const strip = route.stripPrefix === '/' ? undefined : route.stripPrefix
@@ -65,6 +83,8 @@ export function pathRewriter(route: RouteConfig): (path: string) => string {
 }
 
 export interface ForwardOptions {
+  /** The request's path as routed (normalized; see normalizePath), sent on after rewriting. */
+  path: string
   dispatcher: Dispatcher
   upstreams: Upstreams
   rewrite: (path: string) => string
@@ -80,7 +100,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
   const base = options.upstreams.pick()
   const url = req.url ?? '/'
   const queryAt = url.indexOf('?')
-  const path = queryAt === -1 ? url : url.slice(0, queryAt)
+  const path = options.path
   const query = queryAt === -1 ? '' : url.slice(queryAt)
   const hasBody = req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined
   // undici's low-level dispatch: the body goes straight into `res` with
