@@ -39,6 +39,7 @@ export async function openStore(config: GatewayConfig): Promise<OpenedStore> {
       ...(options.sentinel.password !== undefined ? { sentinelPassword: options.sentinel.password } : {}),
     })
     client.on('error', () => { /* reported through failing decisions and the health probe */ })
+    await connected(client)
     const store = new RedisStore({ client, ...time })
     return { store, description: `redis-sentinel ${options.sentinel.name}`, close: () => quit(client) }
   }
@@ -48,8 +49,27 @@ export async function openStore(config: GatewayConfig): Promise<OpenedStore> {
     redisOptions: { ...LIMITER_CLIENT_OPTIONS, ...password },
   })
   client.on('error', () => { /* reported through failing decisions and the health probe */ })
+  await connected(client)
   const store = new RedisStore({ client, ...time })
   return { store, description: `redis-cluster (${nodes.length} seed nodes)`, close: () => quit(client) }
+}
+
+/**
+ * Waits (up to 5 s) for the first connection, so the first requests are decided
+ * by Redis, not by the failure policy. A store still down after that is left
+ * to the failure policy and the health probe: the gateway starts anyway.
+ */
+function connected(client: { status: string; once(event: 'ready', listener: () => void): unknown; off(event: 'ready', listener: () => void): unknown }): Promise<void> {
+  if (client.status === 'ready') return Promise.resolve()
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer)
+      client.off('ready', done)
+      resolve()
+    }
+    const timer = setTimeout(done, 5000)
+    client.once('ready', done)
+  })
 }
 
 function hostPort(value: string): { host: string; port: number } {

@@ -12,7 +12,7 @@ describe('npm start (the demo)', () => {
   after(async () => {
     // npm itself dies of the signal; the gateway under it shuts down cleanly.
     await gateway?.stop()
-    assert.ok(gateway.logs.some((line) => line.msg === 'sluice gateway stopped; every request finished'))
+    await gateway.waitForLog((line) => line.msg === 'sluice gateway stopped; every request finished')
   })
 
   it('limits the api route to 5 requests per 10 s per client, as its banner says', async () => {

@@ -63,11 +63,17 @@ export async function startGateway(yaml: string, options: { env?: NodeJS.Process
   child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString('utf8') })
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
   const waitForLog = async (predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> => {
-    const deadline = Date.now() + timeoutMs
+    let deadline = Date.now() + timeoutMs
+    let exitSeen = false
     for (;;) {
       const found = logs.find(predicate)
       if (found !== undefined) return found
-      if (child.exitCode !== null) throw new Error(`gateway exited (${child.exitCode}): ${stderr}`)
+      // The process may be gone while its last lines are still in the pipe (or, under npm, while the gateway below it finishes).
+      if (child.exitCode !== null || child.signalCode !== null) {
+        if (!exitSeen) deadline = Math.min(deadline, Date.now() + 3000)
+        exitSeen = true
+        if (Date.now() > deadline) throw new Error(`gateway exited (${child.exitCode ?? child.signalCode}): ${stderr}`)
+      }
       if (Date.now() > deadline) throw new Error(`no matching log line within ${timeoutMs} ms; stderr: ${stderr}; logs: ${JSON.stringify(logs.slice(-5))}`)
       await sleep(20)
     }
