@@ -4,6 +4,7 @@
  * schema, then by sluice's own policy validation. A wrong file is refused with
  * every problem listed, each as `path: problem (line N)`.
  */
+import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import { z } from 'zod'
@@ -342,7 +343,6 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   }
   checkReferences(config, report)
   if (problems.length > 0) throw new ConfigError(file, problems)
-  const { createHash } = await import('node:crypto')
   const version = createHash('sha256').update(text).digest('hex').slice(0, 12)
   return { ...config, file, version, limitsResolved, tls, jwtPublicKey }
 }

@@ -13,11 +13,10 @@ import { basename, dirname } from 'node:path'
 import { pino, type Logger } from 'pino'
 import type { Agent } from 'undici'
 import { Limiter } from '../limiter/limiter.ts'
-import { nodeRequest } from '../http/adapters/node.ts'
-import { createRateLimitHandler, httpStatePrefix, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
+import { nodeRequest, waitTurn } from '../http/adapters/node.ts'
+import { createRateLimitHandler, httpStatePrefix, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
 import { compileMatch } from '../http/match.ts'
-import { waitUnlessAborted } from '../http/wait.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { ConfigError, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
@@ -221,30 +220,22 @@ export class Gateway {
       if (this.draining) res.setHeader('connection', 'close')
       if (absolute) {
         // Absolute-form (proxy) requests and `*`: this is a reverse proxy, not a forward one.
-        sendProblem(res, 400, [], 'Bad Request', 'The request target must be a path.')
+        respond(res, problem(400, 'Bad Request', 'The request target must be a path.', []))
         return
       }
       const route = runtime.routes.find((candidate) => candidate.matches(request))
       if (route === undefined) {
-        sendProblem(res, 404, [], 'Not Found', 'No route matches this request.')
+        respond(res, problem(404, 'Not Found', 'No route matches this request.', []))
         return
       }
       routeName = route.config.name
       request.route = routeName
       const outcome = runtime.decide === undefined ? undefined : await runtime.decide(request)
       if (outcome !== undefined && !outcome.proceed) {
-        res.writeHead(outcome.status, [...outcome.headers.flat()])
-        res.end(outcome.body)
+        respond(res, outcome)
         return
       }
-      if (outcome !== undefined && outcome.waitMs > 0) {
-        const proceed = await waitUnlessAborted(outcome.waitMs, (abort) => {
-          const onClose = () => { if (!res.writableEnded) abort() }
-          res.once('close', onClose)
-          return () => res.off('close', onClose)
-        })
-        if (!proceed) return
-      }
+      if (outcome !== undefined && outcome.waitMs > 0 && !(await waitTurn(res, outcome.waitMs))) return
       const forwarded = await forward(req, res, {
         path: request.path,
         dispatcher: this.agent,
@@ -262,7 +253,7 @@ export class Gateway {
     } catch (error) {
       // Only a bug gets here: answer rather than leave the client hanging.
       this.logger.error({ err: error, route: routeName }, 'request failed inside the gateway')
-      if (!res.headersSent) sendProblem(res, 500, [], 'Internal Server Error', 'The gateway failed to handle this request.')
+      if (!res.headersSent) respond(res, problem(500, 'Internal Server Error', 'The gateway failed to handle this request.', []))
       else res.destroy()
     }
   }
@@ -280,8 +271,12 @@ export class Gateway {
       return
     }
     if (config.version === current.config.version) return
-    const fixed = ['server', 'admin.listen'].filter((part) => JSON.stringify(part === 'server' ? config.server : config.admin.listen) !== JSON.stringify(part === 'server' ? current.config.server : current.config.admin.listen))
-    const sameStore = JSON.stringify([config.store, config.prefix]) === JSON.stringify([current.config.store, current.config.prefix])
+    const changed = (a: unknown, b: unknown) => JSON.stringify(a) !== JSON.stringify(b)
+    const fixed = [
+      ...(changed(config.server, current.config.server) ? ['server'] : []),
+      ...(changed(config.admin.listen, current.config.admin.listen) ? ['admin.listen'] : []),
+    ]
+    const sameStore = !changed([config.store, config.prefix], [current.config.store, current.config.prefix])
     let store = current.store
     if (!sameStore) {
       try {
@@ -467,9 +462,10 @@ function kindOf(key: string): string {
   return colon === -1 ? 'anonymous' : key.slice(0, colon)
 }
 
-function sendProblem(res: ServerResponse, status: number, headers: string[], title: string, detail: string): void {
-  res.writeHead(status, [...headers, 'content-type', 'application/problem+json'])
-  res.end(JSON.stringify({ type: 'about:blank', title, status, detail }))
+/** Answers in the gateway's place: a refusal or a problem. */
+function respond(res: ServerResponse, outcome: HttpOutcome): void {
+  res.writeHead(outcome.status, outcome.headers.flat())
+  res.end(outcome.body)
 }
 
 function listenOn(server: Server, host: string, port: number): Promise<void> {

@@ -6,6 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Agent, errors, type Dispatcher } from 'undici'
+import { problem } from '../http/handler.ts'
 import type { RouteConfig } from './config.ts'
 
 /** RFC 9110 7.6.1: meaningful for one connection only, never forwarded. */
@@ -163,13 +164,11 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         }
         const timeout = isTimeout(error)
         const failed = timeout ? 504 : 502
-        res.writeHead(failed, [...options.extraHeaders.flat(), 'content-type', 'application/problem+json', 'connection', 'close'])
-        res.end(JSON.stringify({
-          type: 'about:blank',
-          title: timeout ? 'Gateway Timeout' : 'Bad Gateway',
-          status: failed,
-          detail: timeout ? 'The upstream did not answer in time.' : 'The upstream could not be reached.',
-        }))
+        const answer = timeout
+          ? problem(504, 'Gateway Timeout', 'The upstream did not answer in time.', [...options.extraHeaders, ['Connection', 'close']])
+          : problem(502, 'Bad Gateway', 'The upstream could not be reached.', [...options.extraHeaders, ['Connection', 'close']])
+        res.writeHead(failed, answer.headers.flat())
+        res.end(answer.body)
         finish({ status: failed, failure: timeout ? 'timeout' : 'unreachable' })
       },
     })

@@ -305,8 +305,8 @@ export function httpStatePrefix(prefix = 'sluice'): string {
   return `${prefix}:http`
 }
 
-/** An RFC 9457 problem response. */
-function problem(status: number, title: string, detail: string, headers: HeaderList, extra: Record<string, unknown> = {}): HttpOutcome {
+/** An RFC 9457 problem response (also the gateway's own 400 / 404 / 502 / 504). */
+export function problem(status: number, title: string, detail: string, headers: HeaderList, extra: Record<string, unknown> = {}): HttpOutcome {
   const body = JSON.stringify({ type: status === 429 ? QUOTA_EXCEEDED : 'about:blank', title, status, detail, ...extra })
   return { proceed: false, status, headers: [...headers, ['Content-Type', 'application/problem+json']], body, waitMs: 0 }
 }

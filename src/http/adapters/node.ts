@@ -31,19 +31,21 @@ export function rateLimitNode(options: RateLimitOptions): (req: IncomingMessage,
   return async function rateLimitNodeRequest(req, res) {
     const outcome = await handle(nodeRequest(req))
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
-    if (outcome.proceed && outcome.waitMs > 0) {
-      // Queued: proceed after the wait, unless the client hangs up first.
-      return waitUnlessAborted(outcome.waitMs, (abort) => {
-        const onClose = () => { if (!res.writableEnded) abort() }
-        res.once('close', onClose)
-        return () => res.off('close', onClose)
-      })
-    }
+    if (outcome.proceed && outcome.waitMs > 0) return waitTurn(res, outcome.waitMs)
     if (outcome.proceed) return true
     res.statusCode = outcome.status
     res.end(outcome.body)
     return false
   }
+}
+
+/** A queued request waits its turn; resolves false when the client hangs up first. */
+export function waitTurn(res: ServerResponse, waitMs: number): Promise<boolean> {
+  return waitUnlessAborted(waitMs, (abort) => {
+    const onClose = () => { if (!res.writableEnded) abort() }
+    res.once('close', onClose)
+    return () => res.off('close', onClose)
+  })
 }
 
 /** Wraps a request listener: refused requests never reach it. */
