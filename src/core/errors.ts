@@ -62,6 +62,31 @@ export class RateLimitedError extends SluiceError {
   }
 }
 
+/**
+ * Thrown by the client (`sluice/client`) when a request would have to wait
+ * longer than its `maxWaitMs` for the server's quota (or its own pacing).
+ */
+export class QuotaExhaustedError extends SluiceError {
+  readonly retryAfterMs: number
+  readonly partition: string
+
+  constructor(partition: string, retryAfterMs: number, why: string) {
+    super('ERR_SLUICE_QUOTA_EXHAUSTED', `requests to ${partition} must wait ${Math.ceil(retryAfterMs)} ms (${why}), longer than maxWaitMs allows`)
+    this.retryAfterMs = retryAfterMs
+    this.partition = partition
+  }
+}
+
+/** Thrown by the client when a partition's queue of waiting requests is full. */
+export class QueueFullError extends SluiceError {
+  readonly partition: string
+
+  constructor(partition: string, maxQueue: number) {
+    super('ERR_SLUICE_QUEUE_FULL', `${maxQueue} requests to ${partition} are already waiting (maxQueue)`)
+    this.partition = partition
+  }
+}
+
 /** Short, safe rendering of a bad value for an error message. */
 export function describe(value: unknown): string {
   if (typeof value === 'string') {

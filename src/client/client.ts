@@ -1,0 +1,502 @@
+/**
+ * The calling side: a `fetch` that remembers what each server said about its
+ * limits and waits instead of sending what would be refused.
+ *
+ * One request goes: queue (per partition, by priority, bounded) -> the
+ * partition's learned quota (quota.ts) and concurrency -> the user's pacing
+ * policies -> the fleet's shared quota (when a store is given) -> fetch ->
+ * learn from the response -> retry a 429/503 after Retry-After plus jitter.
+ */
+import { EventEmitter } from 'node:events'
+import { ArgumentError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
+import { rejectUnknown } from '../core/options.ts'
+import { MAX_WAIT_MS, RESERVABLE } from '../core/policy.ts'
+import type { Policy } from '../core/types.ts'
+import { Limiter } from '../limiter/limiter.ts'
+import { MemoryStore } from '../stores/memory/memory-store.ts'
+import type { Store } from '../stores/store.ts'
+import { readAnnouncement, type Announcement, type HeaderLookup } from './headers.ts'
+import { PartitionQuota } from './quota.ts'
+import { abortReason, sleep } from './sleep.ts'
+
+export interface RetryOptions {
+  /** Retries after the first attempt. Default 5. */
+  retries?: number
+  /** First back-off step; doubles per attempt. Default 250 ms. */
+  baseDelayMs?: number
+  /** Cap on the back-off and on the jitter added to a server's wait. Default 30 s. */
+  maxDelayMs?: number
+  /** Statuses retried. Default [429, 503]. */
+  statuses?: readonly number[]
+  /**
+   * Also retry methods that are not idempotent (POST, PATCH). Default false:
+   * only GET, HEAD, OPTIONS, TRACE, PUT, DELETE and requests carrying an
+   * `Idempotency-Key` are retried.
+   */
+  nonIdempotent?: boolean
+}
+
+export interface ClientOptions {
+  /** The fetch to wrap. Default `globalThis.fetch`. */
+  fetch?: (input: Request, init?: RequestInit) => Promise<Response>
+  /** Which requests share a quota. Default: the URL's origin. */
+  partition?: (url: URL, request: Request) => string
+  /**
+   * Longest a request waits for a quota it knows is spent (a server's reset or
+   * Retry-After, or the pacing policies); beyond it the request rejects with
+   * `QuotaExhaustedError`. 0 fails fast. Default 60 s.
+   */
+  maxWaitMs?: number
+  /** Retries of refused responses, or `false` for none. */
+  retry?: RetryOptions | false
+  /**
+   * Pacing applied before sending, for APIs that publish limits but send no
+   * headers (Guava RateLimiter's role): any sluice policies, per partition.
+   */
+  pace?: Policy | readonly Policy[]
+  /** Requests in progress at once, per partition. Default unlimited. */
+  concurrency?: number
+  /** Requests waiting, per partition, before new ones reject with `QueueFullError`. Default 10,000. */
+  maxQueue?: number
+  /**
+   * A sluice store (MemoryStore, RedisStore) shared by several clients: the
+   * quotas servers announce (with their window) and the pacing policies are
+   * spent together, so a fleet of workers keeps to one quota.
+   */
+  store?: Store
+  /** Key namespace in the store. Default `'sluice-client'`. */
+  prefix?: string
+  /**
+   * After a 429 that announced no quota, send one request at a time to that
+   * partition for this long (unless a response announces one). Default 60 s.
+   */
+  probeMs?: number
+  /** Source of randomness for jitter, in [0, 1). Default `Math.random`. */
+  random?: () => number
+}
+
+/** Per-request options, passed as `init.rateLimit`. */
+export interface RequestLimitOptions {
+  /** Higher goes first among requests waiting in the same partition. Default 0. */
+  priority?: number
+  /** Overrides the client's partition for this request. */
+  partition?: string
+  /** Overrides the client's `maxWaitMs` for this request. */
+  maxWaitMs?: number
+}
+
+export type ClientRequestInit = RequestInit & { rateLimit?: RequestLimitOptions }
+
+export type WaitReason = 'quota' | 'retry-after' | 'probe' | 'concurrency' | 'pacing' | 'shared-quota'
+
+export interface ClientEvents {
+  /** A request waited before being sent. */
+  waited: [{ partition: string; waitedMs: number; reason: WaitReason }]
+  /** A server refused a request (429, 503). */
+  refused: [{ partition: string; status: number; retryAfterMs: number | undefined }]
+  /** A refused request will be sent again after `delayMs`. */
+  retried: [{ partition: string; status: number; attempt: number; delayMs: number }]
+  /** A refused request's response is returned to the caller as it is. */
+  gaveUp: [{ partition: string; status: number; attempts: number; reason: 'retries-exhausted' | 'not-retryable' | 'wait-too-long' }]
+}
+
+const OPTIONS = new Set(['fetch', 'partition', 'maxWaitMs', 'retry', 'pace', 'concurrency', 'maxQueue', 'store', 'prefix', 'probeMs', 'random'])
+const RETRY_OPTIONS = new Set(['retries', 'baseDelayMs', 'maxDelayMs', 'statuses', 'nonIdempotent'])
+const REQUEST_OPTIONS = new Set(['priority', 'partition', 'maxWaitMs'])
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE'])
+/** Learned quotas above this are shared as a sliding-window counter, not an exact log (memory O(limit)). */
+const MAX_LOGGED_LIMIT = 10_000
+
+interface ResolvedRetry {
+  retries: number
+  baseDelayMs: number
+  maxDelayMs: number
+  statuses: ReadonlySet<number>
+  nonIdempotent: boolean
+}
+
+/**
+ * How long to wait before retry number `attempt` (1-based). With a server's
+ * wait, that wait plus jitter spread over the policy's window (or the wait
+ * itself), so refused clients do not all return at the same instant; without
+ * one, exponential back-off with full jitter.
+ */
+export function retryDelayMs(
+  attempt: number,
+  serverWaitMs: number | undefined,
+  windowMs: number | undefined,
+  options: { baseDelayMs: number; maxDelayMs: number },
+  random: () => number,
+): number {
+  const backoff = Math.min(options.maxDelayMs, options.baseDelayMs * 2 ** (attempt - 1))
+  if (serverWaitMs === undefined) return Math.floor(random() * backoff)
+  const spread = Math.min(options.maxDelayMs, Math.max(backoff, windowMs ?? serverWaitMs))
+  return Math.ceil(serverWaitMs + random() * spread)
+}
+
+export class RateLimitClient extends EventEmitter<ClientEvents> {
+  private readonly fetchImpl: (input: Request, init?: RequestInit) => Promise<Response>
+  private readonly partitionOf: (url: URL, request: Request) => string
+  private readonly maxWaitMs: number
+  private readonly retry: ResolvedRetry | undefined
+  private readonly concurrency: number
+  private readonly maxQueue: number
+  private readonly probeMs: number
+  private readonly random: () => number
+  private readonly pacing: Limiter | undefined
+  private readonly shared: SharedQuotas | undefined
+  private readonly partitions = new Map<string, Partition>()
+
+  constructor(options: ClientOptions = {}) {
+    super()
+    if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object')
+    rejectUnknown('a client option', options, OPTIONS)
+    this.fetchImpl = functionOr('fetch', options.fetch, (input: Request, init?: RequestInit) => globalThis.fetch(input, init))
+    this.partitionOf = functionOr('partition', options.partition, (url: URL) => url.origin)
+    this.maxWaitMs = waitBudget('maxWaitMs', options.maxWaitMs ?? 60_000)
+    this.retry = resolveRetry(options.retry)
+    this.concurrency = countOption('concurrency', options.concurrency, Infinity)
+    this.maxQueue = countOption('maxQueue', options.maxQueue, 10_000)
+    this.probeMs = waitBudget('probeMs', options.probeMs ?? 60_000)
+    this.random = functionOr('random', options.random, Math.random)
+    const prefix = options.prefix ?? 'sluice-client'
+    const store = options.store
+    if (store !== undefined && (typeof store !== 'object' || store === null || typeof store.consume !== 'function')) {
+      throw new ArgumentError('store', store, 'must be a MemoryStore, a RedisStore or another Store')
+    }
+    if (options.pace !== undefined) {
+      this.pacing = new Limiter({ policies: options.pace, store: store ?? new MemoryStore(), prefix: `${prefix}:pace` })
+    }
+    if (store !== undefined) this.shared = new SharedQuotas(store, `${prefix}:quota`)
+  }
+
+  /** `fetch`, rate-limit aware: same arguments, same result, plus `init.rateLimit`. */
+  readonly fetch = async (input: string | URL | Request, init?: ClientRequestInit): Promise<Response> => {
+    const { rateLimit, ...fetchInit } = init ?? {}
+    const perRequest = requestOptions(rateLimit)
+    const request = new Request(input, fetchInit)
+    const url = new URL(request.url)
+    const partitionKey = perRequest.partition ?? this.partitionOf(url, request)
+    if (typeof partitionKey !== 'string' || partitionKey === '') throw new ArgumentError('partition', partitionKey, 'must return a non-empty string')
+    const maxWaitMs = perRequest.maxWaitMs ?? this.maxWaitMs
+    const signal = request.signal
+    // A body read once cannot be sent twice: such requests are sent once.
+    const replayable = request.body === null || isReplayable(fetchInit.body)
+    const retryable = this.retry !== undefined && replayable &&
+      (IDEMPOTENT.has(request.method) || request.headers.has('idempotency-key') || this.retry.nonIdempotent)
+
+    for (let attempt = 1; ; attempt++) {
+      const partition = this.partition(partitionKey)
+      await partition.acquire(perRequest.priority ?? 0, signal, maxWaitMs)
+      let response: Response
+      try {
+        await this.gates(partitionKey, partition, signal, maxWaitMs)
+        response = await this.fetchImpl(retryable ? request.clone() : request)
+      } catch (error) {
+        partition.abandon()
+        throw error
+      }
+      const now = Date.now()
+      const announcement = readAnnouncement(lookup(response.headers), now)
+      const retryAt = partition.settle(announcement, response.status, now)
+      await this.shared?.learn(partitionKey, announcement)
+      if (!this.retry?.statuses.has(response.status)) return response
+
+      const serverWaitMs = retryAt === undefined ? undefined : Math.max(0, retryAt - now)
+      this.emit('refused', { partition: partitionKey, status: response.status, retryAfterMs: serverWaitMs })
+      const reason = !retryable || announcement.shouldRetry === false ? 'not-retryable'
+        : attempt > this.retry.retries ? 'retries-exhausted'
+          : serverWaitMs !== undefined && serverWaitMs > maxWaitMs ? 'wait-too-long' : undefined
+      if (reason !== undefined) {
+        this.emit('gaveUp', { partition: partitionKey, status: response.status, attempts: attempt, reason })
+        return response
+      }
+      const delayMs = retryDelayMs(attempt, serverWaitMs, partition.quota.windowMs(), this.retry, this.random)
+      this.emit('retried', { partition: partitionKey, status: response.status, attempt, delayMs })
+      await response.body?.cancel().catch(() => undefined)
+      await sleep(delayMs, signal)
+    }
+  }
+
+  /** Requests waiting in a partition's queue (for tests and metrics). */
+  waiting(partition: string): number {
+    return this.partitions.get(partition)?.queued ?? 0
+  }
+
+  private partition(key: string): Partition {
+    let partition = this.partitions.get(key)
+    if (partition === undefined) {
+      if (this.partitions.size >= 10_000) this.forgetIdle()
+      partition = new Partition(key, new PartitionQuota(this.probeMs), this.concurrency, this.maxQueue, (event) => this.emit('waited', event))
+      this.partitions.set(key, partition)
+    }
+    return partition
+  }
+
+  private forgetIdle(): void {
+    const now = Date.now()
+    for (const [key, partition] of this.partitions) if (partition.idle(now)) this.partitions.delete(key)
+  }
+
+  /** The pacing policies, then the fleet's shared quota. */
+  private async gates(key: string, partition: Partition, signal: AbortSignal, maxWaitMs: number): Promise<void> {
+    const waited = (waitedMs: number, reason: WaitReason) => this.emit('waited', { partition: key, waitedMs, reason })
+    if (this.pacing !== undefined) await take(this.pacing, key, signal, maxWaitMs, (ms) => waited(ms, 'pacing'))
+    if (this.shared !== undefined) {
+      for (const limiter of this.shared.limitersFor(key, partition.quota)) {
+        await take(limiter, key, signal, maxWaitMs, (ms) => waited(ms, 'shared-quota'))
+      }
+    }
+  }
+}
+
+/** Creates a rate-limit aware client; `client.fetch` is a drop-in `fetch`. */
+export function createClient(options?: ClientOptions): RateLimitClient {
+  return new RateLimitClient(options)
+}
+
+interface Waiter {
+  priority: number
+  seq: number
+  enqueuedAt: number
+  reason: WaitReason | undefined
+  maxWaitMs: number
+  resolve: () => void
+  reject: (error: unknown) => void
+  signal: AbortSignal
+  onAbort: () => void
+}
+
+/** One partition: its learned quota, its queue, and the one timer that wakes the queue. */
+class Partition {
+  private readonly queue: Waiter[] = []
+  private active = 0
+  private seq = 0
+  private timer: NodeJS.Timeout | undefined
+
+  constructor(
+    readonly key: string,
+    readonly quota: PartitionQuota,
+    private readonly concurrency: number,
+    private readonly maxQueue: number,
+    private readonly waited: (event: ClientEvents['waited'][0]) => void,
+  ) {}
+
+  get queued(): number {
+    return this.queue.length
+  }
+
+  /** Resolves when the request may go: the quota is charged and it counts as active. */
+  acquire(priority: number, signal: AbortSignal, maxWaitMs: number): Promise<void> {
+    if (signal.aborted) return Promise.reject(abortReason(signal))
+    if (this.queue.length >= this.maxQueue) return Promise.reject(new QueueFullError(this.key, this.maxQueue))
+    return new Promise<void>((resolve, reject) => {
+      const waiter: Waiter = {
+        priority, seq: this.seq++, enqueuedAt: Date.now(), reason: undefined, maxWaitMs, resolve, reject, signal,
+        onAbort: () => {
+          const at = this.queue.indexOf(waiter)
+          if (at === -1) return
+          this.queue.splice(at, 1)
+          reject(abortReason(signal))
+          this.pump()
+        },
+      }
+      signal.addEventListener('abort', waiter.onAbort, { once: true })
+      // Ordered by priority, then arrival.
+      let at = this.queue.length
+      while (at > 0 && (this.queue[at - 1] as Waiter).priority < priority) at--
+      this.queue.splice(at, 0, waiter)
+      this.pump()
+    })
+  }
+
+  settle(announcement: Announcement, status: number, now: number): number | undefined {
+    const retryAt = this.quota.settle(announcement, status, now)
+    this.active--
+    this.pump()
+    return retryAt
+  }
+
+  abandon(): void {
+    this.quota.abandon()
+    this.active--
+    this.pump()
+  }
+
+  idle(now: number): boolean {
+    return this.queue.length === 0 && this.active === 0 && this.quota.idle(now)
+  }
+
+  private pump(): void {
+    if (this.timer !== undefined) {
+      clearTimeout(this.timer)
+      this.timer = undefined
+    }
+    while (this.queue.length > 0) {
+      const head = this.queue[0] as Waiter
+      if (this.active >= this.concurrency) {
+        head.reason ??= 'concurrency'
+        return
+      }
+      const now = Date.now()
+      const admission = this.quota.admit(now)
+      if (admission.kind === 'response') {
+        head.reason = admission.reason
+        return
+      }
+      if (admission.kind === 'wait') {
+        if (admission.until - now > head.maxWaitMs) {
+          this.queue.shift()
+          head.signal.removeEventListener('abort', head.onAbort)
+          head.reject(new QuotaExhaustedError(this.key, admission.until - now, admission.reason === 'quota' ? 'its quota is spent' : 'the server asked to retry later'))
+          continue
+        }
+        head.reason = admission.reason
+        this.timer = setTimeout(() => {
+          this.timer = undefined
+          this.pump()
+        }, admission.until - now)
+        return
+      }
+      this.queue.shift()
+      this.active++
+      head.signal.removeEventListener('abort', head.onAbort)
+      if (head.reason !== undefined) this.waited({ partition: this.key, waitedMs: now - head.enqueuedAt, reason: head.reason })
+      head.resolve()
+    }
+  }
+}
+
+/**
+ * Quotas servers announced, kept in a shared store so a fleet spends them
+ * together: one sliding log per announced policy (any `limit` calls in any
+ * `window`, which no server-side algorithm with that quota refuses), brought
+ * down to the server's `remaining` when the server has seen more than the log.
+ */
+class SharedQuotas {
+  private readonly limiters = new Map<string, Limiter>()
+
+  constructor(private readonly store: Store, private readonly prefix: string) {}
+
+  limitersFor(key: string, quota: PartitionQuota): Limiter[] {
+    const limiters: Limiter[] = []
+    for (const policy of quota.knownPolicies()) {
+      const limiter = this.limiter(key, policy.name, policy.limit, policy.windowMs)
+      if (limiter !== undefined) limiters.push(limiter)
+    }
+    return limiters
+  }
+
+  /** Charges the log with what the server counted and the fleet did not (other callers, or requests before the quota was known). */
+  async learn(key: string, announcement: Announcement): Promise<void> {
+    for (const announced of announcement.quotas) {
+      if (announced.limit === undefined || announced.windowMs === undefined || announced.remaining === undefined) continue
+      const limiter = this.limiter(key, announced.name, announced.limit, announced.windowMs)
+      if (limiter === undefined) continue
+      const seen = await limiter.peek(key)
+      const unseen = seen.remaining - announced.remaining
+      if (unseen > 0 && !seen.degraded) await limiter.limit(key, { cost: unseen })
+    }
+  }
+
+  private limiter(key: string, name: string, limit: number, windowMs: number): Limiter | undefined {
+    const id = `${key}\n${name}\n${limit}\n${windowMs}`
+    let limiter = this.limiters.get(id)
+    if (limiter === undefined) {
+      if (this.limiters.size >= 10_000) this.limiters.clear()
+      try {
+        limiter = new Limiter({
+          store: this.store,
+          prefix: this.prefix,
+          policies: { algorithm: limit <= MAX_LOGGED_LIMIT ? 'sliding-log' : 'sliding-window', name, limit, windowMs },
+        })
+      } catch {
+        // A quota no policy can hold (absurd limit or window): not shared.
+        return undefined
+      }
+      this.limiters.set(id, limiter)
+    }
+    return limiter
+  }
+}
+
+/** Takes one unit from `limiter`, waiting (a reservation where the policies allow it) up to `budgetMs`. */
+async function take(limiter: Limiter, key: string, signal: AbortSignal, budgetMs: number, waited: (ms: number) => void): Promise<void> {
+  const reservable = limiter.policies.every((policy) => RESERVABLE.has(policy.algorithm))
+  let spent = 0
+  for (;;) {
+    const decision = await limiter.limit(key, reservable ? { maxWaitMs: Math.min(MAX_WAIT_MS, Math.max(0, budgetMs - spent)) } : undefined)
+    if (decision.allowed) {
+      if (decision.waitMs > 0) {
+        waited(decision.waitMs)
+        await sleep(decision.waitMs, signal)
+      }
+      return
+    }
+    if (spent + decision.retryAfterMs > budgetMs) throw new QuotaExhaustedError(key, decision.retryAfterMs, `policy "${decision.policy}"`)
+    waited(decision.retryAfterMs)
+    await sleep(decision.retryAfterMs, signal)
+    spent += decision.retryAfterMs
+  }
+}
+
+export function lookup(headers: Headers): HeaderLookup {
+  return (name) => headers.get(name) ?? undefined
+}
+
+function isReplayable(body: RequestInit['body']): boolean {
+  return typeof body === 'string' || body instanceof ArrayBuffer || ArrayBuffer.isView(body) ||
+    body instanceof Blob || body instanceof URLSearchParams || body instanceof FormData
+}
+
+function resolveRetry(retry: RetryOptions | false | undefined): ResolvedRetry | undefined {
+  if (retry === false) return undefined
+  if (retry !== undefined && (typeof retry !== 'object' || retry === null)) throw new ArgumentError('retry', retry, 'must be false or an object')
+  const options = retry ?? {}
+  rejectUnknown('a retry option', options, RETRY_OPTIONS)
+  const statuses = options.statuses ?? [429, 503]
+  if (!Array.isArray(statuses) || !statuses.every((status) => Number.isInteger(status) && status >= 400 && status <= 599)) {
+    throw new ArgumentError('retry.statuses', statuses, 'must be an array of HTTP error statuses (400-599)')
+  }
+  if (options.nonIdempotent !== undefined && typeof options.nonIdempotent !== 'boolean') {
+    throw new ArgumentError('retry.nonIdempotent', options.nonIdempotent, 'must be a boolean')
+  }
+  return {
+    retries: countOption('retry.retries', options.retries, 5, 0),
+    baseDelayMs: waitBudget('retry.baseDelayMs', options.baseDelayMs ?? 250),
+    maxDelayMs: waitBudget('retry.maxDelayMs', options.maxDelayMs ?? 30_000),
+    statuses: new Set(statuses),
+    nonIdempotent: options.nonIdempotent ?? false,
+  }
+}
+
+function requestOptions(options: RequestLimitOptions | undefined): RequestLimitOptions {
+  if (options === undefined) return {}
+  if (typeof options !== 'object' || options === null) throw new ArgumentError('rateLimit', options, 'must be an object')
+  rejectUnknown('a rateLimit request option', options, REQUEST_OPTIONS)
+  if (options.priority !== undefined && !Number.isFinite(options.priority)) throw new ArgumentError('rateLimit.priority', options.priority, 'must be a finite number')
+  if (options.partition !== undefined && (typeof options.partition !== 'string' || options.partition === '')) {
+    throw new ArgumentError('rateLimit.partition', options.partition, 'must be a non-empty string')
+  }
+  if (options.maxWaitMs !== undefined) waitBudget('rateLimit.maxWaitMs', options.maxWaitMs)
+  return options
+}
+
+function functionOr<T>(name: string, value: T | undefined, fallback: T): T {
+  if (value === undefined) return fallback
+  if (typeof value !== 'function') throw new ArgumentError(name, value, 'must be a function')
+  return value
+}
+
+/** Milliseconds: a non-negative number, Infinity allowed. */
+function waitBudget(name: string, value: unknown): number {
+  if (typeof value !== 'number' || Number.isNaN(value) || value < 0) throw new ArgumentError(name, value, 'must be a number of milliseconds, 0 or more')
+  return value
+}
+
+function countOption(name: string, value: unknown, fallback: number, min = 1): number {
+  if (value === undefined) return fallback
+  if (value === Infinity) return Infinity
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) throw new ArgumentError(name, value, `must be an integer of at least ${min}`)
+  return value
+}

@@ -1,0 +1,214 @@
+/**
+ * Reading the limits a server announces, in every dialect real APIs send:
+ *
+ * - IETF draft-8 and later: `RateLimit-Policy: "minute";q=100;w=60` and
+ *   `RateLimit: "minute";r=42;t=18`, one named item per policy;
+ * - draft-7: `RateLimit: limit=100, remaining=42, reset=18` with
+ *   `RateLimit-Policy: 100;w=60`;
+ * - draft-6 and earlier: `RateLimit-Limit` (`100` or `100, 100;w=60`),
+ *   `RateLimit-Remaining`, `RateLimit-Reset` (delta seconds);
+ * - `X-RateLimit-Limit / -Remaining / -Reset` (GitHub and most others; Reset
+ *   in epoch seconds or delta seconds, told apart by size), `-Reset-After`
+ *   (fractional seconds), Spring Cloud Gateway's `-Replenish-Rate` and
+ *   `-Burst-Capacity`;
+ * - `Retry-After` in delay-seconds or as an HTTP date, and Stripe's
+ *   `Stripe-Should-Retry`.
+ *
+ * Servers get these wrong in many small ways; a field that cannot be read is
+ * ignored, never thrown on: the client then knows less, and says so by
+ * behaving as if the field were absent.
+ */
+import { parseDictionary, parseList, Token, type BareItem, type Parameters } from 'structured-headers'
+
+/** What one response says about one of the server's policies. Times are relative to the response. */
+export interface AnnouncedQuota {
+  /** The policy's name (`default` when the dialect has none). */
+  name: string
+  /** Units per window (the quota), when announced. */
+  limit?: number
+  /** Units left, when announced. */
+  remaining?: number
+  /** Milliseconds until the quota is restored, when announced. */
+  resetAfterMs?: number
+  /** The policy's window in milliseconds, when announced. */
+  windowMs?: number
+}
+
+export interface Announcement {
+  /** One entry per policy the response describes; empty when it describes none. */
+  quotas: AnnouncedQuota[]
+  /** Milliseconds the server asks the client to wait (`Retry-After`), when present and readable. */
+  retryAfterMs?: number
+  /** Stripe's explicit retry advice, when present. */
+  shouldRetry?: boolean
+}
+
+/** A case-insensitive header lookup: a fetch `Headers`, or undici's raw header object. */
+export type HeaderLookup = (name: string) => string | undefined
+
+/** Dates and epoch resets are read against the response's own `Date` when it has one, so clock skew cancels out. */
+export function readAnnouncement(header: HeaderLookup, now: number): Announcement {
+  const serverNow = dateOf(header('date')) ?? now
+  const announcement: Announcement = { quotas: [] }
+  const retryAfter = retryAfterMs(header('retry-after'), serverNow)
+  if (retryAfter !== undefined) announcement.retryAfterMs = retryAfter
+  const advice = header('stripe-should-retry')?.trim().toLowerCase()
+  if (advice === 'true' || advice === 'false') announcement.shouldRetry = advice === 'true'
+  // A response served from a cache describes the quota as it was then (draft: ignore it).
+  const age = Number(header('age') ?? '0')
+  if (Number.isFinite(age) && age > 0) return announcement
+  announcement.quotas = namedItems(header) ?? draft7(header) ?? draft6(header) ?? legacy(header, serverNow) ?? []
+  return announcement
+}
+
+/** `Retry-After`: delay-seconds, or an HTTP date read against the server's clock. */
+export function retryAfterMs(value: string | undefined, serverNow: number): number | undefined {
+  if (value === undefined) return undefined
+  const text = value.trim()
+  if (/^\d+$/.test(text)) return Number(text) * 1000
+  const at = Date.parse(text)
+  if (Number.isNaN(at) || !/[a-z]/i.test(text)) return undefined
+  return Math.max(0, at - serverNow)
+}
+
+function dateOf(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined
+  const at = Date.parse(value)
+  return Number.isNaN(at) ? undefined : at
+}
+
+/** draft-8 and later: `RateLimit` and `RateLimit-Policy` as lists of named items. */
+function namedItems(header: HeaderLookup): AnnouncedQuota[] | undefined {
+  const current = listOf(header('ratelimit'))?.map(([name, params]) => [nameOf(name), params] as const)
+  if (current === undefined || current.length === 0 || !current.every(([name]) => name !== undefined)) return undefined
+  const windows = new Map<string, { limit?: number; windowMs?: number }>()
+  for (const [item, params] of listOf(header('ratelimit-policy')) ?? []) {
+    const name = nameOf(item)
+    if (name === undefined) continue
+    const limit = count(params.get('q'))
+    const window = count(params.get('w'))
+    windows.set(name, { ...(limit !== undefined && { limit }), ...(window !== undefined && window > 0 && { windowMs: window * 1000 }) })
+  }
+  return current.map(([name, params]) => {
+    const quota: AnnouncedQuota = { name: name as string, ...windows.get(name as string) }
+    const remaining = count(params.get('r'))
+    const reset = count(params.get('t'))
+    if (remaining !== undefined) quota.remaining = remaining
+    if (reset !== undefined) quota.resetAfterMs = reset * 1000
+    return quota
+  })
+}
+
+/** draft-7: `RateLimit: limit=100, remaining=42, reset=18`, `RateLimit-Policy: 100;w=60`. */
+function draft7(header: HeaderLookup): AnnouncedQuota[] | undefined {
+  const value = header('ratelimit')
+  if (value === undefined) return undefined
+  let fields: ReturnType<typeof parseDictionary>
+  try {
+    fields = parseDictionary(value)
+  } catch {
+    return undefined
+  }
+  const field = (name: string) => {
+    const entry = fields.get(name)
+    return entry === undefined || Array.isArray(entry[0]) ? undefined : count(entry[0] as BareItem)
+  }
+  const quota = quotaOf({ limit: field('limit'), remaining: field('remaining'), resetSeconds: field('reset') })
+  if (quota === undefined) return undefined
+  return [withWindow(quota, header('ratelimit-policy'))]
+}
+
+/** draft-6 and earlier: `RateLimit-Limit` (optionally with quota policies), `-Remaining`, `-Reset`. */
+function draft6(header: HeaderLookup): AnnouncedQuota[] | undefined {
+  const limitField = header('ratelimit-limit')
+  const quota = quotaOf({
+    limit: firstNumber(limitField),
+    remaining: firstNumber(header('ratelimit-remaining')),
+    resetSeconds: firstNumber(header('ratelimit-reset')),
+  })
+  if (quota === undefined) return undefined
+  // drafts 0-3 put the quota policies in RateLimit-Limit itself: `100, 100;w=60`.
+  return [withWindow(withWindow(quota, limitField), header('ratelimit-policy'))]
+}
+
+/** `X-RateLimit-*`: GitHub, Twitter, Discord, Spring Cloud Gateway and most others. */
+function legacy(header: HeaderLookup, serverNow: number): AnnouncedQuota[] | undefined {
+  const reset = number(header('x-ratelimit-reset-after')) ?? resetOf(number(header('x-ratelimit-reset')), serverNow)
+  const burst = number(header('x-ratelimit-burst-capacity'))
+  const quota = quotaOf({
+    limit: number(header('x-ratelimit-limit')) ?? burst,
+    remaining: number(header('x-ratelimit-remaining')),
+    resetSeconds: reset,
+  })
+  if (quota === undefined) return undefined
+  // Spring Cloud Gateway: a token bucket of burstCapacity refilled at replenishRate per second.
+  const rate = number(header('x-ratelimit-replenish-rate'))
+  if (burst !== undefined && rate !== undefined && rate > 0) quota.windowMs = Math.ceil((burst / rate) * 1000)
+  return [quota]
+}
+
+/**
+ * `X-RateLimit-Reset` is epoch seconds at GitHub and Twitter, epoch
+ * milliseconds at a few, delta seconds elsewhere: told apart by magnitude
+ * (no delta is a billion seconds, about 31 years). Returns delta seconds.
+ */
+function resetOf(value: number | undefined, serverNow: number): number | undefined {
+  if (value === undefined) return undefined
+  if (value >= 1e12) return Math.max(0, (value - serverNow) / 1000)
+  if (value >= 1e9) return Math.max(0, value - serverNow / 1000)
+  return value
+}
+
+function quotaOf(fields: { limit: number | undefined; remaining: number | undefined; resetSeconds: number | undefined }): AnnouncedQuota | undefined {
+  if (fields.remaining === undefined && fields.limit === undefined) return undefined
+  const quota: AnnouncedQuota = { name: 'default' }
+  if (fields.limit !== undefined) quota.limit = fields.limit
+  if (fields.remaining !== undefined) quota.remaining = fields.remaining
+  if (fields.resetSeconds !== undefined) quota.resetAfterMs = Math.ceil(fields.resetSeconds * 1000)
+  return quota
+}
+
+/** The window of the quota policy whose limit matches (or the first one), from a `100;w=60` list. */
+function withWindow(quota: AnnouncedQuota, field: string | undefined): AnnouncedQuota {
+  const items = listOf(field)?.filter(([value, params]) => typeof value === 'number' && count(params.get('w')) !== undefined)
+  if (items === undefined || items.length === 0 || quota.windowMs !== undefined) return quota
+  const [value, params] = items.find(([value]) => value === quota.limit) ?? (items[0] as (typeof items)[number])
+  const limit = count(value as BareItem)
+  if (quota.limit === undefined && limit !== undefined) quota.limit = limit
+  const window = count(params.get('w'))
+  if (window !== undefined && window > 0) quota.windowMs = window * 1000
+  return quota
+}
+
+/** A policy name: a String, or a Token from servers that write `default;r=5`. */
+function nameOf(item: BareItem): string | undefined {
+  if (typeof item === 'string') return item
+  return item instanceof Token ? item.toString() : undefined
+}
+
+function listOf(value: string | undefined): Array<[BareItem, Parameters]> | undefined {
+  if (value === undefined) return undefined
+  try {
+    return parseList(value).filter((member): member is [BareItem, Parameters] => !Array.isArray(member[0]))
+  } catch {
+    return undefined
+  }
+}
+
+/** A non-negative integer parameter (a structured-field Integer, or a Decimal floored). */
+function count(value: BareItem | undefined): number | undefined {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? Math.floor(value) : undefined
+}
+
+/** A non-negative decimal number, as legacy fields are written (`5000`, `1.25`). */
+function number(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined
+  const text = value.trim()
+  if (!/^\d+(\.\d+)?$/.test(text)) return undefined
+  return Number(text)
+}
+
+/** The leading number of `100` or `100, 100;w=60`. */
+function firstNumber(value: string | undefined): number | undefined {
+  return number(value?.split(',')[0]?.split(';')[0])
+}

@@ -1,0 +1,145 @@
+/**
+ * What a client knows about one partition's server-side quota, learned from
+ * responses. Pure: every method takes "now", so traces replay exactly.
+ *
+ * The model is the one every dialect shares: per server policy, units
+ * remaining until a reset time, after which the full limit is back. Requests
+ * in flight are charged when sent, and a response's `remaining` is read as
+ * "after this request, and possibly before the others still in flight", so the
+ * estimate errs toward waiting, never toward a refusal.
+ */
+import type { Announcement } from './headers.ts'
+
+export type Admission =
+  | { kind: 'go' }
+  /** Nothing can be sent before `until` (epoch ms). */
+  | { kind: 'wait'; until: number; reason: 'retry-after' | 'quota' }
+  /** Only a response in flight can tell when to send next. */
+  | { kind: 'response'; reason: 'probe' | 'quota' }
+
+interface Tracked {
+  limit: number | undefined
+  remaining: number | undefined
+  /** Epoch ms when the quota is restored; undefined once passed and until a response says. */
+  resetAt: number | undefined
+  windowMs: number | undefined
+}
+
+/** Resets announced in whole seconds are read as "up to a second later" when nothing is left. */
+const SECOND = 1000
+
+export class PartitionQuota {
+  private readonly tracked = new Map<string, Tracked>()
+  private blockedUntil = 0
+  /** After a refusal that announced no quota: one request at a time until this time. */
+  private probingUntil = 0
+  /** Requests sent and not yet answered. */
+  inFlight = 0
+
+  constructor(private readonly probeMs: number) {}
+
+  /** Whether a request may be sent at `now`; when it may, it is charged and counted in flight. */
+  admit(now: number): Admission {
+    if (now < this.blockedUntil) return { kind: 'wait', until: this.blockedUntil, reason: 'retry-after' }
+    if (now < this.probingUntil && this.inFlight > 0) return { kind: 'response', reason: 'probe' }
+    let until = 0
+    let unknownReset = false
+    for (const [name, quota] of this.tracked) {
+      if (quota.resetAt !== undefined && now >= quota.resetAt) {
+        if (quota.limit === undefined) {
+          this.tracked.delete(name)
+          continue
+        }
+        quota.remaining = quota.limit
+        quota.resetAt = undefined
+      }
+      if (quota.remaining === undefined || quota.remaining > 0) continue
+      if (quota.resetAt !== undefined) until = Math.max(until, quota.resetAt)
+      else unknownReset = true
+    }
+    if (until > 0) return { kind: 'wait', until, reason: 'quota' }
+    // Spent, and no reset known: the next response will say; with none coming, send one to ask.
+    if (unknownReset && this.inFlight > 0) return { kind: 'response', reason: 'quota' }
+    for (const quota of this.tracked.values()) if (quota.remaining !== undefined) quota.remaining -= 1
+    this.inFlight += 1
+    return { kind: 'go' }
+  }
+
+  /**
+   * Learns from a response to an admitted request. Returns when the server
+   * wants to hear from this partition again (epoch ms) if it said, for a
+   * refused (429/503) response.
+   */
+  settle(announcement: Announcement, status: number, now: number): number | undefined {
+    this.inFlight = Math.max(0, this.inFlight - 1)
+    for (const announced of announcement.quotas) {
+      const resetAt = announced.resetAfterMs === undefined ? undefined : now + announced.resetAfterMs
+      const estimate = announced.remaining === undefined ? undefined : announced.remaining - this.inFlight
+      const quota = this.tracked.get(announced.name)
+      if (quota === undefined) {
+        this.tracked.set(announced.name, { limit: announced.limit, remaining: estimate, resetAt, windowMs: announced.windowMs })
+      } else {
+        const newWindow = resetAt !== undefined && (quota.resetAt === undefined || resetAt > quota.resetAt + SECOND)
+        if (newWindow) {
+          quota.remaining = estimate ?? quota.remaining
+          quota.resetAt = resetAt
+        } else {
+          // Responses overtake each other: within a window, the lowest count is the freshest.
+          if (estimate !== undefined) quota.remaining = quota.remaining === undefined ? estimate : Math.min(quota.remaining, estimate)
+          if (resetAt !== undefined) quota.resetAt = Math.max(quota.resetAt ?? 0, resetAt)
+        }
+        quota.limit = announced.limit ?? quota.limit
+        quota.windowMs = announced.windowMs ?? quota.windowMs
+      }
+      const current = this.tracked.get(announced.name) as Tracked
+      if (current.remaining !== undefined && current.remaining <= 0) {
+        // "t=0" from a server that rounds down still means "not yet"; no reset at all means a window's wait.
+        current.resetAt = Math.max(current.resetAt ?? 0, now + (current.resetAt === undefined ? (current.windowMs ?? SECOND) : 0))
+        if (announced.resetAfterMs === 0) current.resetAt = Math.max(current.resetAt, now + SECOND)
+      }
+    }
+    if (announcement.quotas.length > 0) this.probingUntil = 0
+    if (status !== 429 && status !== 503) return undefined
+
+    let retryAt: number | undefined
+    if (announcement.retryAfterMs !== undefined) {
+      // Retry-After wins over the RateLimit fields (draft-ietf-httpapi-ratelimit-headers).
+      retryAt = now + announcement.retryAfterMs
+    } else {
+      for (const quota of this.tracked.values()) {
+        if (quota.remaining !== undefined && quota.remaining <= 0 && quota.resetAt !== undefined) retryAt = Math.max(retryAt ?? 0, quota.resetAt)
+      }
+    }
+    if (retryAt !== undefined && status === 429) this.blockedUntil = Math.max(this.blockedUntil, retryAt)
+    if (status === 429 && announcement.quotas.length === 0 && this.tracked.size === 0) this.probingUntil = now + this.probeMs
+    return retryAt
+  }
+
+  /** A request that was admitted but got no response (network error, abort). */
+  abandon(): void {
+    this.inFlight = Math.max(0, this.inFlight - 1)
+  }
+
+  /** The window of the first announced policy that named one, for spreading retries. */
+  windowMs(): number | undefined {
+    for (const quota of this.tracked.values()) if (quota.windowMs !== undefined) return quota.windowMs
+    return undefined
+  }
+
+  /** Policies whose quota and window are both known: what a fleet can share. */
+  knownPolicies(): Array<{ name: string; limit: number; windowMs: number; remaining: number | undefined }> {
+    const known = []
+    for (const [name, quota] of this.tracked) {
+      if (quota.limit !== undefined && quota.limit > 0 && quota.windowMs !== undefined) {
+        known.push({ name, limit: quota.limit, windowMs: quota.windowMs, remaining: quota.remaining })
+      }
+    }
+    return known
+  }
+
+  /** True when this partition holds nothing worth keeping. */
+  idle(now: number): boolean {
+    return this.inFlight === 0 && now >= this.blockedUntil && now >= this.probingUntil &&
+      [...this.tracked.values()].every((quota) => quota.resetAt === undefined || now >= quota.resetAt)
+  }
+}

@@ -1,0 +1,112 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { PartitionQuota, retryDelayMs, type Announcement } from '../../src/client/index.ts'
+
+const told = (remaining: number, resetAfterMs: number, extra: Partial<Announcement> = {}): Announcement => ({
+  quotas: [{ name: 'default', limit: 5, remaining, resetAfterMs, windowMs: 10_000 }],
+  ...extra,
+})
+const nothing: Announcement = { quotas: [] }
+
+describe('the learned quota of one partition', () => {
+  it('knows nothing at first: sends everything, then spends what the server announced and waits for its reset', () => {
+    const quota = new PartitionQuota(60_000)
+    assert.equal(quota.admit(0).kind, 'go')
+    quota.settle(told(2, 10_000), 200, 5)
+    assert.equal(quota.admit(10).kind, 'go')
+    assert.equal(quota.admit(11).kind, 'go')
+    assert.deepEqual(quota.admit(12), { kind: 'wait', until: 10_005, reason: 'quota' })
+    // After the reset the full limit is back; the next window's reset is unknown until a response says.
+    for (let i = 0; i < 5; i++) assert.equal(quota.admit(10_005).kind, 'go', `send ${i}`)
+    assert.deepEqual(quota.admit(10_006), { kind: 'response', reason: 'quota' })
+  })
+
+  it('counts requests still in flight against what a response announces', () => {
+    const quota = new PartitionQuota(60_000)
+    for (let i = 0; i < 4; i++) assert.equal(quota.admit(0).kind, 'go')
+    // The first answer says 3 are left, but 3 others are still on their way: none can be assumed free.
+    quota.settle(told(3, 9_000), 200, 10)
+    assert.equal(quota.admit(11).kind, 'wait')
+    // A late answer from the same window cannot raise the estimate back.
+    quota.settle(told(4, 9_000), 200, 12)
+    assert.equal(quota.admit(13).kind, 'wait')
+  })
+
+  it('a new window announced by the server replaces the estimate', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.settle(told(0, 1_000), 200, 0)
+    assert.equal(quota.admit(500).kind, 'wait')
+    quota.admit(1_000)
+    quota.settle(told(4, 10_000), 200, 1_010)
+    assert.equal(quota.admit(1_020).kind, 'go')
+  })
+
+  it('a 429 blocks the partition until Retry-After, which wins over the RateLimit fields', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    const retryAt = quota.settle(told(0, 2_000, { retryAfterMs: 7_000 }), 429, 100)
+    assert.equal(retryAt, 7_100)
+    assert.deepEqual(quota.admit(200), { kind: 'wait', until: 7_100, reason: 'retry-after' })
+    assert.equal(quota.admit(7_100).kind, 'go')
+  })
+
+  it('a 429 without Retry-After waits for the announced reset', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    assert.equal(quota.settle(told(0, 3_000), 429, 0), 3_000)
+  })
+
+  it('"t=0" with nothing left still waits up to a second (servers that round down)', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.settle(told(0, 0), 200, 0)
+    assert.deepEqual(quota.admit(1), { kind: 'wait', until: 1000, reason: 'quota' })
+  })
+
+  it('a quota with no reset at all (Spring Cloud Gateway) waits a window once spent', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.settle({ quotas: [{ name: 'default', limit: 20, remaining: 0, windowMs: 2000 }] }, 200, 0)
+    assert.deepEqual(quota.admit(1), { kind: 'wait', until: 2000, reason: 'quota' })
+  })
+
+  it('after a 429 that announced nothing, one request at a time until the probe period ends', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.admit(0)
+    assert.equal(quota.settle({ quotas: [], retryAfterMs: 1000 }, 429, 0), 1000)
+    assert.equal(quota.admit(1000).kind, 'response', 'the other request is still in flight')
+    quota.settle(nothing, 200, 1001)
+    assert.equal(quota.admit(1002).kind, 'go')
+    assert.deepEqual(quota.admit(1003), { kind: 'response', reason: 'probe' })
+    quota.settle(nothing, 200, 1004)
+    assert.equal(quota.admit(61_000).kind, 'go')
+    assert.equal(quota.admit(61_000).kind, 'go', 'the probe period is over')
+  })
+
+  it('a 503 without Retry-After does not block the partition', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    assert.equal(quota.settle(nothing, 503, 0), undefined)
+    assert.equal(quota.admit(1).kind, 'go')
+  })
+})
+
+describe('retry delays', () => {
+  const options = { baseDelayMs: 100, maxDelayMs: 10_000 }
+
+  it('full jitter on exponential back-off when the server gave no time', () => {
+    assert.equal(retryDelayMs(1, undefined, undefined, options, () => 0.999), 99)
+    assert.equal(retryDelayMs(3, undefined, undefined, options, () => 0.5), 200)
+    assert.equal(retryDelayMs(20, undefined, undefined, options, () => 0.5), 5000)
+    assert.equal(retryDelayMs(1, undefined, undefined, options, () => 0), 0)
+  })
+
+  it('never before the server\'s time, spread over the window after it', () => {
+    assert.equal(retryDelayMs(1, 1000, undefined, options, () => 0), 1000)
+    assert.equal(retryDelayMs(1, 1000, undefined, options, () => 0.5), 1500)
+    assert.equal(retryDelayMs(1, 1000, 4000, options, () => 0.5), 3000)
+    assert.equal(retryDelayMs(1, 60_000, 60_000, options, () => 1), 70_000)
+  })
+})
