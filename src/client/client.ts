@@ -185,9 +185,11 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     const retryable = this.retry !== undefined && replayable &&
       (IDEMPOTENT.has(request.method) || request.headers.has('idempotency-key') || this.retry.nonIdempotent)
 
+    let place: number | undefined
     for (let attempt = 1; ; attempt++) {
       const partition = this.partition(partitionKey)
-      await partition.acquire(perRequest.priority ?? 0, signal, maxWaitMs)
+      // A retried request keeps its place in the queue: it is not the one to be refused again.
+      place = await partition.acquire(perRequest.priority ?? 0, signal, maxWaitMs, place)
       let response: Response
       try {
         await this.gates(partitionKey, partition, signal, maxWaitMs)
@@ -267,6 +269,10 @@ interface Waiter {
   onAbort: () => void
 }
 
+function before(a: Waiter, b: Waiter): boolean {
+  return a.priority > b.priority || (a.priority === b.priority && a.seq < b.seq)
+}
+
 /** One partition: its learned quota, its queue, and the one timer that wakes the queue. */
 class Partition {
   private readonly queue: Waiter[] = []
@@ -286,13 +292,17 @@ class Partition {
     return this.queue.length
   }
 
-  /** Resolves when the request may go: the quota is charged and it counts as active. */
-  acquire(priority: number, signal: AbortSignal, maxWaitMs: number): Promise<void> {
+  /**
+   * Resolves when the request may go: the quota is charged and it counts as
+   * active. Resolves with the request's place in line, which a retry passes back.
+   */
+  acquire(priority: number, signal: AbortSignal, maxWaitMs: number, place?: number): Promise<number> {
     if (signal.aborted) return Promise.reject(abortReason(signal))
     if (this.queue.length >= this.maxQueue) return Promise.reject(new QueueFullError(this.key, this.maxQueue))
-    return new Promise<void>((resolve, reject) => {
+    const seq = place ?? this.seq++
+    return new Promise<number>((resolve, reject) => {
       const waiter: Waiter = {
-        priority, seq: this.seq++, enqueuedAt: Date.now(), reason: undefined, maxWaitMs, resolve, reject, signal,
+        priority, seq, enqueuedAt: Date.now(), reason: undefined, maxWaitMs, resolve: () => resolve(seq), reject, signal,
         onAbort: () => {
           const at = this.queue.indexOf(waiter)
           if (at === -1) return
@@ -302,9 +312,9 @@ class Partition {
         },
       }
       signal.addEventListener('abort', waiter.onAbort, { once: true })
-      // Ordered by priority, then arrival.
+      // Ordered by priority, then place in line.
       let at = this.queue.length
-      while (at > 0 && (this.queue[at - 1] as Waiter).priority < priority) at--
+      while (at > 0 && before(waiter, this.queue[at - 1] as Waiter)) at--
       this.queue.splice(at, 0, waiter)
       this.pump()
     })

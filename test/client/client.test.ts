@@ -1,0 +1,290 @@
+import assert from 'node:assert/strict'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { after, describe, it } from 'node:test'
+import { createClient, QueueFullError, QuotaExhaustedError } from '../../src/client/index.ts'
+import { DIALECTS, nextWindow, offer, refusalsAfterFirstWindow, startLimitedServer, type LimitedServer } from './servers.ts'
+
+const LIMIT = 50
+// 10x the allowed rate: 500 requests a second, for 0.8 s.
+const OFFERED = 400
+const INTERVAL_MS = 2
+
+describe('the client against servers that announce their limits in each dialect', () => {
+  const servers: LimitedServer[] = []
+  after(() => Promise.all(servers.map((server) => server.close())))
+
+  it('with defaults, at 10x the allowed rate: at most one 429 per reset period after the first, every request completes', async (t) => {
+    const results = await Promise.all(DIALECTS.map(async (dialect) => {
+      const bare = await startLimitedServer({ dialect, limit: LIMIT })
+      const guarded = await startLimitedServer({ dialect, limit: LIMIT })
+      servers.push(bare, guarded)
+      await nextWindow()
+      const withoutClient = await offer(OFFERED, INTERVAL_MS, () => fetch(`${bare.url}/items`))
+      const client = createClient()
+      await nextWindow()
+      const statuses = await offer(OFFERED, INTERVAL_MS, (i) => client.fetch(`${guarded.url}/items/${i}`))
+      return { dialect, bare, guarded, withoutClient, statuses }
+    }))
+    for (const { dialect, bare, guarded, withoutClient, statuses } of results) {
+      const perWindow = refusalsAfterFirstWindow(guarded)
+      t.diagnostic(`${dialect}: without the client ${bare.refused} x 429 of ${OFFERED}; with it ${guarded.refused} x 429 (${perWindow.join(' ')} per window after the first), all ${statuses.length} completed with 200`)
+      assert.ok(withoutClient.filter((status) => status === 429).length >= 100, `${dialect}: the bare load is refused hundreds of times`)
+      assert.deepEqual(statuses.filter((status) => status !== 200), [], `${dialect}: every request completes`)
+      assert.ok(perWindow.every((refusals) => refusals <= 1), `${dialect}: at most one 429 per window after the first: ${perWindow.join(' ')}`)
+      assert.equal(guarded.admitted, OFFERED)
+    }
+  })
+})
+
+/** A server that refuses each client's first request with `Retry-After`, then serves. */
+async function refuseFirst(retryAfter: (now: number) => string, extra: Record<string, string> = {}) {
+  const seen = new Set<string>()
+  const arrivals: Array<{ at: number; who: string; method: string; status: number }> = []
+  const server = createServer((request, response) => {
+    const who = `${request.method} ${String(request.headers['x-client'] ?? '')}`
+    const first = !seen.has(who)
+    seen.add(who)
+    const status = first ? 429 : 200
+    arrivals.push({ at: Date.now(), who, method: request.method ?? '', status })
+    request.resume()
+    request.on('end', () => {
+      response.writeHead(status, first ? { 'Retry-After': retryAfter(Date.now()), ...extra } : {})
+      response.end()
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  return { url, arrivals, close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }) }
+}
+
+describe('retries', () => {
+  it('honours Retry-After in delay-seconds: the retry is never sent before it', async () => {
+    const server = await refuseFirst(() => '1')
+    try {
+      const response = await createClient().fetch(server.url)
+      assert.equal(response.status, 200)
+      const [refused, retried] = server.arrivals
+      assert.ok(refused !== undefined && retried !== undefined)
+      assert.ok(retried.at - refused.at >= 1000, `retried ${retried.at - refused.at} ms after the refusal`)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('honours Retry-After as an HTTP date, read against the server Date', async () => {
+    // Whole seconds: the date names the start of a second at least 2 s ahead.
+    const server = await refuseFirst((now) => new Date((Math.floor(now / 1000) + 2) * 1000).toUTCString())
+    try {
+      const response = await createClient().fetch(server.url)
+      assert.equal(response.status, 200)
+      const [refused, retried] = server.arrivals
+      assert.ok(refused !== undefined && retried !== undefined)
+      assert.ok(retried.at >= (Math.floor(refused.at / 1000) + 2) * 1000, 'not before the date')
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('jitter spreads the retries of 50 clients refused together over the following window', async (t) => {
+    const server = await refuseFirst(() => '1')
+    try {
+      const clients = Array.from({ length: 50 }, () => createClient())
+      const statuses = await Promise.all(clients.map(async (client, i) => (await client.fetch(server.url, { headers: { 'x-client': String(i) } })).status))
+      assert.deepEqual(new Set(statuses), new Set([200]))
+      const refusedAt = new Map(server.arrivals.filter((a) => a.status === 429).map((a) => [a.who, a.at]))
+      const retries = server.arrivals.filter((a) => a.status === 200).map((a) => a.at - (refusedAt.get(a.who) as number))
+      const spread = Math.max(...retries) - Math.min(...retries)
+      assert.ok(Math.min(...retries) >= 1000, 'no retry before Retry-After')
+      const bins = new Array<number>(10).fill(0)
+      for (const offset of retries) bins[Math.min(9, Math.max(0, Math.floor((offset - 1000) / 100)))]! += 1
+      t.diagnostic(`50 retries after Retry-After: 1 spread over ${spread} ms; per 100 ms: ${bins.join(' ')}`)
+      assert.equal(retries.length, 50)
+      assert.ok(spread >= 500, `retries spread over ${spread} ms, not bunched`)
+      assert.ok(Math.max(...bins) <= 20, `no 100 ms holds more than 20 of the 50 retries: ${bins.join(' ')}`)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('does not retry a non-idempotent request by default; does with an Idempotency-Key or when told', async () => {
+    const server = await refuseFirst(() => '1')
+    try {
+      const client = createClient()
+      const refused: number[] = []
+      client.on('gaveUp', (event) => refused.push(event.status))
+      const post = await client.fetch(server.url, { method: 'POST', body: '{"charge":1}', headers: { 'x-client': 'a' } })
+      assert.equal(post.status, 429)
+      assert.deepEqual(refused, [429])
+      assert.equal(server.arrivals.filter((a) => a.who === 'POST a').length, 1)
+
+      const keyed = await createClient().fetch(server.url, { method: 'POST', body: 'x', headers: { 'x-client': 'b', 'idempotency-key': 'k1' } })
+      assert.equal(keyed.status, 200)
+      const told = await createClient({ retry: { nonIdempotent: true } }).fetch(server.url, { method: 'PATCH', body: 'x', headers: { 'x-client': 'c' } })
+      assert.equal(told.status, 200)
+      assert.equal(server.arrivals.filter((a) => a.who === 'POST b').length, 2)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('Stripe-Should-Retry: false is not retried, and a Retry-After beyond maxWaitMs is given back at once', async () => {
+    const stripe = await refuseFirst(() => '1', { 'Stripe-Should-Retry': 'false' })
+    const slow = await refuseFirst(() => '3600')
+    try {
+      assert.equal((await createClient().fetch(stripe.url)).status, 429)
+      const client = createClient()
+      const reasons: string[] = []
+      client.on('gaveUp', (event) => reasons.push(event.reason))
+      const started = Date.now()
+      assert.equal((await client.fetch(slow.url)).status, 429)
+      assert.ok(Date.now() - started < 1000)
+      assert.deepEqual(reasons, ['wait-too-long'])
+      // The partition is blocked for the hour: the next request fails fast rather than wait.
+      await assert.rejects(client.fetch(slow.url), (error: unknown) => error instanceof QuotaExhaustedError && error.retryAfterMs > 3_500_000)
+    } finally {
+      await Promise.all([stripe.close(), slow.close()])
+    }
+  })
+})
+
+describe('waiting, failing fast, queues and pacing', () => {
+  it('maxWaitMs: 0 fails fast with QuotaExhaustedError once the quota is known to be spent', async () => {
+    const server = await startLimitedServer({ dialect: 'draft-10', limit: 2, windowSeconds: 60 })
+    try {
+      const client = createClient({ maxWaitMs: 0 })
+      assert.equal((await client.fetch(server.url)).status, 200)
+      assert.equal((await client.fetch(server.url)).status, 200)
+      await assert.rejects(client.fetch(server.url), (error: unknown) => {
+        assert.ok(error instanceof QuotaExhaustedError)
+        assert.equal(error.code, 'ERR_SLUICE_QUOTA_EXHAUSTED')
+        assert.equal(error.partition, new URL(server.url).origin)
+        assert.ok(error.retryAfterMs > 0 && error.retryAfterMs <= 60_000)
+        return true
+      })
+      assert.equal(server.arrivals.length, 2, 'the refused request was never sent')
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('abort during a wait rejects at once with the signal\'s reason and leaves no timer', async () => {
+    const server = await startLimitedServer({ dialect: 'draft-10', limit: 1, windowSeconds: 60 })
+    try {
+      const client = createClient()
+      assert.equal((await client.fetch(server.url)).status, 200)
+      const timersBefore = process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length
+      const controller = new AbortController()
+      const waiting = client.fetch(server.url, { signal: controller.signal })
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      assert.equal(client.waiting(new URL(server.url).origin), 1)
+      const abortedAt = Date.now()
+      controller.abort(new Error('user gave up'))
+      await assert.rejects(waiting, /user gave up/)
+      assert.ok(Date.now() - abortedAt < 100, 'rejected promptly')
+      assert.equal(client.waiting(new URL(server.url).origin), 0)
+      await new Promise((resolve) => setImmediate(resolve))
+      const timersAfter = process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length
+      assert.ok(timersAfter <= timersBefore, `timers: ${timersBefore} before, ${timersAfter} after`)
+      assert.equal(server.arrivals.length, 1)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('abort during a retry\'s back-off and during pacing rejects too', async () => {
+    const server = await refuseFirst(() => '30')
+    try {
+      const controller = new AbortController()
+      const retrying = createClient().fetch(server.url, { signal: controller.signal })
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      controller.abort()
+      await assert.rejects(retrying, { name: 'AbortError' })
+
+      const paced = createClient({ retry: false, pace: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000 } })
+      assert.equal((await paced.fetch(server.url, { headers: { 'x-client': 'p' } })).status, 429)
+      const second = new AbortController()
+      const waiting = paced.fetch(server.url, { signal: second.signal, headers: { 'x-client': 'p' } })
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      second.abort()
+      await assert.rejects(waiting, { name: 'AbortError' })
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('pacing: any sluice policy spaces the requests of a server that announces nothing', async () => {
+    const server = await startLimitedServer({ dialect: 'retry-after-seconds', limit: 1000 })
+    const sentAt: number[] = []
+    try {
+      const client = createClient({
+        pace: { algorithm: 'sliding-log', limit: 5, windowMs: 500 },
+        fetch: (request) => { sentAt.push(Date.now()); return fetch(request) },
+      })
+      const statuses = await Promise.all(Array.from({ length: 10 }, () => client.fetch(server.url).then((r) => r.status)))
+      assert.deepEqual(new Set(statuses), new Set([200]))
+      sentAt.sort((a, b) => a - b)
+      assert.ok((sentAt[5] as number) - (sentAt[0] as number) >= 490, `the 6th request went ${(sentAt[5] as number) - (sentAt[0] as number)} ms after the 1st`)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('concurrency, priority and a bounded queue', async () => {
+    let inFlight = 0
+    let peak = 0
+    const order: string[] = []
+    const server = createServer((request, response) => {
+      inFlight++
+      peak = Math.max(peak, inFlight)
+      request.resume()
+      setTimeout(() => { inFlight--; response.end() }, 20)
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    try {
+      // The order requests are sent in (arrivals could swap on two connections).
+      const client = createClient({ concurrency: 2, maxQueue: 4, fetch: (request) => { order.push(new URL(request.url).pathname); return fetch(request) } })
+      const first = [client.fetch(`${url}/a`), client.fetch(`${url}/b`)]
+      const queued = [
+        client.fetch(`${url}/low`, { rateLimit: { priority: -1 } }),
+        client.fetch(`${url}/normal`),
+        client.fetch(`${url}/high`, { rateLimit: { priority: 5 } }),
+        client.fetch(`${url}/normal2`),
+      ]
+      await assert.rejects(client.fetch(`${url}/overflow`), QueueFullError)
+      await Promise.all([...first, ...queued])
+      assert.equal(peak, 2)
+      assert.deepEqual(order.slice(2), ['/high', '/normal', '/normal2', '/low'])
+    } finally {
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+  })
+
+  it('emits waited, retried and gaveUp', async () => {
+    const server = await refuseFirst(() => '1')
+    try {
+      const client = createClient({ retry: { retries: 0 } })
+      const events: string[] = []
+      client.on('refused', (e) => events.push(`refused ${e.status} ${e.retryAfterMs}`))
+      client.on('gaveUp', (e) => events.push(`gaveUp ${e.reason} after ${e.attempts}`))
+      client.on('waited', (e) => events.push(`waited ${e.reason}`))
+      assert.equal((await client.fetch(server.url)).status, 429)
+      assert.equal((await client.fetch(server.url)).status, 200)
+      assert.deepEqual(events, ['refused 429 1000', 'gaveUp retries-exhausted after 1', 'waited retry-after'])
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('refuses bad options with errors that name them', () => {
+    assert.throws(() => createClient({ maxWaitMs: -1 }), /maxWaitMs must be a number of milliseconds/)
+    assert.throws(() => createClient({ concurrency: 0 }), /concurrency must be an integer of at least 1/)
+    assert.throws(() => createClient({ retry: { retries: 1.5 } }), /retry.retries/)
+    assert.throws(() => createClient({ retry: { statuses: [200] } }), /retry.statuses/)
+    assert.throws(() => createClient({ pace: { algorithm: 'token-bucket', capacity: 0, refillTokens: 1, refillIntervalMs: 1 } }), /capacity/)
+    assert.throws(() => createClient({ bogus: 1 } as never), /bogus is not a client option/)
+    return assert.rejects(createClient().fetch('http://127.0.0.1:1', { rateLimit: { priority: Number.NaN } }), /rateLimit.priority/)
+  })
+})

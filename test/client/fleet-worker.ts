@@ -1,0 +1,24 @@
+/**
+ * One worker of a fleet, in its own process: offers COUNT requests to TARGET,
+ * INTERVAL_MS apart, from START_AT (epoch ms), through a sluice client that
+ * shares its quotas through Redis at REDIS_URL when SHARED=1. Prints the
+ * statuses it got as JSON and exits.
+ */
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createClient } from '../../src/client/index.ts'
+import { RedisStore } from '../../src/index.ts'
+import { offer } from './servers.ts'
+
+const env = (name: string) => {
+  const value = process.env[name]
+  if (value === undefined) throw new Error(`${name} is not set`)
+  return value
+}
+
+const store = process.env.SHARED === '1' ? new RedisStore({ url: env('REDIS_URL') }) : undefined
+const client = createClient(store === undefined ? {} : { store })
+const wait = Number(env('START_AT')) - Date.now()
+if (wait > 0) await sleep(wait)
+const statuses = await offer(Number(env('COUNT')), Number(env('INTERVAL_MS')), () => client.fetch(env('TARGET')))
+await store?.close()
+process.stdout.write(JSON.stringify(statuses))

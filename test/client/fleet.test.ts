@@ -1,0 +1,47 @@
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { after, before, describe, it } from 'node:test'
+import { promisify } from 'node:util'
+import { startRedis, type RedisServer } from '../support/redis.ts'
+import { refusalsAfterFirstWindow, startLimitedServer, type LimitedServer } from './servers.ts'
+
+const run = promisify(execFile)
+const WORKERS = 4
+const LIMIT = 40
+const PER_WORKER = 40
+
+/** Four processes, each offering 200 requests a second (the fleet: 20x the quota of 40 a second). */
+async function fleet(server: LimitedServer, redis: RedisServer, shared: boolean): Promise<number[]> {
+  // Starts just after a window opens, so the first window (when the fleet learns the quota) is a whole one.
+  const startAt = Math.ceil(Date.now() / 1000) * 1000 + 2050
+  const worker = new URL('./fleet-worker.ts', import.meta.url).pathname
+  const outputs = await Promise.all(Array.from({ length: WORKERS }, () => run(process.execPath, ['--import', 'tsx', worker], {
+    env: { ...process.env, REDIS_URL: redis.url, TARGET: server.url, COUNT: String(PER_WORKER), INTERVAL_MS: '5', START_AT: String(startAt), SHARED: shared ? '1' : '0' },
+    timeout: 60_000,
+  })))
+  return outputs.flatMap(({ stdout }) => JSON.parse(stdout) as number[])
+}
+
+describe('a fleet of clients sharing one quota through Redis', () => {
+  let redis: RedisServer
+  before(async () => { redis = await startRedis() })
+  after(() => redis.stop())
+
+  it('4 processes with one quota stay within it; without sharing they do not', async (t) => {
+    const alone = await startLimitedServer({ dialect: 'draft-10', limit: LIMIT })
+    const together = await startLimitedServer({ dialect: 'draft-10', limit: LIMIT })
+    try {
+      const [unshared, shared] = await Promise.all([fleet(alone, redis, false), fleet(together, redis, true)])
+      const perWindowAlone = refusalsAfterFirstWindow(alone)
+      const perWindowTogether = refusalsAfterFirstWindow(together)
+      t.diagnostic(`each client on its own: ${alone.refused} x 429 (${perWindowAlone.join(' ')} per window after the first)`)
+      t.diagnostic(`sharing through Redis: ${together.refused} x 429 (${perWindowTogether.join(' ')} per window after the first)`)
+      assert.deepEqual(shared.filter((status) => status !== 200), [], 'every request of the sharing fleet completes')
+      assert.equal(unshared.length, WORKERS * PER_WORKER)
+      assert.ok(perWindowTogether.every((refusals) => refusals <= 1), `sharing: at most one 429 per window after the first: ${perWindowTogether.join(' ')}`)
+      assert.ok(alone.refused > together.refused + 20, 'without sharing, the fleet is refused far more often')
+    } finally {
+      await Promise.all([alone.close(), together.close()])
+    }
+  })
+})
