@@ -8,6 +8,7 @@
  * learn from the response -> retry a 429/503 after Retry-After plus jitter.
  */
 import { EventEmitter } from 'node:events'
+import type { Dispatcher } from 'undici'
 import { ArgumentError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
 import { rejectUnknown } from '../core/options.ts'
 import { MAX_WAIT_MS, RESERVABLE } from '../core/policy.ts'
@@ -17,6 +18,7 @@ import { MemoryStore } from '../stores/memory/memory-store.ts'
 import type { Store } from '../stores/store.ts'
 import { readAnnouncement, type Announcement, type HeaderLookup } from './headers.ts'
 import { PartitionQuota } from './quota.ts'
+import { InterceptedRequest } from './interceptor.ts'
 import { abortReason, sleep } from './sleep.ts'
 
 export interface RetryOptions {
@@ -36,11 +38,17 @@ export interface RetryOptions {
   nonIdempotent?: boolean
 }
 
+/** What a partition function sees of a request (a fetch `Request` is one). */
+export interface RequestSummary {
+  method: string
+  headers: Headers
+}
+
 export interface ClientOptions {
   /** The fetch to wrap. Default `globalThis.fetch`. */
   fetch?: (input: Request, init?: RequestInit) => Promise<Response>
   /** Which requests share a quota. Default: the URL's origin. */
-  partition?: (url: URL, request: Request) => string
+  partition?: (url: URL, request: RequestSummary) => string
   /**
    * Longest a request waits for a quota it knows is spent (a server's reset or
    * Retry-After, or the pacing policies); beyond it the request rejects with
@@ -107,6 +115,21 @@ const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE'])
 /** Learned quotas above this are shared as a sliding-window counter, not an exact log (memory O(limit)). */
 const MAX_LOGGED_LIMIT = 10_000
 
+/** One request's way through the client, across its attempts. */
+export interface Trip {
+  partition: string
+  priority: number
+  maxWaitMs: number
+  signal: AbortSignal
+  retryable: boolean
+  /** Its place in the partition's queue, kept across retries. */
+  place: number | undefined
+  /** Attempts sent so far. */
+  attempt: number
+  /** The shared store learning from the last response, if any. */
+  learning: Promise<void> | undefined
+}
+
 interface ResolvedRetry {
   retries: number
   baseDelayMs: number
@@ -136,7 +159,7 @@ export function retryDelayMs(
 
 export class RateLimitClient extends EventEmitter<ClientEvents> {
   private readonly fetchImpl: (input: Request, init?: RequestInit) => Promise<Response>
-  private readonly partitionOf: (url: URL, request: Request) => string
+  private readonly partitionOf: (url: URL, request: RequestSummary) => string
   private readonly maxWaitMs: number
   private readonly retry: ResolvedRetry | undefined
   private readonly concurrency: number
@@ -173,51 +196,100 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
   /** `fetch`, rate-limit aware: same arguments, same result, plus `init.rateLimit`. */
   readonly fetch = async (input: string | URL | Request, init?: ClientRequestInit): Promise<Response> => {
     const { rateLimit, ...fetchInit } = init ?? {}
-    const perRequest = requestOptions(rateLimit)
     const request = new Request(input, fetchInit)
-    const url = new URL(request.url)
-    const partitionKey = perRequest.partition ?? this.partitionOf(url, request)
-    if (typeof partitionKey !== 'string' || partitionKey === '') throw new ArgumentError('partition', partitionKey, 'must return a non-empty string')
-    const maxWaitMs = perRequest.maxWaitMs ?? this.maxWaitMs
-    const signal = request.signal
     // A body read once cannot be sent twice: such requests are sent once.
     const replayable = request.body === null || isReplayable(fetchInit.body)
-    const retryable = this.retry !== undefined && replayable &&
-      (IDEMPOTENT.has(request.method) || request.headers.has('idempotency-key') || this.retry.nonIdempotent)
-
-    let place: number | undefined
-    for (let attempt = 1; ; attempt++) {
-      const partition = this.partition(partitionKey)
-      // A retried request keeps its place in the queue: it is not the one to be refused again.
-      place = await partition.acquire(perRequest.priority ?? 0, signal, maxWaitMs, place)
+    const trip = this.trip(new URL(request.url), request, request.signal, replayable, rateLimit)
+    for (;;) {
+      const partition = await this.depart(trip)
       let response: Response
       try {
-        await this.gates(partitionKey, partition, signal, maxWaitMs)
-        response = await this.fetchImpl(retryable ? request.clone() : request)
+        response = await this.fetchImpl(trip.retryable ? request.clone() : request)
       } catch (error) {
         partition.abandon()
         throw error
       }
-      const now = Date.now()
-      const announcement = readAnnouncement(lookup(response.headers), now)
-      const retryAt = partition.settle(announcement, response.status, now)
-      await this.shared?.learn(partitionKey, announcement)
-      if (!this.retry?.statuses.has(response.status)) return response
-
-      const serverWaitMs = retryAt === undefined ? undefined : Math.max(0, retryAt - now)
-      this.emit('refused', { partition: partitionKey, status: response.status, retryAfterMs: serverWaitMs })
-      const reason = !retryable || announcement.shouldRetry === false ? 'not-retryable'
-        : attempt > this.retry.retries ? 'retries-exhausted'
-          : serverWaitMs !== undefined && serverWaitMs > maxWaitMs ? 'wait-too-long' : undefined
-      if (reason !== undefined) {
-        this.emit('gaveUp', { partition: partitionKey, status: response.status, attempts: attempt, reason })
-        return response
-      }
-      const delayMs = retryDelayMs(attempt, serverWaitMs, partition.quota.windowMs(), this.retry, this.random)
-      this.emit('retried', { partition: partitionKey, status: response.status, attempt, delayMs })
+      const delayMs = this.arrive(trip, partition, response.status, lookup(response.headers))
+      await trip.learning
+      if (delayMs === undefined) return response
       await response.body?.cancel().catch(() => undefined)
-      await sleep(delayMs, signal)
+      await sleep(delayMs, trip.signal)
     }
+  }
+
+  /**
+   * The same for code that uses undici directly: an interceptor for
+   * `new Agent().compose(client.interceptor())`. Requests with a streamed body
+   * are sent once (never retried).
+   */
+  interceptor(): Dispatcher.DispatcherComposeInterceptor {
+    return (dispatch) => (options, handler) => {
+      const { origin, path, method } = options
+      const headers = headersOf(options.headers)
+      const url = new URL(path, origin)
+      const body = options.body
+      const replayable = body === undefined || body === null || typeof body === 'string' || body instanceof Uint8Array
+      const intercepted = new InterceptedRequest(dispatch, options, handler, {
+        depart: (trip) => this.depart(trip),
+        arrive: (trip, partition, status, header) => this.arrive(trip, partition, status, header),
+      })
+      intercepted.start((signal) => this.trip(url, { method, headers }, signal, replayable, undefined))
+      return true
+    }
+  }
+
+  private trip(url: URL, request: RequestSummary, signal: AbortSignal, replayable: boolean, rateLimit: RequestLimitOptions | undefined): Trip {
+    const perRequest = requestOptions(rateLimit)
+    const partitionKey = perRequest.partition ?? this.partitionOf(url, request)
+    if (typeof partitionKey !== 'string' || partitionKey === '') throw new ArgumentError('partition', partitionKey, 'must return a non-empty string')
+    return {
+      partition: partitionKey,
+      priority: perRequest.priority ?? 0,
+      maxWaitMs: perRequest.maxWaitMs ?? this.maxWaitMs,
+      signal,
+      retryable: this.retry !== undefined && replayable &&
+        (IDEMPOTENT.has(request.method.toUpperCase()) || request.headers.has('idempotency-key') || this.retry.nonIdempotent),
+      place: undefined,
+      attempt: 0,
+      learning: undefined,
+    }
+  }
+
+  /** Waits until the request may be sent: its place in the partition's queue, then the pacing and shared quotas. */
+  private async depart(trip: Trip): Promise<Partition> {
+    const partition = this.partition(trip.partition)
+    // A retried request keeps its place in the queue: it is not the one to be refused again.
+    trip.place = await partition.acquire(trip.priority, trip.signal, trip.maxWaitMs, trip.place)
+    try {
+      await this.gates(trip.partition, partition, trip.signal, trip.maxWaitMs)
+    } catch (error) {
+      partition.abandon()
+      throw error
+    }
+    trip.attempt++
+    return partition
+  }
+
+  /** Learns from a response; returns how long to wait before sending the request again, or undefined to hand the response back. */
+  private arrive(trip: Trip, partition: Partition, status: number, header: HeaderLookup): number | undefined {
+    const now = Date.now()
+    const announcement = readAnnouncement(header, now)
+    const retryAt = partition.settle(announcement, status, now)
+    trip.learning = this.shared?.learn(trip.partition, announcement).catch(() => undefined)
+    if (!this.retry?.statuses.has(status)) return undefined
+
+    const serverWaitMs = retryAt === undefined ? undefined : Math.max(0, retryAt - now)
+    this.emit('refused', { partition: trip.partition, status, retryAfterMs: serverWaitMs })
+    const reason = !trip.retryable || announcement.shouldRetry === false ? 'not-retryable'
+      : trip.attempt > this.retry.retries ? 'retries-exhausted'
+        : serverWaitMs !== undefined && serverWaitMs > trip.maxWaitMs ? 'wait-too-long' : undefined
+    if (reason !== undefined) {
+      this.emit('gaveUp', { partition: trip.partition, status, attempts: trip.attempt, reason })
+      return undefined
+    }
+    const delayMs = retryDelayMs(trip.attempt, serverWaitMs, partition.quota.windowMs(), this.retry, this.random)
+    this.emit('retried', { partition: trip.partition, status, attempt: trip.attempt, delayMs })
+    return delayMs
   }
 
   /** Requests waiting in a partition's queue (for tests and metrics). */
@@ -452,6 +524,24 @@ async function take(limiter: Limiter, key: string, signal: AbortSignal, budgetMs
 
 export function lookup(headers: Headers): HeaderLookup {
   return (name) => headers.get(name) ?? undefined
+}
+
+/** undici's request headers (an object, a flat array of names and values, or an iterable of pairs) as `Headers`. */
+function headersOf(raw: Dispatcher.DispatchOptions['headers']): Headers {
+  const headers = new Headers()
+  if (raw === undefined || raw === null) return headers
+  const add = (name: unknown, value: unknown) => {
+    if (typeof name !== 'string' || value === undefined) return
+    for (const one of Array.isArray(value) ? value : [value]) headers.append(name, String(one))
+  }
+  if (Array.isArray(raw)) {
+    for (let i = 0; i + 1 < raw.length; i += 2) add(raw[i], raw[i + 1])
+  } else if (typeof (raw as Iterable<unknown>)[Symbol.iterator] === 'function') {
+    for (const pair of raw as Iterable<[string, string | string[] | undefined]>) add(pair[0], pair[1])
+  } else {
+    for (const [name, value] of Object.entries(raw)) add(name, value)
+  }
+  return headers
 }
 
 function isReplayable(body: RequestInit['body']): boolean {

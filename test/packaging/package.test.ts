@@ -31,6 +31,13 @@ describe('package', () => {
     assert.equal((await limiter.check(new Request('http://x/'), '203.0.113.9')).response?.status, 429)
   })
 
+  it('exports the client as sluice/client', async () => {
+    const client = await import('sluice/client')
+    assert.equal(typeof client.createClient().fetch, 'function')
+    assert.equal(typeof client.createClient().interceptor(), 'function')
+    assert.equal(client.readAnnouncement((name) => (name === 'retry-after' ? '3' : undefined), 0).retryAfterMs, 3000)
+  })
+
   it('ships a sluice bin: version, check, demo, and exit 2 on an unknown command', () => {
     const bin = new URL('../../dist/cli/main.js', import.meta.url).pathname
     const run = (...args: string[]) => execFileSync(process.execPath, [bin, ...args], { encoding: 'utf8' })
