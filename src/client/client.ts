@@ -7,6 +7,7 @@
  * policies -> the fleet's shared quota (when a store is given) -> fetch ->
  * learn from the response -> retry a 429/503 after Retry-After plus jitter.
  */
+import { createHash } from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import type { Dispatcher } from 'undici'
 import { ArgumentError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
@@ -19,7 +20,7 @@ import type { Store } from '../stores/store.ts'
 import { readAnnouncement, type Announcement, type HeaderLookup } from './headers.ts'
 import { PartitionQuota } from './quota.ts'
 import { InterceptedRequest } from './interceptor.ts'
-import { abortReason, sleep } from './sleep.ts'
+import { abortReason, MAX_TIMER_MS, sleep } from './sleep.ts'
 
 export interface RetryOptions {
   /** Retries after the first attempt. Default 5. */
@@ -437,7 +438,7 @@ class Partition {
         this.timer = setTimeout(() => {
           this.timer = undefined
           this.pump()
-        }, admission.until - now)
+        }, Math.min(admission.until - now, MAX_TIMER_MS))
         return
       }
       this.queue.shift()
@@ -490,7 +491,7 @@ class SharedQuotas {
         limiter = new Limiter({
           store: this.store,
           prefix: this.prefix,
-          policies: { algorithm: limit <= MAX_LOGGED_LIMIT ? 'sliding-log' : 'sliding-window', name, limit, windowMs },
+          policies: { algorithm: limit <= MAX_LOGGED_LIMIT ? 'sliding-log' : 'sliding-window', name: storeName(name), limit, windowMs },
         })
       } catch {
         // A quota no policy can hold (absurd limit or window): not shared.
@@ -500,6 +501,11 @@ class SharedQuotas {
     }
     return limiter
   }
+}
+
+/** A server's policy name as a store key part: itself when it is a valid policy name, else a digest of it. */
+function storeName(name: string): string {
+  return /^[\x21-\x7e]{1,64}$/.test(name) && !/["\\{}]/.test(name) ? name : `h-${createHash('sha256').update(name).digest('hex').slice(0, 16)}`
 }
 
 /** Takes one unit from `limiter`, waiting (a reservation where the policies allow it) up to `budgetMs`. */

@@ -43,6 +43,8 @@ export interface Announcement {
   shouldRetry?: boolean
 }
 
+const MAX_POLICIES = 16
+
 /** A case-insensitive header lookup: a fetch `Headers`, or undici's raw header object. */
 export type HeaderLookup = (name: string) => string | undefined
 
@@ -89,7 +91,8 @@ function namedItems(header: HeaderLookup): AnnouncedQuota[] | undefined {
     const window = count(params.get('w'))
     windows.set(name, { ...(limit !== undefined && { limit }), ...(window !== undefined && window > 0 && { windowMs: window * 1000 }) })
   }
-  return current.map(([name, params]) => {
+  // A server that announces more policies than any API has is not believed past the first few.
+  return current.slice(0, MAX_POLICIES).map(([name, params]) => {
     const quota: AnnouncedQuota = { name: name as string, ...windows.get(name as string) }
     const remaining = count(params.get('r'))
     const reset = count(params.get('t'))

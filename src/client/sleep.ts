@@ -1,7 +1,14 @@
+/** Node fires longer timers after 1 ms instead: longer waits are taken in steps. */
+export const MAX_TIMER_MS = 2 ** 31 - 1
+
 /** An abortable sleep that rejects with the signal's own reason (as fetch does) and leaves no timer behind. */
-export function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+export async function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  for (let left = ms; left > 0; left -= MAX_TIMER_MS) await step(Math.min(left, MAX_TIMER_MS), signal)
+  if (signal?.aborted) throw abortReason(signal)
+}
+
+function step(ms: number, signal: AbortSignal | undefined): Promise<void> {
   if (signal?.aborted) return Promise.reject(abortReason(signal))
-  if (ms <= 0) return Promise.resolve()
   return new Promise((resolve, reject) => {
     const onAbort = () => {
       clearTimeout(timer)

@@ -288,3 +288,43 @@ describe('waiting, failing fast, queues and pacing', () => {
     return assert.rejects(createClient().fetch('http://127.0.0.1:1', { rateLimit: { priority: Number.NaN } }), /rateLimit.priority/)
   })
 })
+
+describe('hostile servers', () => {
+  it('absurd announcements neither crash the client nor make it send what it knows will be refused', async () => {
+    const hundred = Array.from({ length: 100 }, (_, i) => `"p ${i} {x}";r=0;t=99999999999`).join(', ')
+    let calls = 0
+    const server = createServer((_request, response) => {
+      calls++
+      response.writeHead(200, {
+        RateLimit: hundred,
+        'RateLimit-Policy': '"p 0 {x}";q=1;w=10',
+        'Retry-After': 'Thu, 01 Jan 1970 00:00:00 GMT',
+        'X-RateLimit-Reset': '99999999999999999999',
+      })
+      response.end()
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    const { MemoryStore } = await import('../../src/index.ts')
+    try {
+      const client = createClient({ store: new MemoryStore() })
+      assert.equal((await client.fetch(url)).status, 200)
+      await assert.rejects(client.fetch(url), QuotaExhaustedError)
+      assert.equal(calls, 1)
+    } finally {
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+  })
+
+  it('a wait longer than a timer can hold does not fire early', async () => {
+    const { sleep } = await import('../../src/client/sleep.ts')
+    const controller = new AbortController()
+    let woke = false
+    const waiting = sleep(2 ** 31 + 1000, controller.signal).then(() => { woke = true })
+    await new Promise((resolve) => setTimeout(resolve, 30))
+    assert.equal(woke, false)
+    controller.abort()
+    await assert.rejects(waiting, { name: 'AbortError' })
+  })
+})
