@@ -17,6 +17,7 @@ import { startDemoUpstream } from '../gateway/demo-upstream.ts'
 import { Gateway } from '../gateway/gateway.ts'
 import { httpStatePrefix } from '../http/handler.ts'
 import { RedisStore } from '../stores/redis/redis-store.ts'
+import { simulateCommand } from '../simulate/command.ts'
 
 const USAGE = `usage: sluice <command> [options]
 
@@ -26,6 +27,8 @@ commands:
   inspect --redis URL KEY        show a key's state in Redis for each policy
   check '<policy JSON>'          validate one policy or an array of them; print them resolved
   demo                           replay a burst through each algorithm on a virtual clock
+  simulate [--pattern NAME]      replay a traffic shape or a CSV through policies: table,
+                                 SVG timelines, HTML report (see sluice simulate --help)
   version                        print the version
   help                           print this text
 
@@ -83,6 +86,8 @@ export async function main(argv: readonly string[], out: Out = console.log, err:
       return 0
     case 'check':
       return check(rest, out)
+    case 'simulate':
+      return simulateCommand(rest, out, err)
     case 'demo':
       demo(out)
       return 0

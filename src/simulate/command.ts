@@ -1,0 +1,149 @@
+/** `sluice simulate`: replay a traffic shape (or a CSV) through policies and report what each did. */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { SluiceError } from '../core/errors.ts'
+import type { Policy } from '../core/types.ts'
+import { timelineSvg } from './chart.ts'
+import { htmlReport, textSummary } from './report.ts'
+import { simulate } from './simulate.ts'
+import { parseCsv, pattern, PATTERNS, type PatternName, type Traffic } from './traffic.ts'
+
+export const SIMULATE_USAGE = `usage: sluice simulate [--pattern NAME | --csv FILE] [options]
+
+Replays traffic through policies on a simulated clock and reports, per policy,
+what it admitted over time, the most it admitted in any window of its own
+length (the boundary-burst figure), the share it refused, and for the
+sliding-window counter its false allows / denies against the exact log.
+
+traffic (one of):
+  --pattern NAME     ${PATTERNS.join(', ')} (default boundary-burst)
+  --csv FILE         "timestamp,key[,cost]" lines (ms or ISO 8601, sorted)
+
+policies:
+  --limit N          the limit the five default policies share (default 100)
+  --window DURATION  their window: 500ms, 10s, 1m, 1h (default 1m)
+  --policy JSON      a policy of your own (repeatable); replaces the defaults
+
+output:
+  --out DIR          write one SVG timeline per policy into DIR
+  --html FILE        write a self-contained page with every chart side by side
+  --json             print the figures as JSON instead of the table
+  -h, --help         print this text
+`
+
+type Out = (line: string) => void
+
+/** The five algorithms at the same nominal limit: `limit` units per `windowMs`. */
+export function defaultPolicies(limit: number, windowMs: number): Policy[] {
+  return [
+    { algorithm: 'fixed-window', name: 'fixed-window', limit, windowMs },
+    { algorithm: 'sliding-log', name: 'sliding-log', limit, windowMs },
+    { algorithm: 'sliding-window', name: 'sliding-window', limit, windowMs },
+    { algorithm: 'token-bucket', name: 'token-bucket', capacity: limit, refillTokens: limit, refillIntervalMs: windowMs },
+    { algorithm: 'leaky-bucket', name: 'leaky-bucket', capacity: limit, leakTokens: limit, leakIntervalMs: windowMs },
+  ]
+}
+
+export function parseDuration(text: string): number | undefined {
+  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim())
+  if (match === null) return undefined
+  const scale = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[match[2] as 'ms' | 's' | 'm' | 'h' ?? 'ms']
+  const ms = Math.round(Number(match[1]) * scale)
+  return ms > 0 && Number.isSafeInteger(ms) ? ms : undefined
+}
+
+export function simulateCommand(args: readonly string[], out: Out, err: Out): number {
+  let values
+  try {
+    values = parseArgs({
+      args: [...args],
+      options: {
+        pattern: { type: 'string' },
+        csv: { type: 'string' },
+        limit: { type: 'string' },
+        window: { type: 'string' },
+        policy: { type: 'string', multiple: true },
+        out: { type: 'string' },
+        html: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      allowPositionals: false,
+    }).values
+  } catch (error) {
+    err(`${(error as Error).message}\n\n${SIMULATE_USAGE}`)
+    return 2
+  }
+  if (values.help === true) {
+    out(SIMULATE_USAGE)
+    return 0
+  }
+  const usage = (problem: string) => {
+    err(`${problem}\n\n${SIMULATE_USAGE}`)
+    return 2
+  }
+  if (values.pattern !== undefined && values.csv !== undefined) return usage('--pattern and --csv cannot be used together')
+  const patternName = values.pattern ?? 'boundary-burst'
+  if (!(PATTERNS as readonly string[]).includes(patternName)) return usage(`unknown pattern "${patternName}" (known: ${PATTERNS.join(', ')})`)
+  const limit = values.limit === undefined ? 100 : Number(values.limit)
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > 1_000_000) return usage(`--limit must be an integer from 1 to 1000000, got ${values.limit}`)
+  const windowMs = values.window === undefined ? 60_000 : parseDuration(values.window)
+  if (windowMs === undefined) return usage(`--window must be a duration such as 500ms, 10s, 1m or 1h, got ${values.window}`)
+
+  try {
+    let policies: Policy[]
+    if (values.policy === undefined) {
+      policies = defaultPolicies(limit, windowMs)
+    } else {
+      policies = values.policy.map((text, i) => {
+        try {
+          return JSON.parse(text) as Policy
+        } catch {
+          throw new SluiceError('ERR_SLUICE_ARGUMENT', `--policy #${i + 1} is not JSON: ${text.slice(0, 80)}`)
+        }
+      })
+    }
+    let traffic: Traffic
+    if (values.csv !== undefined) {
+      let text: string
+      try {
+        text = readFileSync(values.csv, 'utf8')
+      } catch (error) {
+        err(`cannot read ${values.csv}: ${(error as Error).message}`)
+        return 1
+      }
+      traffic = parseCsv(text, values.csv)
+    } else {
+      traffic = pattern(patternName as PatternName, { limit, windowMs })
+    }
+    const simulation = simulate(traffic, policies)
+    if (values.json === true) {
+      out(JSON.stringify({
+        ...simulation,
+        results: simulation.results.map(({ decisions: _decisions, ...result }) => result),
+      }, null, 2))
+    } else {
+      out(textSummary(simulation))
+    }
+    if (values.out !== undefined) {
+      mkdirSync(values.out, { recursive: true })
+      for (const result of simulation.results) {
+        const file = join(values.out, `${traffic.name.replace(/[^\w.-]+/g, '_')}-${result.policy.name.replace(/[^\w.-]+/g, '_')}.svg`)
+        writeFileSync(file, `${timelineSvg(simulation, result)}\n`)
+        if (values.json !== true) out(`wrote ${file}`)
+      }
+    }
+    if (values.html !== undefined) {
+      writeFileSync(values.html, htmlReport(simulation))
+      if (values.json !== true) out(`wrote ${values.html}`)
+    }
+    return 0
+  } catch (error) {
+    if (error instanceof SluiceError) {
+      err(error.message)
+      return 1
+    }
+    throw error
+  }
+}

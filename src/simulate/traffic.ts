@@ -1,0 +1,181 @@
+/**
+ * Traffic to replay: built-in shapes that show where the algorithms differ,
+ * and a CSV importer for the user's own logs. Times are milliseconds from the
+ * start of the simulation; the simulated clock starts on a window boundary.
+ */
+import { SluiceError } from '../core/errors.ts'
+
+export interface TrafficEvent {
+  /** Milliseconds since the start of the simulation. */
+  at: number
+  key: string
+  cost: number
+}
+
+export interface Traffic {
+  name: string
+  description: string
+  /** Sorted by `at`. */
+  events: TrafficEvent[]
+  durationMs: number
+}
+
+export const PATTERNS = ['steady', 'boundary-burst', 'morning-ramp', 'batch-spikes', 'attack'] as const
+export type PatternName = (typeof PATTERNS)[number]
+
+/** The limit the built-in shapes are drawn against: `limit` units per `windowMs`. */
+export interface Scale {
+  limit: number
+  windowMs: number
+}
+
+/** A small seeded generator (mulberry32), so a pattern is the same on every run. */
+function random(seed: number): () => number {
+  let state = seed >>> 0
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0
+    let t = state
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+/** `count` events spread evenly over [from, to). */
+function even(key: string, from: number, to: number, count: number): TrafficEvent[] {
+  const step = (to - from) / count
+  return Array.from({ length: count }, (_, i) => ({ at: Math.floor(from + i * step), key, cost: 1 }))
+}
+
+/** Poisson arrivals at `perWindow` events per window, from `from` to `to`. */
+function poisson(key: string, from: number, to: number, perWindow: number, windowMs: number, next: () => number): TrafficEvent[] {
+  const events: TrafficEvent[] = []
+  const meanGap = windowMs / perWindow
+  for (let at = from + -Math.log(1 - next()) * meanGap; at < to; at += -Math.log(1 - next()) * meanGap) {
+    events.push({ at: Math.floor(at), key, cost: 1 })
+  }
+  return events
+}
+
+export function pattern(name: PatternName, scale: Scale): Traffic {
+  const { limit, windowMs: w } = scale
+  const next = random(42)
+  let events: TrafficEvent[]
+  let durationMs: number
+  let description: string
+  switch (name) {
+    case 'steady':
+      durationMs = 6 * w
+      description = `one client at 1.5x the limit, evenly spaced, for 6 windows`
+      events = even('client', 0, durationMs, Math.round(1.5 * limit * 6))
+      break
+    case 'boundary-burst': {
+      // The limit just before a window boundary and again just after it: the classic fixed-window flaw.
+      durationMs = 4 * w
+      const edge = Math.max(1, Math.floor(w / 20))
+      description = `one client sends the limit in the last 5% of window 2 and again in the first 5% of window 3`
+      events = [...even('client', 2 * w - edge, 2 * w, limit), ...even('client', 2 * w, 2 * w + edge, limit)]
+      break
+    }
+    case 'morning-ramp': {
+      durationMs = 10 * w
+      description = `one client ramping from nothing to 3x the limit over 10 windows`
+      events = []
+      for (let window = 0; window < 10; window++) {
+        const perWindow = Math.max(1, Math.round((3 * limit * (window + 0.5)) / 10))
+        events.push(...poisson('client', window * w, (window + 1) * w, perWindow, w, next))
+      }
+      break
+    }
+    case 'batch-spikes': {
+      durationMs = 8 * w
+      description = `background at 0.3x the limit, and every 2 windows a batch of 2x the limit within 5% of a window`
+      events = poisson('client', 0, durationMs, 0.3 * limit, w, next)
+      for (let start = w / 2; start < durationMs; start += 2 * w) events.push(...even('client', start, start + w / 20, 2 * limit))
+      break
+    }
+    case 'attack': {
+      durationMs = 6 * w
+      description = `one attacker at 20x the limit among 10 users at 0.5x each (each key limited on its own)`
+      events = poisson('attacker', w, 5 * w, 20 * limit, w, next)
+      for (let user = 0; user < 10; user++) events.push(...poisson(`user-${user}`, 0, durationMs, 0.5 * limit, w, next))
+      break
+    }
+  }
+  events.sort((a, b) => a.at - b.at)
+  return { name, description, events, durationMs }
+}
+
+export interface LineProblem {
+  line: number
+  problem: string
+}
+
+/** A CSV file the importer could not read: every malformed line, with its number. */
+export class TrafficError extends SluiceError {
+  readonly problems: LineProblem[]
+
+  constructor(problems: LineProblem[]) {
+    const shown = problems.slice(0, 20).map(({ line, problem }) => (line > 0 ? `line ${line}: ${problem}` : problem))
+    if (problems.length > 20) shown.push(`... and ${problems.length - 20} more malformed lines`)
+    super('ERR_SLUICE_TRAFFIC', shown.join('\n'))
+    this.problems = problems
+  }
+}
+
+const MAX_EVENTS = 5_000_000
+
+/**
+ * `timestamp,key[,cost]` per line; an optional header line; `#` comments.
+ * Timestamps are milliseconds (epoch or relative) or ISO 8601 dates; they are
+ * shifted so the first is 0, and must not go backwards. Every malformed line
+ * is reported, with its number, in one error.
+ */
+export function parseCsv(text: string, name = 'csv'): Traffic {
+  const problems: LineProblem[] = []
+  const events: TrafficEvent[] = []
+  let first: number | undefined
+  let previous = -Infinity
+  const lines = text.split(/\r?\n/)
+  for (let index = 0; index < lines.length; index++) {
+    const lineNumber = index + 1
+    const line = (lines[index] as string).trim()
+    if (line === '' || line.startsWith('#')) continue
+    const fields = line.split(',').map((field) => field.trim())
+    if (index === 0 && /^[a-z_ ]+$/i.test(fields[0] ?? '')) continue
+    if (fields.length < 2 || fields.length > 3) {
+      problems.push({ line: lineNumber, problem: `expected "timestamp,key" or "timestamp,key,cost", got ${fields.length} field(s)` })
+      continue
+    }
+    const [stamp, key, costField] = fields as [string, string, string | undefined]
+    const time = /^\d+(\.\d+)?$/.test(stamp) ? Number(stamp) : /^\d{4}-\d\d-\d\d/.test(stamp) ? Date.parse(stamp) : Number.NaN
+    if (!Number.isFinite(time)) {
+      problems.push({ line: lineNumber, problem: `timestamp ${JSON.stringify(stamp.slice(0, 40))} is neither milliseconds nor an ISO 8601 date` })
+      continue
+    }
+    if (key === '' || key.length > 256) {
+      problems.push({ line: lineNumber, problem: 'key must be 1 to 256 characters' })
+      continue
+    }
+    const cost = costField === undefined ? 1 : Number(costField)
+    if (!Number.isSafeInteger(cost) || cost < 1) {
+      problems.push({ line: lineNumber, problem: `cost must be a positive integer, got ${JSON.stringify(costField)}` })
+      continue
+    }
+    if (time < previous) {
+      problems.push({ line: lineNumber, problem: `timestamp ${stamp} is earlier than the line before; sort the file by time` })
+      continue
+    }
+    previous = time
+    first ??= time
+    if (events.length >= MAX_EVENTS) {
+      problems.push({ line: lineNumber, problem: `more than ${MAX_EVENTS} events; replay a sample` })
+      break
+    }
+    events.push({ at: time - first, key, cost })
+  }
+  if (problems.length > 0) throw new TrafficError(problems)
+  if (events.length === 0) throw new TrafficError([{ line: 0, problem: 'no events: the file holds no "timestamp,key" line' }])
+  const last = events[events.length - 1] as TrafficEvent
+  return { name, description: `${events.length} events from ${name}`, events, durationMs: Math.max(1, last.at + 1) }
+}
