@@ -11,9 +11,10 @@
  */
 import { RateLimiterMemory } from 'rate-limiter-flexible'
 import { Limiter, MemoryStore, type Policy } from '../src/index.ts'
+import { emit, QUICK, ratio } from './report.ts'
 
 const ROUND_MS = Number(process.env.BENCH_MS ?? 500)
-const ROUNDS = 5
+const ROUNDS = QUICK ? 3 : 5
 const KEYS = Array.from({ length: 100_000 }, (_, i) => `client-${i}`)
 const HOT = ['hot']
 
@@ -80,6 +81,7 @@ async function main(): Promise<void> {
   console.log(`\nrate-limiter-flexible RateLimiterMemory (async only): hot key ${fmt(peer.hot)}, 100k keys ${fmt(peer.many)}\n`)
   console.log(`${'algorithm'.padEnd(16)}${'key set'.padEnd(10)}${'sync'.padStart(10)}${'async'.padStart(10)}   sync/peer  async/peer`)
   const ratios: { sync: number[]; async: number[] } = { sync: [], async: [] }
+  const rows: Array<Array<string | number>> = []
   for (const [name, policy] of Object.entries(policies)) {
     for (const [label, keys, peerRate] of [['hot', HOT, peer.hot], ['100k', KEYS, peer.many]] as const) {
       const store = new MemoryStore({ maxKeys: 200_000 })
@@ -87,6 +89,7 @@ async function main(): Promise<void> {
       const sync = await measureSync((key) => limiter.limitSync(key), keys as unknown as string[])
       const limiterAsync = new Limiter({ policies: policy, store: new MemoryStore({ maxKeys: 200_000 }) })
       const asyncRate = await measureAsync((key) => limiterAsync.limit(key), keys as unknown as string[])
+      rows.push([name, label, fmt(sync).trim(), fmt(asyncRate).trim(), ratio(sync, peerRate), ratio(asyncRate, peerRate)])
       ratios.sync.push(sync / peerRate)
       ratios.async.push(asyncRate / peerRate)
       console.log(
@@ -94,7 +97,15 @@ async function main(): Promise<void> {
       )
     }
   }
-  console.log(`\nlowest ratio: sync ${Math.min(...ratios.sync).toFixed(2)}x (target >= 3x), async ${Math.min(...ratios.async).toFixed(2)}x (target >= 1x)`)
+  const lowest = `lowest ratio: sync ${Math.min(...ratios.sync).toFixed(2)}x (target >= 3x), async ${Math.min(...ratios.async).toFixed(2)}x (target >= 1x)`
+  console.log(`\n${lowest}`)
+  emit({
+    bench: 'engine',
+    title: 'In-process decisions per second (MemoryStore) beside rate-limiter-flexible RateLimiterMemory',
+    columns: ['algorithm', 'keys', 'sync', 'async', 'sync / peer', 'async / peer'],
+    rows,
+    notes: [`peer (async only): hot key ${fmt(peer.hot).trim()}, 100k keys ${fmt(peer.many).trim()}; median of ${ROUNDS} rounds x ${ROUND_MS} ms`, lowest],
+  })
 }
 
 await main()

@@ -24,6 +24,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { startGateway } from '../test/support/gateway.ts'
 import { freePort } from '../test/support/redis.ts'
+import { emit } from './report.ts'
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8)
 const CONNECTIONS = 64
@@ -153,9 +154,21 @@ routes:
     }
     const ratio = (peaks.sluice as Peak).rps / (peaks.nginx as Peak).rps
     const p99 = half.sluice?.p99 ?? NaN
-    console.log(`\nsluice / nginx throughput: ${(ratio * 100).toFixed(0)}%   (target: at least 60%) ${ratio >= 0.6 ? 'met' : 'MISSED'}`)
-    console.log(`sluice p99 at half its peak rate: ${p99} ms   (target: under 5 ms) ${p99 < 5 ? 'met' : 'MISSED'}`)
-    console.log(`sluice / bare Node proxy: ${(((peaks.sluice as Peak).rps / (peaks.bare as Peak).rps) * 100).toFixed(0)}%   (what the limit, headers, logs and metrics cost inside Node)`)
+    const notes = [
+      `sluice / nginx throughput: ${(ratio * 100).toFixed(0)}%   (target: at least 60%) ${ratio >= 0.6 ? 'met' : 'MISSED'}`,
+      `sluice p99 at half its peak rate: ${p99} ms   (target: under 5 ms) ${p99 < 5 ? 'met' : 'MISSED'}`,
+      `sluice / bare Node proxy: ${(((peaks.sluice as Peak).rps / (peaks.bare as Peak).rps) * 100).toFixed(0)}%   (what the limit, headers, logs and metrics cost inside Node)`,
+    ]
+    console.log(`\n${notes.join('\n')}`)
+    const labels: Record<string, string> = { direct: 'direct to the upstream', nginx: 'nginx limit_req proxy', bare: 'bare Node proxy (no limit)', sluice: 'sluice gateway (memory)' }
+    emit({
+      bench: 'gateway',
+      title: `Gateway: wrk 1 thread x ${CONNECTIONS} connections x ${SECONDS} s; p99 at half of each proxy's peak with autocannon`,
+      columns: ['target', 'req/s', 'p50 ms', 'p99 ms', 'p99 at half peak', 'vs nginx'],
+      rows: Object.entries(peaks).map(([name, peak]) => [labels[name] ?? name, Math.round(peak.rps), peak.p50.toFixed(2), peak.p99.toFixed(2),
+        half[name] === undefined ? '' : `${half[name]?.p99} ms @${half[name]?.rps.toFixed(0)}/s`, `${((peak.rps / (peaks.nginx as Peak).rps) * 100).toFixed(0)}%`]),
+      notes,
+    })
   } finally {
     await gateway.stop()
   }

@@ -12,6 +12,7 @@ import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import autocannon from 'autocannon'
 import { startRedis } from '../test/support/redis.ts'
+import { emit, ratio } from './report.ts'
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 6)
 const CONNECTIONS = 50
@@ -38,6 +39,7 @@ const redis = await startRedis()
 try {
   console.log(`sluice HTTP benchmark: node ${process.version}, autocannon ${CONNECTIONS} connections x ${SECONDS} s, median of one run per cell\n`)
   console.log(`${'framework'.padEnd(10)}${'limiter'.padEnd(16)}${'req/s'.padStart(10)}${'p99 ms'.padStart(9)}${'vs bare'.padStart(10)}${'vs peer'.padStart(10)}`)
+  const table: Array<Array<string | number>> = []
   for (const framework of ['express', 'fastify']) {
     const rows: Record<string, Row> = {}
     for (const limiter of ['bare', 'peer', 'sluice-memory', 'sluice-redis']) rows[limiter] = await measure(framework, limiter, redis.url)
@@ -47,10 +49,19 @@ try {
       const label = limiter === 'peer' ? (framework === 'express' ? 'express-rate-limit' : '@fastify/rate-limit') : limiter
       const vsBare = `${(((row.rps - bare.rps) / bare.rps) * 100).toFixed(1)}%`
       const vsPeer = limiter.startsWith('sluice') ? `${(row.rps / peer.rps).toFixed(2)}x` : ''
+      table.push([framework, label, Math.round(row.rps), row.p99, vsBare, limiter.startsWith('sluice') ? ratio(row.rps, peer.rps) : ''])
       console.log(`${framework.padEnd(10)}${label.padEnd(20).slice(0, 16)}${row.rps.toFixed(0).padStart(10)}${String(row.p99).padStart(9)}${vsBare.padStart(10)}${vsPeer.padStart(10)}${row.errors + row.non2xx > 0 ? `  (${row.errors} errors, ${row.non2xx} non-2xx)` : ''}`)
     }
   }
-  console.log('\ntargets: sluice (memory) costs at most 5% of bare throughput and is no slower than the peer on the same framework')
+  const target = 'targets: sluice (memory) costs at most 5% of bare throughput and is no slower than the peer on the same framework'
+  console.log(`\n${target}`)
+  emit({
+    bench: 'http',
+    title: `HTTP middleware: requests/s with autocannon (${CONNECTIONS} connections x ${SECONDS} s), each server in its own process`,
+    columns: ['framework', 'limiter', 'req/s', 'p99 ms', 'vs bare', 'vs peer'],
+    rows: table,
+    notes: [target],
+  })
 } finally {
   await redis.stop()
 }

@@ -20,9 +20,10 @@ import { RateLimiterRedis } from 'rate-limiter-flexible'
 import { algorithms, Limiter, RedisStore, resolvePolicy, type Policy } from '../src/index.ts'
 import { LIMIT_SHA } from '../src/stores/redis/script.ts'
 import { startRedis } from '../test/support/redis.ts'
+import { emit, QUICK, ratio } from './report.ts'
 
 const ROUND_MS = Number(process.env.BENCH_MS ?? 2000)
-const IN_FLIGHT = [1, 16, 64, 256]
+const IN_FLIGHT = QUICK ? [1, 64] : [1, 16, 64, 256]
 const KEYS = Array.from({ length: 100_000 }, (_, i) => `client-${i}`)
 const HUGE = 1_000_000_000
 
@@ -102,19 +103,36 @@ async function main(): Promise<void> {
     }
 
     console.log('\nat 64 in flight:')
+    const notes: string[] = []
     for (const label of ['hot', '100k']) {
       const peer = table.get(`rate-limiter-flexible|${label}|64`) as Result
       for (const name of ['sluice fixed-window', 'sluice token-bucket']) {
         const ours = table.get(`${name}|${label}|64`) as Result
-        console.log(`  ${label.padEnd(5)} ${name}: ${(ours.rate / peer.rate).toFixed(2)}x rate-limiter-flexible's throughput (target >= 1.5x), p99 ${ours.p99.toFixed(2)} vs ${peer.p99.toFixed(2)} ms; ${((ours.rate / (ceiling.get(`${label}|64`) as number)) * 100).toFixed(0)}% of the ceiling (target >= 70%)`)
+        const line = `${label.padEnd(5)} ${name}: ${(ours.rate / peer.rate).toFixed(2)}x rate-limiter-flexible's throughput (target >= 1.5x), p99 ${ours.p99.toFixed(2)} vs ${peer.p99.toFixed(2)} ms; ${((ours.rate / (ceiling.get(`${label}|64`) as number)) * 100).toFixed(0)}% of the ceiling (target >= 70%)`
+        notes.push(line)
+        console.log(`  ${line}`)
       }
     }
+    emit({
+      bench: 'redis',
+      title: `Redis store: decisions/s and latency, closed loop, one ioredis connection per system, ${ROUND_MS} ms per cell`,
+      columns: ['system', 'keys', 'in flight', 'decisions/s', 'p50 ms', 'p99 ms', 'p999 ms', 'vs rate-limiter-flexible', 'vs redis-benchmark ceiling'],
+      rows: [...table].map(([id, r]) => {
+        const [name, label, inFlight] = id.split('|') as [string, string, string]
+        const peer = table.get(`rate-limiter-flexible|${label}|${inFlight}`) as Result
+        const top = ceiling.get(`${label}|${inFlight}`)
+        return [name, label, Number(inFlight), Math.round(r.rate), r.p50.toFixed(2), r.p99.toFixed(2), r.p999.toFixed(2),
+          name === 'rate-limiter-flexible' ? '' : ratio(r.rate, peer.rate), name === 'sluice fixed-window' && top !== undefined ? `${((r.rate / top) * 100).toFixed(0)}%` : '']
+      }),
+      notes,
+    })
 
     // Lua versus optimistic compare-and-swap on one hot key.
     console.log('\nLua vs WATCH/MULTI/EXEC (token bucket, one hot key)')
     const policy = resolvePolicy(tokenBucket)
     console.log(`${'in flight'.padStart(10)}${'lua rate'.padStart(11)}${'lua p99'.padStart(10)}${'cas rate'.padStart(11)}${'cas p99'.padStart(10)}  cas retries/decision`)
-    for (const inFlight of [8, 32, 128]) {
+    const casRows: Array<Array<string | number>> = []
+    for (const inFlight of QUICK ? [32] : [8, 32, 128]) {
       const lua = await closedLoop(inFlight, ['cas-hot'], systems[1]![1])
       // WATCH is per connection, so each caller of the CAS version needs its own.
       const pool = Array.from({ length: inFlight }, connect)
@@ -138,8 +156,15 @@ async function main(): Promise<void> {
       })
       const casN = cas.rate * (ROUND_MS / 1000)
       console.log(`${String(inFlight).padStart(10)}${kps(lua.rate)}  ${ms(lua.p99)}${kps(cas.rate)}  ${ms(cas.p99)}  ${(retries / casN).toFixed(2)}`)
+      casRows.push([inFlight, Math.round(lua.rate), lua.p99.toFixed(2), Math.round(cas.rate), cas.p99.toFixed(2), (retries / casN).toFixed(2), ratio(lua.rate, cas.rate)])
       pool.forEach((c) => c.disconnect())
     }
+    emit({
+      bench: 'redis',
+      title: 'One Lua call vs optimistic WATCH/MULTI/EXEC (Bucket4j-style compare-and-swap): token bucket, one hot key',
+      columns: ['in flight', 'Lua decisions/s', 'Lua p99 ms', 'CAS decisions/s', 'CAS p99 ms', 'CAS retries per decision', 'Lua / CAS'],
+      rows: casRows,
+    })
   } finally {
     connections.forEach((c) => c.disconnect())
     await redis.stop()
