@@ -21,7 +21,7 @@ import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { ConfigError, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
-import { createAgent, forward, normalizePath, pathRewriter, Upstreams } from './proxy.ts'
+import { createAgent, forward, pathRewriter, Upstreams } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
@@ -191,9 +191,9 @@ export class Gateway {
     this.inFlight++
     let finished = false
     const runtime = this.runtime
+    // nodeRequest normalizes the path (dot segments, empty segments): routes and limits see what the upstream will serve.
     const request = nodeRequest(req) as GatewayRequest
-    const absolute = !request.path.startsWith('/')
-    request.path = normalizePath(request.path)
+    const absolute = !(req.url ?? '/').startsWith('/')
     let routeName = '(none)'
     let failure: string | undefined
     const done = () => {

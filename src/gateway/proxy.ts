@@ -53,24 +53,6 @@ export function createAgent(keepAliveMs: number): Agent {
   return new Agent({ keepAliveTimeout: keepAliveMs, connections: 256, pipelining: 1 })
 }
 
-/**
- * Resolves `.` and `..` segments (also percent-encoded ones) and empty
- * segments, so the path that picks the route and its limits is the path the
- * upstream serves: `/static/../api/orders` must not slip past the limits of
- * `/api/**` into an upstream that resolves it to `/api/orders`.
- */
-export function normalizePath(path: string): string {
-  if (!/\/\/|\/\.|%2e/i.test(path)) return path
-  const out: string[] = []
-  for (const segment of path.split('/')) {
-    const plain = segment.replace(/%2e/gi, '.')
-    if (segment === '' || plain === '.') continue
-    if (plain === '..') out.pop()
-    else out.push(segment)
-  }
-  return `/${out.join('/')}${path.endsWith('/') && out.length > 0 ? '/' : ''}`
-}
-
 /** Compiles a route's path rewriting: strip a prefix, then a regex replacement. */
 export function pathRewriter(route: RouteConfig): (path: string) => string {
   const strip = route.stripPrefix === '/' ? undefined : route.stripPrefix
@@ -84,7 +66,7 @@ export function pathRewriter(route: RouteConfig): (path: string) => string {
 }
 
 export interface ForwardOptions {
-  /** The request's path as routed (normalized; see normalizePath), sent on after rewriting. */
+  /** The request's path as routed (normalized; see http/path.ts), sent on after rewriting. */
   path: string
   dispatcher: Dispatcher
   upstreams: Upstreams

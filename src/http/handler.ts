@@ -67,6 +67,13 @@ export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' 
   rules: RuleOptions[]
   /** Requests never limited: path patterns (health checks, metrics), or a predicate. */
   skip?: string[] | ((request: HttpRequest) => boolean)
+  /**
+   * Whether path patterns (rules, skip) match case-sensitively, as the
+   * application routes. Default true; `sluice/express` defaults to false,
+   * because Express routes `/API/login` to `/api/login` unless its
+   * "case sensitive routing" setting is on.
+   */
+  caseSensitive?: boolean
   /** An allow-list: requests it accepts are never limited (e.g. internal callers). */
   allow?: (request: HttpRequest) => boolean | Promise<boolean>
   /** A deny-list: requests it accepts are refused with 403 before any limit is checked. */
@@ -123,7 +130,7 @@ interface CompiledRule {
 
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
 
-const OPTIONS = new Set(['rules', 'skip', 'allow', 'deny', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onLimited', 'onWarning',
+const OPTIONS = new Set(['rules', 'skip', 'caseSensitive', 'allow', 'deny', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onLimited', 'onWarning',
   'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'observer'])
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs'])
 
@@ -149,7 +156,11 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     return key
   }
   const defaultKey = options.key ?? ipKey
-  const skip = typeof options.skip === 'function' ? options.skip : compilePaths(options.skip ?? [], 'skip')
+  if (options.caseSensitive !== undefined && typeof options.caseSensitive !== 'boolean') {
+    throw new ArgumentError('caseSensitive', options.caseSensitive, 'must be a boolean')
+  }
+  const caseSensitive = options.caseSensitive ?? true
+  const skip = typeof options.skip === 'function' ? options.skip : compilePaths(options.skip ?? [], 'skip', caseSensitive)
   for (const hook of ['allow', 'deny', 'onDecision', 'onLimited', 'onWarning', 'key'] as const) {
     if (options[hook] !== undefined && typeof options[hook] !== 'function') throw new ArgumentError(hook, options[hook], 'must be a function')
   }
@@ -209,7 +220,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
     return {
       name,
-      matches: typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`),
+      matches: typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive),
       limiter: limiterFor,
       key: rule.key ?? defaultKey,
       cost: typeof cost === 'function' ? cost : () => cost,

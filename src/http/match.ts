@@ -21,13 +21,13 @@ export interface MatchOptions {
 const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude', 'headers'])
 
 /** Compiles the predicates once (bad ones throw here); every given predicate must hold. */
-export function compileMatch(match: MatchOptions, what: string): (request: HttpRequest) => boolean {
+export function compileMatch(match: MatchOptions, what: string, caseSensitive = true): (request: HttpRequest) => boolean {
   if (typeof match !== 'object' || match === null) throw new ArgumentError(what, match, 'must be an object of predicates or a function')
   for (const [name, value] of Object.entries(match)) {
     if (!MATCH_OPTIONS.has(name) && value !== undefined) throw new ArgumentError(`${what}.${name}`, value, `is not a match option (known: ${[...MATCH_OPTIONS].join(', ')})`)
   }
-  const paths = match.path === undefined ? () => true : compilePaths(list(match.path), `${what}.path`)
-  const excluded = match.exclude === undefined ? () => false : compilePaths(list(match.exclude), `${what}.exclude`)
+  const paths = match.path === undefined ? () => true : compilePaths(list(match.path), `${what}.path`, caseSensitive)
+  const excluded = match.exclude === undefined ? () => false : compilePaths(list(match.exclude), `${what}.exclude`, caseSensitive)
   const methods = match.method === undefined ? undefined : new Set(list(match.method).map((m) => m.toUpperCase()))
   const hosts = match.host === undefined ? undefined : list(match.host).map((h) => compileHost(h, `${what}.host`))
   const headers = match.headers === undefined ? undefined : compileHeaders(match.headers, `${what}.headers`)
@@ -39,11 +39,12 @@ export function compileMatch(match: MatchOptions, what: string): (request: HttpR
 }
 
 /** `**` any number of segments, `*` within one segment; everything else literal. */
-export function compilePaths(patterns: string[], what: string): (path: string) => boolean {
+export function compilePaths(patterns: string[], what: string, caseSensitive = true): (path: string) => boolean {
   const regexes = patterns.map((pattern) => {
     if (typeof pattern !== 'string' || !pattern.startsWith('/')) throw new ArgumentError(what, pattern, 'must be path patterns starting with "/"')
     const source = pattern.split(/(\*\*|\*)/).map((part) => (part === '**' ? '.*' : part === '*' ? '[^/]*' : part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))).join('')
-    return new RegExp(`^${source}$`)
+    // A trailing slash names the same resource to most routers (Express's default, Fastify's ignoreTrailingSlash).
+    return new RegExp(`^${source}${pattern.endsWith('/') ? '' : '/?'}$`, caseSensitive ? '' : 'i')
   })
   return (path) => regexes.some((regex) => regex.test(path))
 }

@@ -3,6 +3,7 @@
  * sockets, with the memory store and with Redis.
  */
 import assert from 'node:assert/strict'
+import { request as httpRequest } from 'node:http'
 import { after, before, describe, it } from 'node:test'
 import { MemoryStore, RedisStore, type Store } from '../../src/index.ts'
 import type { RateLimitOptions } from '../../src/http/adapters/node.ts'
@@ -49,6 +50,25 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       assert.equal(problem['retry-after'], 30)
       // Outside the rule's paths nothing is limited.
       assert.equal((await get(`${url}/public`)).status, 200)
+    })
+  })
+
+  it(`${adapter}: other spellings of a limited path meet its limit (dot segments, empty segments, trailing slash, absolute form${adapter === 'express' ? ', case' : ''})`, async () => {
+    await withServer(start, base([{ name: 'login', match: { path: '/api/login' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'login' } }]), async (url) => {
+      // fetch() would resolve the dots itself: these go out as written.
+      const raw = (path: string) => new Promise<number>((resolve, reject) => {
+        const { hostname, port } = new URL(url)
+        const req = httpRequest({ host: hostname, port, path }, (res) => { res.resume(); resolve(res.statusCode ?? 0) })
+        req.on('error', reject)
+        req.end()
+      })
+      assert.equal(await raw('/api/login'), 200)
+      const spellings = ['/api/login/', '//api/login', '/api/./login', '/public/../api/login', '/public/%2e%2E/api/login', `http://127.0.0.1/api/login`]
+      if (adapter === 'express') spellings.push('/API/Login')
+      const statuses = []
+      for (const path of spellings) statuses.push(await raw(path))
+      assert.deepEqual(statuses, spellings.map(() => 429), spellings.join(' '))
+      assert.equal(await raw('/api/logout'), 200)
     })
   })
 

@@ -41,7 +41,8 @@ export const fetchServer: StartServer = (options) => {
   return listen(createServer(async (req, res) => {
     const headers = new Headers()
     for (const [name, value] of Object.entries(req.headers)) if (typeof value === 'string') headers.set(name, value)
-    const request = new Request(`http://${req.headers.host ?? 'localhost'}${req.url ?? '/'}`, { method: req.method ?? 'GET', headers })
+    const target = req.url ?? '/'
+    const request = new Request(target.startsWith('/') ? `http://${req.headers.host ?? 'localhost'}${target}` : target, { method: req.method ?? 'GET', headers })
     const response = await handler(request, req.socket.remoteAddress)
     res.statusCode = response.status
     response.headers.forEach((value, name) => res.setHeader(name, value))

@@ -1,7 +1,8 @@
 /**
  * Express middleware. Express's request is a node `IncomingMessage`, so this is
  * the node adapter behind Express's `next()`. Client addresses follow sluice's
- * own `clientIp` options, not Express's `trust proxy` setting.
+ * own `clientIp` options, not Express's `trust proxy` setting. Path patterns
+ * match case-insensitively, as Express routes, unless `caseSensitive: true`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { RateLimitOptions } from '../handler.ts'
@@ -10,7 +11,8 @@ import { rateLimitNode } from './node.ts'
 type Next = (error?: unknown) => void
 
 export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res: ServerResponse, next: Next) => void {
-  const limit = rateLimitNode(options)
+  // Express routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
+  const limit = rateLimitNode({ caseSensitive: false, ...options })
   return function sluiceRateLimit(req, res, next) {
     limit(req, res).then((proceed) => (proceed ? next() : undefined), next)
   }

@@ -4,6 +4,7 @@
  * Fastify's logger unless `onWarning` is given.
  */
 import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
 /** The parts of Fastify's request and reply the plugin uses. */
@@ -25,10 +26,9 @@ interface FastifyInstanceLike {
 }
 
 export function fastifyRequest(request: FastifyRequestLike): HttpRequest {
-  const query = request.url.indexOf('?')
   return {
     method: request.method,
-    path: query === -1 ? request.url : request.url.slice(0, query),
+    path: requestPath(request.url),
     host: typeof request.headers.host === 'string' ? request.headers.host : request.hostname,
     header: (name) => {
       const value = request.headers[name]

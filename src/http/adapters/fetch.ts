@@ -4,13 +4,15 @@
  * client's address is passed in by the caller (Hono: `getConnInfo(c)`).
  */
 import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { normalizePath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
 export function fetchRequest(request: Request, remoteAddress: string | undefined): HttpRequest {
   const url = new URL(request.url)
   return {
     method: request.method,
-    path: url.pathname,
+    // WHATWG URLs resolve dot segments already; empty segments remain.
+    path: normalizePath(url.pathname),
     host: request.headers.get('host') ?? url.host,
     header: (name) => request.headers.get(name) ?? undefined,
     remoteAddress,

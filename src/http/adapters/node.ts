@@ -5,14 +5,13 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
 export function nodeRequest(req: IncomingMessage): HttpRequest {
-  const url = req.url ?? '/'
-  const query = url.indexOf('?')
   return {
     method: req.method ?? 'GET',
-    path: query === -1 ? url : url.slice(0, query),
+    path: requestPath(req.url ?? '/'),
     host: req.headers.host,
     header: (name) => {
       const value = req.headers[name]
