@@ -2,7 +2,8 @@
  * What a client knows about one partition's server-side quota, learned from
  * responses. Pure: every method takes "now", so traces replay exactly.
  *
- * The model is the one every dialect shares: per server policy, units
+ * The first request to a partition goes alone: its answer says what the
+ * server allows before the others are sent. The model is the one every dialect shares: per server policy, units
  * remaining until a reset time, after which the full limit is back. Requests
  * in flight are charged when sent, and a response's `remaining` is read as
  * "after this request, and possibly before the others still in flight", so the
@@ -35,13 +36,15 @@ export class PartitionQuota {
   private probingUntil = 0
   /** Requests sent and not yet answered. */
   inFlight = 0
+  /** Whether any response has come back: until one has, one request at a time finds out what the server says. */
+  private answered = false
 
   constructor(private readonly probeMs: number) {}
 
   /** Whether a request may be sent at `now`; when it may, it is charged and counted in flight. */
   admit(now: number): Admission {
     if (now < this.blockedUntil) return { kind: 'wait', until: this.blockedUntil, reason: 'retry-after' }
-    if (now < this.probingUntil && this.inFlight > 0) return { kind: 'response', reason: 'probe' }
+    if ((!this.answered || now < this.probingUntil) && this.inFlight > 0) return { kind: 'response', reason: 'probe' }
     let until = 0
     let unknownReset = false
     for (const [name, quota] of this.tracked) {
@@ -72,6 +75,7 @@ export class PartitionQuota {
    */
   settle(announcement: Announcement, status: number, now: number): number | undefined {
     this.inFlight = Math.max(0, this.inFlight - 1)
+    this.answered = true
     for (const announced of announcement.quotas) {
       const resetAt = announced.resetAfterMs === undefined ? undefined : now + announced.resetAfterMs
       const estimate = announced.remaining === undefined ? undefined : announced.remaining - this.inFlight

@@ -168,6 +168,20 @@ describe('waiting, failing fast, queues and pacing', () => {
     }
   })
 
+  it('first contact: 30 requests at once to a server allowing 5 send one, learn the quota, send 4 more and refuse none at the server', async () => {
+    const server = await startLimitedServer({ dialect: 'draft-10', limit: 5, windowSeconds: 60 })
+    try {
+      const client = createClient({ maxWaitMs: 0 })
+      const outcomes = await Promise.allSettled(Array.from({ length: 30 }, () => client.fetch(server.url).then((r) => r.status)))
+      assert.equal(outcomes.filter((o) => o.status === 'fulfilled' && o.value === 200).length, 5)
+      assert.equal(outcomes.filter((o) => o.status === 'rejected' && o.reason instanceof QuotaExhaustedError).length, 25)
+      assert.equal(server.refused, 0)
+      assert.equal(server.arrivals.length, 5)
+    } finally {
+      await server.close()
+    }
+  })
+
   it('abort during a wait rejects at once with the signal\'s reason and leaves no timer', async () => {
     const server = await startLimitedServer({ dialect: 'draft-10', limit: 1, windowSeconds: 60 })
     try {
@@ -245,6 +259,9 @@ describe('waiting, failing fast, queues and pacing', () => {
     try {
       // The order requests are sent in (arrivals could swap on two connections).
       const client = createClient({ concurrency: 2, maxQueue: 4, fetch: (request) => { order.push(new URL(request.url).pathname); return fetch(request) } })
+      // The first request to an origin goes alone; after its answer, concurrency is the only bound.
+      await client.fetch(`${url}/first`)
+      order.length = 0
       const first = [client.fetch(`${url}/a`), client.fetch(`${url}/b`)]
       const queued = [
         client.fetch(`${url}/low`, { rateLimit: { priority: -1 } }),

@@ -9,9 +9,10 @@ const told = (remaining: number, resetAfterMs: number, extra: Partial<Announceme
 const nothing: Announcement = { quotas: [] }
 
 describe('the learned quota of one partition', () => {
-  it('knows nothing at first: sends everything, then spends what the server announced and waits for its reset', () => {
+  it('knows nothing at first: sends one request alone, then spends what the server announced and waits for its reset', () => {
     const quota = new PartitionQuota(60_000)
     assert.equal(quota.admit(0).kind, 'go')
+    assert.deepEqual(quota.admit(1), { kind: 'response', reason: 'probe' })
     quota.settle(told(2, 10_000), 200, 5)
     assert.equal(quota.admit(10).kind, 'go')
     assert.equal(quota.admit(11).kind, 'go')
@@ -21,8 +22,17 @@ describe('the learned quota of one partition', () => {
     assert.deepEqual(quota.admit(10_006), { kind: 'response', reason: 'quota' })
   })
 
+  it('a server that announces nothing gets everything once its first answer is in', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.settle(nothing, 200, 1)
+    for (let i = 0; i < 100; i++) assert.equal(quota.admit(2).kind, 'go')
+  })
+
   it('counts requests still in flight against what a response announces', () => {
     const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.settle(told(10, 9_000), 200, 0)
     for (let i = 0; i < 4; i++) assert.equal(quota.admit(0).kind, 'go')
     // The first answer says 3 are left, but 3 others are still on their way: none can be assumed free.
     quota.settle(told(3, 9_000), 200, 10)
@@ -73,6 +83,8 @@ describe('the learned quota of one partition', () => {
 
   it('after a 429 that announced nothing, one request at a time until the probe period ends', () => {
     const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.settle(nothing, 200, 0)
     quota.admit(0)
     quota.admit(0)
     assert.equal(quota.settle({ quotas: [], retryAfterMs: 1000 }, 429, 0), 1000)
