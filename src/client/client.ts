@@ -528,7 +528,7 @@ async function take(limiter: Limiter, key: string, signal: AbortSignal, budgetMs
   }
 }
 
-export function lookup(headers: Headers): HeaderLookup {
+function lookup(headers: Headers): HeaderLookup {
   return (name) => headers.get(name) ?? undefined
 }
 

@@ -97,9 +97,9 @@ export class PartitionQuota {
       }
       const current = this.tracked.get(announced.name) as Tracked
       if (current.remaining !== undefined && current.remaining <= 0) {
-        // "t=0" from a server that rounds down still means "not yet"; no reset at all means a window's wait.
-        current.resetAt = Math.max(current.resetAt ?? 0, now + (current.resetAt === undefined ? (current.windowMs ?? SECOND) : 0))
-        if (announced.resetAfterMs === 0) current.resetAt = Math.max(current.resetAt, now + SECOND)
+        // No reset at all means a window's wait; "t=0" from a server that rounds down still means "not yet".
+        if (current.resetAt === undefined) current.resetAt = now + (current.windowMs ?? SECOND)
+        else if (announced.resetAfterMs === 0) current.resetAt = Math.max(current.resetAt, now + SECOND)
       }
     }
     if (announcement.quotas.length > 0) this.probingUntil = 0

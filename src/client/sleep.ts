@@ -1,3 +1,5 @@
+import { waitUnlessAborted } from '../http/wait.ts'
+
 /** Node fires longer timers after 1 ms instead: longer waits are taken in steps. */
 export const MAX_TIMER_MS = 2 ** 31 - 1
 
@@ -7,19 +9,13 @@ export async function sleep(ms: number, signal: AbortSignal | undefined): Promis
   if (signal?.aborted) throw abortReason(signal)
 }
 
-function step(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  if (signal?.aborted) return Promise.reject(abortReason(signal))
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer)
-      reject(abortReason(signal as AbortSignal))
-    }
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort)
-      resolve()
-    }, ms)
-    signal?.addEventListener('abort', onAbort, { once: true })
+async function step(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (signal?.aborted) throw abortReason(signal)
+  const ran = await waitUnlessAborted(ms, (abort) => {
+    signal?.addEventListener('abort', abort, { once: true })
+    return () => signal?.removeEventListener('abort', abort)
   })
+  if (!ran) throw abortReason(signal as AbortSignal)
 }
 
 export function abortReason(signal: AbortSignal): unknown {

@@ -29,8 +29,8 @@ export interface Scale {
   windowMs: number
 }
 
-/** A small seeded generator (mulberry32), so a pattern is the same on every run. */
-function random(seed: number): () => number {
+/** A small seeded generator (mulberry32), so a pattern (or a test's random trace) is the same on every run. */
+export function seededRandom(seed: number): () => number {
   let state = seed >>> 0
   return () => {
     state = (state + 0x6d2b79f5) >>> 0
@@ -59,7 +59,7 @@ function poisson(key: string, from: number, to: number, perWindow: number, windo
 
 export function pattern(name: PatternName, scale: Scale): Traffic {
   const { limit, windowMs: w } = scale
-  const next = random(42)
+  const next = seededRandom(42)
   let events: TrafficEvent[]
   let durationMs: number
   let description: string

@@ -3,6 +3,7 @@
  * against every store. Stores must return identical decisions, field by field.
  */
 import { combine, Limiter, resolvePolicies, type Decision, type Policy, type Store } from '../../src/index.ts'
+import { seededRandom } from '../../src/simulate/traffic.ts'
 
 export interface Step {
   t: number
@@ -62,18 +63,6 @@ export const handWritten: Trace[] = [
   },
 ]
 
-/** Deterministic PRNG (mulberry32): random traces that are the same on every run. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
-
 function randomPolicy(random: () => number, index: number): Policy {
   const int = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1))
   const name = `p${index}`
@@ -90,7 +79,7 @@ function randomPolicy(random: () => number, index: number): Policy {
 
 /** Seeded random traces: 1 to 3 policies, 60 steps over two keys. */
 export function randomTraces(count: number, seed = 1): Trace[] {
-  const random = prng(seed)
+  const random = seededRandom(seed)
   return Array.from({ length: count }, (_, n) => {
     const policies = Array.from({ length: 1 + Math.floor(random() * 3) }, (_, i) => randomPolicy(random, i))
     const reservable = policies.every((p) => p.algorithm !== 'sliding-log' && p.algorithm !== 'sliding-window')
