@@ -87,6 +87,51 @@ describe('RedisStore', () => {
     assert.ok(scripts >= 3 && scripts <= 4, `300 calls in ${scripts} script invocations (at most 128 per invocation)`)
   })
 
+  it('decides a batch of runs (two limiters on one store, peeks, costs, reservations, two clocks) exactly as one by one', async () => {
+    const shapes = [
+      [{ algorithm: 'token-bucket', capacity: 20, refillTokens: 1, refillIntervalMs: 100 }, { algorithm: 'fixed-window', limit: 25, windowMs: 1000 }],
+      [{ algorithm: 'leaky-bucket', capacity: 8, leakTokens: 1, leakIntervalMs: 50, mode: 'shape' }],
+    ] as const
+    const store = new RedisStore({ client: redis.client() })
+    const times = [42_000, 42_010]
+    const limiters = shapes.map((policies, i) => {
+      const clock = () => times[i] as number
+      return {
+        memory: new Limiter({ policies: [...policies], clock }),
+        redis: new Limiter({ store, prefix: `runs${i}`, policies: [...policies], clock }),
+      }
+    })
+    // Blocks of alike calls (one run each), then singles that break every field of the run in turn.
+    type Call = { limiter: number; key: string; kind: 'limit' | 'peek'; cost?: number; maxWaitMs?: number; at?: number }
+    const calls: Call[] = []
+    for (let i = 0; i < 12; i++) calls.push({ limiter: 0, key: `k${i % 4}`, kind: 'limit' })
+    for (let i = 0; i < 6; i++) calls.push({ limiter: 1, key: `k${i % 2}`, kind: 'limit', maxWaitMs: 200 })
+    // A full bucket, then two reservations that wait, then a plain call refused.
+    for (let i = 0; i < 20; i++) calls.push({ limiter: 0, key: 'k9', kind: 'limit' })
+    calls.push({ limiter: 0, key: 'k9', kind: 'limit', maxWaitMs: 300 }, { limiter: 0, key: 'k9', kind: 'limit', maxWaitMs: 300 })
+    calls.push({ limiter: 0, key: 'k9', kind: 'limit' })
+    // Alike but for the clock: 500 ms later the bucket has refilled enough.
+    calls.push({ limiter: 0, key: 'k9', kind: 'limit', at: 42_500 })
+    calls.push({ limiter: 0, key: 'k0', kind: 'peek' }, { limiter: 0, key: 'k0', kind: 'limit', cost: 3 })
+    calls.push({ limiter: 0, key: 'k1', kind: 'limit', cost: 3 }, { limiter: 1, key: 'k1', kind: 'peek' })
+    for (let i = 0; i < 10; i++) calls.push({ limiter: i % 2, key: 'k1', kind: 'limit', cost: 1 + (i % 3) })
+    const decide = (side: 'memory' | 'redis', { limiter, key, kind, cost, maxWaitMs, at }: Call) => {
+      if (at !== undefined) times[limiter] = at
+      const chosen = (limiters[limiter] as (typeof limiters)[number])[side]
+      return kind === 'peek' ? chosen.peek(key) : chosen.limit(key, { cost: cost ?? 1, maxWaitMs: maxWaitMs ?? 0 })
+    }
+    const expected: unknown[] = []
+    for (const call of calls) expected.push(await decide('memory', call))
+    times.splice(0, 2, 42_000, 42_010)
+    const admin = redis.client()
+    await admin.config('RESETSTAT')
+    const actual = await Promise.all(calls.map((call) => decide('redis', call)))
+    assert.deepEqual(actual, expected)
+    const stats = await admin.info('commandstats')
+    const scripts = [...stats.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((sum, m) => sum + Number(m[1]), 0)
+    assert.ok(scripts >= 1 && scripts <= 4, `${calls.length} calls in ${scripts} script invocations`)
+  })
+
   it('writes one hash-tagged key per policy, each with an expiry no longer than its state matters', async () => {
     const admin = redis.client()
     // Long windows, so that no key can expire between the write and the SCAN on a loaded machine.

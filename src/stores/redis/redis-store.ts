@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto'
 import { monotonicClock } from '../../core/clock.ts'
 import { ArgumentError, SluiceError } from '../../core/errors.ts'
+import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import type { Store, StoreCall } from '../store.ts'
 import { runnerFor, type RedisClient, type ScriptRunner } from './clients.ts'
@@ -39,7 +40,8 @@ export interface RedisStoreOptions {
 }
 
 const OPTIONS = new Set(['client', 'url', 'time', 'onWarning'])
-const FIELDS_PER_POLICY = 6
+/** remaining, resetAfterMs, verdict (see lua/limit.lua) */
+const FIELDS_PER_POLICY = 3
 /** Most calls decided by one script invocation. */
 const MAX_BATCH = 128
 /**
@@ -49,6 +51,11 @@ const MAX_BATCH = 128
  * bench/redis.ts: 4 beat both 1 and 8 at 16, 64 and 256 calls in flight).
  */
 const BATCHES_IN_FLIGHT = 4
+
+/** How many calls go in each script invocation when `queued` calls wait together. */
+export function batchSize(queued: number): number {
+  return Math.min(MAX_BATCH, Math.ceil(queued / BATCHES_IN_FLIGHT))
+}
 
 interface Pending {
   call: StoreCall
@@ -141,7 +148,7 @@ export class RedisStore implements Store {
       else batch.push(pending)
     }
     for (const group of groups.values()) {
-      const size = Math.min(MAX_BATCH, Math.ceil(group.length / BATCHES_IN_FLIGHT))
+      const size = batchSize(group.length)
       for (let i = 0; i < group.length; i += size) void this.send(group.slice(i, i + size))
     }
   }
@@ -169,10 +176,12 @@ export class RedisStore implements Store {
   /** One script invocation for the batch (see lua/limit.lua for the layout). */
   private run(batch: Pending[]): Promise<unknown> {
     const keys: string[] = []
-    // Unique per batch; with a call's index it names that call's sliding-log entries.
+    // Unique per batch; with a call's number it names that call's sliding-log entries.
     const args: string[] = [`${this.idPrefix}${(this.batchCount++).toString(36)}`, '0']
     const setIndex = new Map<readonly ResolvedPolicy[], number>()
-    const calls: string[] = []
+    const runs: string[] = []
+    let previous: StoreCall | undefined
+    let previousNow = ''
     for (const { call } of batch) {
       let index = setIndex.get(call.policies)
       if (index === undefined) {
@@ -182,10 +191,18 @@ export class RedisStore implements Store {
       }
       for (const policy of call.policies) keys.push(redisKey(call.prefix, call.key, policy.name))
       const now = call.now !== undefined ? String(call.now) : this.clientTime ? String(monotonicClock()) : ''
-      calls.push(now, String(call.cost), String(call.maxWaitMs), String(index))
+      // Consecutive calls alike in all but their key share one run descriptor.
+      if (previous !== undefined && now === previousNow && call.cost === previous.cost &&
+        call.maxWaitMs === previous.maxWaitMs && call.policies === previous.policies) {
+        runs[runs.length - 1] = String(Number(runs[runs.length - 1]) + 1)
+      } else {
+        runs.push(now, String(call.cost), String(call.maxWaitMs), String(index), '1')
+      }
+      previous = call
+      previousNow = now
     }
     args[1] = String(setIndex.size)
-    for (const value of calls) args.push(value)
+    for (const value of runs) args.push(value)
     return this.runner.runLimit(keys, args)
   }
 
@@ -224,30 +241,28 @@ function scriptArgs(policy: ResolvedPolicy): string[] {
   }
 }
 
-/** Splits the script's flat reply into each call's decisions. */
+/** Splits the script's flat reply into each call's decisions (see lua/limit.lua). */
 function decode(reply: unknown, batch: Pending[]): PolicyDecision[][] {
-  const expected = batch.reduce((sum, { call }) => sum + 1 + FIELDS_PER_POLICY * call.policies.length, 0)
+  const expected = batch.reduce((sum, { call }) => sum + FIELDS_PER_POLICY * call.policies.length, 0)
   if (!Array.isArray(reply) || reply.length !== expected) {
     throw new SluiceError('ERR_SLUICE_REDIS_REPLY', `unexpected reply from the limit script: ${JSON.stringify(reply)?.slice(0, 200)}`)
   }
-  const n = reply.map(Number)
+  const n = reply as unknown[]
   let at = 0
-  return batch.map(({ call }) => {
-    at += 1 // the "now" the script decided at
-    return call.policies.map((policy) => {
-      const decision: PolicyDecision = {
-        policy: policy.name,
-        allowed: n[at] === 1,
-        limit: n[at + 1] as number,
-        remaining: n[at + 2] as number,
-        resetAfterMs: n[at + 3] as number,
-        retryAfterMs: n[at + 4] as number,
-        waitMs: n[at + 5] as number,
-      }
-      at += FIELDS_PER_POLICY
-      return decision
-    })
-  })
+  return batch.map(({ call }) => call.policies.map((policy) => {
+    const verdict = Number(n[at + 2])
+    const decision: PolicyDecision = {
+      policy: policy.name,
+      allowed: verdict >= 0,
+      limit: limitOf(policy),
+      remaining: Number(n[at]),
+      resetAfterMs: Number(n[at + 1]),
+      retryAfterMs: verdict >= 0 ? 0 : -1 - verdict,
+      waitMs: verdict >= 0 ? verdict : 0,
+    }
+    at += FIELDS_PER_POLICY
+    return decision
+  }))
 }
 
 /** ioredis settings for a limiter's connection (also for Sentinel and Cluster clients). */

@@ -6,22 +6,26 @@
 --
 -- One invocation decides a batch of calls, in order, exactly as if each had
 -- been its own invocation: a lone call is a batch of one. Batching amortises
--- the per-invocation cost that otherwise caps decisions per second, and each
--- set of policies is sent and parsed once per batch, not once per call.
+-- the per-invocation cost that otherwise caps decisions per second; each set
+-- of policies is sent and parsed once per batch, and consecutive calls alike
+-- in everything but their key (the usual case) share one run descriptor, so a
+-- call costs Redis one key argument and three reply integers per policy.
 --
--- ARGV[1]  batch id: with the call's index, names its sliding-log entries
+-- ARGV[1]  batch id: with the call's number, names its sliding-log entries
 -- ARGV[2]  s, the number of policy sets; then per set: n, and per policy the
 --          algorithm and four parameters (5 n values)
--- then per call, 4 values: now in epoch ms ('' = the server clock, TIME, read
---          once), cost (0 = peek: decide for cost 1, change nothing; negative:
---          give that many units back, buckets only),
---          maxWaitMs, and the index of its policy set (1-based)
+-- then per run of consecutive calls, 5 values: now in epoch ms ('' = the
+--          server clock, TIME, read once), cost (0 = peek: decide for cost 1,
+--          change nothing; negative: give that many units back, buckets only),
+--          maxWaitMs, the index of the policy set (1-based), and the number
+--          of calls in the run
 -- KEYS     per call, one key per policy of its set, in order:
 --          prefix:{key}:policyName (one hash tag: one slot)
 --
--- Returns per call { now, then per policy: allowed (0/1), limit, remaining,
--- resetAfterMs, retryAfterMs, waitMs } -- integers only (RESP2 and RESP3
--- alike; a Lua boolean would come back differently on each).
+-- Returns per call, per policy: remaining, resetAfterMs, and the verdict:
+-- waitMs (>= 0) when allowed, -1 - retryAfterMs when refused. Integers only
+-- (RESP2 and RESP3 alike; a Lua boolean would come back differently on each).
+-- The limit is not sent back: the caller knows its policies.
 --
 -- When "now" comes from the client, expiries get CLIENT_TIME_SLACK ms more:
 -- Redis expires keys on its own clock, and state must not vanish before the
@@ -33,9 +37,22 @@ pcall(redis.replicate_commands)
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 
--- Integers up to 2^53 written exactly ('%.0f'; tostring would keep 14 digits).
+-- Integers up to 2^53 written exactly ('%.0f'; tostring and concatenation
+-- keep 14 digits). A number passed to redis.call is written with 17, exact
+-- for any TTL, so expiries go as numbers.
 local function int(x)
   return string.format('%.0f', x)
+end
+
+-- A two-field state, 'a:b', in one format call.
+local function pair(a, b)
+  return string.format('%.0f:%.0f', a, b)
+end
+
+-- A sliding-log entry's name: the batch id and the call's number in the batch
+-- (built only when an entry is written).
+local function entry_id(call)
+  return ARGV[1] .. ':' .. call
 end
 
 local function decision(allowed, limit, remaining, reset_after, retry_after, wait)
@@ -63,7 +80,7 @@ local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wai
     local reset_after = (target + 1) * window_ms - now
     local remaining = (target == current) and (limit - used_after) or 0
     return decision(1, limit, remaining, reset_after, 0, needed_wait),
-      int(target) .. ':' .. int(used_after), reset_after
+      pair(target, used_after), reset_after
   end
   local reset_after = (window + 1) * window_ms - now
   local remaining = (window == current) and (limit - used) or 0
@@ -73,7 +90,7 @@ end
 ------------------------------------------------------------------- sliding log
 -- Entries: sorted-set members 'cost:callid' scored by time. The TypeScript log
 -- is the same list of (time, cost) pairs.
-local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, call_id, peek)
+local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, call, peek)
   local cutoff = now - window_ms
   -- Trimming what has left the window changes no decision, now or later.
   redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
@@ -94,7 +111,7 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, call_id
     local commit = nil
     if not peek then
       commit = function(ttl)
-        redis.call('ZADD', key, int(time), int(cost) .. ':' .. call_id)
+        redis.call('ZADD', key, int(time), int(cost) .. ':' .. entry_id(call))
         redis.call('PEXPIRE', key, int(ttl))
       end
     end
@@ -150,7 +167,7 @@ local function sliding_window(key, raw, now, cost, limit, window_ms)
   if room >= 0 then
     local reset_after = (window + 2) * window_ms - now
     return decision(1, limit, floor(room / window_ms), reset_after, 0, 0),
-      int(window) .. ':' .. int(previous) .. ':' .. int(current + cost), reset_after
+      string.format('%.0f:%.0f:%.0f', window, previous, current + cost), reset_after
   end
 
   local lag = window * window_ms + elapsed - now
@@ -203,7 +220,7 @@ local function token_bucket(key, raw, now, cost, capacity, refill_tokens, refill
   if after < full then reset_after = ms_until(full - after, now, updated_at, refill, refill_tokens, refill_interval) end
   local remaining = max(0, floor(after / refill_interval))
   if allowed then
-    return decision(1, capacity, remaining, reset_after, 0, needed_wait), int(after) .. ':' .. int(updated_at), reset_after
+    return decision(1, capacity, remaining, reset_after, 0, needed_wait), pair(after, updated_at), reset_after
   end
   return decision(0, capacity, remaining, reset_after, needed_wait - max_wait, 0), nil, reset_after
 end
@@ -237,7 +254,7 @@ local function leaky_bucket(key, raw, now, cost, capacity, leak_tokens, leak_int
   if allowed then
     local offset = floor(held / leak_tokens)
     return decision(1, capacity, remaining, reset_after, 0, needed_wait),
-      int(now + offset) .. ':' .. int(held - offset * leak_tokens), reset_after
+      pair(now + offset, held - offset * leak_tokens), reset_after
   end
   return decision(0, capacity, remaining, reset_after, retry_after, 0), nil, reset_after
 end
@@ -248,7 +265,7 @@ end
 local function token_bucket_refund(raw, now, units, capacity, refill_tokens, refill_interval, refill)
   if not raw then return false end
   local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
-  return int(min(capacity * refill_interval, level + units * refill_interval)) .. ':' .. int(updated_at)
+  return pair(min(capacity * refill_interval, level + units * refill_interval), updated_at)
 end
 
 local function leaky_bucket_refund(raw, now, units, capacity, leak_tokens, leak_interval)
@@ -256,7 +273,7 @@ local function leaky_bucket_refund(raw, now, units, capacity, leak_tokens, leak_
   local t, r = string.match(raw, '^(-?%d+):(-?%d+)$')
   local queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r) - units * leak_interval)
   local offset = floor(queued / leak_tokens)
-  return int(now + offset) .. ':' .. int(queued - offset * leak_tokens)
+  return pair(now + offset, queued - offset * leak_tokens)
 end
 
 local REFUNDS = {
@@ -289,13 +306,10 @@ end
 -- The reply, filled through a running count (# would search the array on every push).
 local reply, size = {}, 0
 local function push(d)
-  reply[size + 1] = d.allowed
-  reply[size + 2] = d.limit
-  reply[size + 3] = d.remaining
-  reply[size + 4] = d.reset_after
-  reply[size + 5] = d.retry_after
-  reply[size + 6] = d.wait
-  size = size + 6
+  reply[size + 1] = d.remaining
+  reply[size + 2] = d.reset_after
+  reply[size + 3] = (d.allowed == 1) and d.wait or -1 - d.retry_after
+  size = size + 3
 end
 
 -- Policy sets, parsed once: each policy as { algorithm function, name, p1..p4 }.
@@ -315,35 +329,33 @@ for s = 1, tonumber(ARGV[2]) do
 end
 
 -- Policy i of a call whose keys start after KEYS[k0].
-local function run(set, k0, i, now, c, wait, call_id, peek)
+local function run(set, k0, i, now, c, wait, call, peek)
   local policy = set[i]
   local key = KEYS[k0 + i]
   local raw = false
   if policy[2] ~= 'sliding-log' then raw = redis.call('GET', key) end
-  return policy[1](key, raw, now, c, policy[3], policy[4], policy[5], policy[6], wait, call_id, peek)
+  return policy[1](key, raw, now, c, policy[3], policy[4], policy[5], policy[6], wait, call, peek)
 end
 
-local function uncharged(set, k0, i, now, call_id)
-  local d = run(set, k0, i, now, 0, 0, call_id, true)
+local function uncharged(set, k0, i, now, call)
+  local d = run(set, k0, i, now, 0, 0, call, true)
   d.wait = 0
   return d
 end
 
 -- One call against the policies of `set`, keys from KEYS[k0 + 1].
-local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
+local function decide(set, k0, now, cost, max_wait, call, ttl_slack)
   local n = #set
-  size = size + 1
-  reply[size] = now
   if cost < 0 then
     -- Refund: give -cost units back to every policy (buckets only), then show each.
     for i = 1, n do
       local policy = set[i]
       local key = KEYS[k0 + i]
       local refunded = REFUNDS[policy[2]](redis.call('GET', key), now, -cost, policy[3], policy[4], policy[5], policy[6])
-      local d, state, ttl = policy[1](key, refunded, now, 0, policy[3], policy[4], policy[5], policy[6], 0, call_id, true)
+      local d, state, ttl = policy[1](key, refunded, now, 0, policy[3], policy[4], policy[5], policy[6], 0, call, true)
       -- Still in debt after the refund, the view refuses and returns no state:
       -- the refunded state is then current already (no time has passed).
-      redis.call('SET', key, state or refunded, 'PX', int(max(1, ttl) + ttl_slack))
+      redis.call('SET', key, state or refunded, 'PX', max(1, ttl) + ttl_slack)
       d.wait = 0
       push(d)
     end
@@ -352,8 +364,8 @@ local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
   if cost == 0 then
     -- Peek: remaining and reset as they stand; allowed / retry for a call of cost 1.
     for i = 1, n do
-      local d = uncharged(set, k0, i, now, call_id)
-      local single = run(set, k0, i, now, 1, 0, call_id, true)
+      local d = uncharged(set, k0, i, now, call)
+      local single = run(set, k0, i, now, 1, 0, call, true)
       d.allowed = single.allowed
       d.retry_after = single.retry_after
       push(d)
@@ -363,12 +375,12 @@ local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
 
   if n == 1 then
     -- One policy: the same rule without the bookkeeping (commit iff allowed).
-    local d, state, ttl = run(set, k0, 1, now, cost, max_wait, call_id, false)
+    local d, state, ttl = run(set, k0, 1, now, cost, max_wait, call, false)
     if d.allowed == 1 then
       if type(state) == 'function' then
         state(max(1, ttl) + ttl_slack)
       else
-        redis.call('SET', KEYS[k0 + 1], state, 'PX', int(max(1, ttl) + ttl_slack))
+        redis.call('SET', KEYS[k0 + 1], state, 'PX', max(1, ttl) + ttl_slack)
       end
     end
     push(d)
@@ -378,7 +390,7 @@ local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
   local decisions, states, ttls = {}, {}, {}
   local all_allowed = true
   for i = 1, n do
-    decisions[i], states[i], ttls[i] = run(set, k0, i, now, cost, max_wait, call_id, false)
+    decisions[i], states[i], ttls[i] = run(set, k0, i, now, cost, max_wait, call, false)
     if decisions[i].allowed == 0 then all_allowed = false end
   end
 
@@ -388,7 +400,7 @@ local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
       if type(states[i]) == 'function' then
         states[i](ttl)
       else
-        redis.call('SET', KEYS[k0 + i], states[i], 'PX', int(ttl))
+        redis.call('SET', KEYS[k0 + i], states[i], 'PX', ttl)
       end
       push(decisions[i])
     end
@@ -396,22 +408,25 @@ local function decide(set, k0, now, cost, max_wait, call_id, ttl_slack)
     -- All-or-nothing: nothing was written; policies that would have allowed
     -- report their state uncharged.
     for i = 1, n do
-      if decisions[i].allowed == 1 then push(uncharged(set, k0, i, now, call_id)) else push(decisions[i]) end
+      if decisions[i].allowed == 1 then push(uncharged(set, k0, i, now, call)) else push(decisions[i]) end
     end
   end
 end
 
-local batch_id = ARGV[1]
 local k, call = 0, 0
 while a <= #ARGV do
   local now, slack = now_of(ARGV[a])
   if now == nil then
     return redis.error_reply('SLUICE_NO_TIME the server refused TIME inside scripts')
   end
-  call = call + 1
+  local cost, max_wait = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local set = sets[tonumber(ARGV[a + 3])]
-  decide(set, k, now, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), batch_id .. ':' .. call, slack)
-  a = a + 4
-  k = k + #set
+  local n = #set
+  for _ = 1, tonumber(ARGV[a + 4]) do
+    call = call + 1
+    decide(set, k, now, cost, max_wait, call, slack)
+    k = k + n
+  end
+  a = a + 5
 end
 return reply
