@@ -10,7 +10,7 @@
  * and no peer rejects (RLF rejects its promise when limited).
  */
 import { RateLimiterMemory } from 'rate-limiter-flexible'
-import { Limiter, MemoryStore, type Policy } from '../src/index.ts'
+import { Limiter, MemoryStore, type Policy } from 'sluice'
 import { emit, QUICK, ratio } from './report.ts'
 
 const ROUND_MS = Number(process.env.BENCH_MS ?? 500)

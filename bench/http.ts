@@ -3,18 +3,21 @@
  * trivial handler, for Express and Fastify, each bare, with sluice (memory and
  * Redis) and with its own peer limiter configured alike (express-rate-limit,
  * @fastify/rate-limit), in one run. Each server runs in its own process, so the
- * load generator and the server each have a core.
+ * load generator and the server each have a core. On a small machine two
+ * processes running the same code differ by 10% or more, so every cell is the
+ * median of ROUNDS fresh server processes, the variants taking turns.
  *
- *   npm run bench:http                  (about a minute and a half)
- *   BENCH_SECONDS=3 npm run bench:http
+ *   npm run bench:http                  (about two minutes)
+ *   BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:http
  */
 import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import autocannon from 'autocannon'
 import { startRedis } from '../test/support/redis.ts'
-import { emit, ratio } from './report.ts'
+import { emit, QUICK, ratio } from './report.ts'
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 6)
+const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 4))
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3))
 const CONNECTIONS = 50
 
 interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number }
@@ -35,18 +38,28 @@ async function measure(framework: string, limiter: string, redisUrl: string): Pr
   }
 }
 
+/** The run with the median requests/s. */
+function median(runs: Row[]): Row {
+  return [...runs].sort((a, b) => a.rps - b.rps)[Math.floor(runs.length / 2)] as Row
+}
+
 const redis = await startRedis()
 try {
-  console.log(`sluice HTTP benchmark: node ${process.version}, autocannon ${CONNECTIONS} connections x ${SECONDS} s, median of one run per cell\n`)
+  console.log(`sluice HTTP benchmark: node ${process.version}, autocannon ${CONNECTIONS} connections x ${SECONDS} s, median of ${ROUNDS} server processes per cell\n`)
   console.log(`${'framework'.padEnd(10)}${'limiter'.padEnd(16)}${'req/s'.padStart(10)}${'p99 ms'.padStart(9)}${'vs bare'.padStart(10)}${'vs peer'.padStart(10)}`)
   const table: Array<Array<string | number>> = []
   for (const framework of ['express', 'fastify']) {
     const rows: Record<string, Row> = {}
-    for (const limiter of ['bare', 'peer', 'sluice-memory', 'sluice-redis']) rows[limiter] = await measure(framework, limiter, redis.url)
+    const samples: Record<string, Row[]> = {}
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const limiter of ['bare', 'noop', 'peer', 'sluice-memory', 'sluice-redis']) (samples[limiter] ??= []).push(await measure(framework, limiter, redis.url))
+    }
+    for (const [limiter, runs] of Object.entries(samples)) rows[limiter] = median(runs)
     const bare = rows.bare as Row
     const peer = rows.peer as Row
     for (const [limiter, row] of Object.entries(rows)) {
-      const label = limiter === 'peer' ? (framework === 'express' ? 'express-rate-limit' : '@fastify/rate-limit') : limiter
+      const label = limiter === 'peer' ? (framework === 'express' ? 'express-rate-limit' : '@fastify/rate-limit')
+        : limiter === 'noop' ? (framework === 'express' ? 'no-op middleware' : 'no-op async hook') : limiter
       const vsBare = `${(((row.rps - bare.rps) / bare.rps) * 100).toFixed(1)}%`
       const vsPeer = limiter.startsWith('sluice') ? `${(row.rps / peer.rps).toFixed(2)}x` : ''
       table.push([framework, label, Math.round(row.rps), row.p99, vsBare, limiter.startsWith('sluice') ? ratio(row.rps, peer.rps) : ''])
@@ -57,7 +70,7 @@ try {
   console.log(`\n${target}`)
   emit({
     bench: 'http',
-    title: `HTTP middleware: requests/s with autocannon (${CONNECTIONS} connections x ${SECONDS} s), each server in its own process`,
+    title: `HTTP middleware: requests/s with autocannon (${CONNECTIONS} connections x ${SECONDS} s), each server in its own process, median of ${ROUNDS}`,
     columns: ['framework', 'limiter', 'req/s', 'p99 ms', 'vs bare', 'vs peer'],
     rows: table,
     notes: [target],

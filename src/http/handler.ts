@@ -243,15 +243,14 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   }
 
   return async function rateLimit(request: HttpRequest): Promise<HttpOutcome> {
-    const unlimited: HttpOutcome = { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
-    if (typeof options.skip === 'function' ? options.skip(request) : (skip as (path: string) => boolean)(request.path)) return unlimited
+    if (typeof options.skip === 'function' ? options.skip(request) : (skip as (path: string) => boolean)(request.path)) return unlimited()
     if (options.deny !== undefined) {
       const denied = options.deny(request)
       if (isPromise(denied) ? await denied : denied) return problem(403, 'Forbidden', 'This client is not allowed to use this API.', [])
     }
     if (options.allow !== undefined) {
       const allowed = options.allow(request)
-      if (isPromise(allowed) ? await allowed : allowed) return unlimited
+      if (isPromise(allowed) ? await allowed : allowed) return unlimited()
     }
     // Every matching rule, with its key, limiter (tier), cost and wait.
     const matched: Array<{ rule: CompiledRule; limiter: Limiter; key: string; cost: number }> = []
@@ -289,16 +288,26 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       applied.push({ rules: names, shadow: rule.shadow, limiter, decision, key, cost })
       if (!decision.allowed && !rule.shadow) break
     }
-    if (applied.length === 0) return { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
-    const now = clock()
-    const refused = applied.find(({ shadow, decision }) => !decision.allowed && !shadow)
+    if (applied.length === 0) return unlimited()
     // The rule whose numbers single-valued fields carry: the refusing one, else the one with the fewest units left.
-    const binding = refused ?? applied.reduce((a, b) => (b.decision.remaining < a.decision.remaining ? b : a))
-    const perRule = applied.map(({ limiter, decision, key, cost }) => rateLimitHeaders(decision, limiter.policies, headerOptions, key, now, cost))
-    const headers = perRule.length === 1 ? (perRule[0] as HeaderList) : mergeHeaders(perRule, applied.indexOf(binding), headerOptions.standard ?? 'draft-10')
-    if (refused === undefined) {
-      return { proceed: true, status: 200, headers, body: undefined, waitMs: Math.max(...applied.map(({ decision }) => decision.waitMs)) }
+    let refused: (typeof applied)[number] | undefined
+    let binding = applied[0] as (typeof applied)[number]
+    let waitMs = 0
+    for (const entry of applied) {
+      if (!entry.decision.allowed && !entry.shadow) refused ??= entry
+      if (entry.decision.remaining < binding.decision.remaining) binding = entry
+      if (entry.decision.waitMs > waitMs) waitMs = entry.decision.waitMs
     }
+    if (refused !== undefined) binding = refused
+    const now = clock()
+    let headers: HeaderList
+    if (applied.length === 1) {
+      headers = rateLimitHeaders(binding.decision, binding.limiter.policies, headerOptions, binding.key, now, binding.cost)
+    } else {
+      const perRule = applied.map(({ limiter, decision, key, cost }) => rateLimitHeaders(decision, limiter.policies, headerOptions, key, now, cost))
+      headers = mergeHeaders(perRule, applied.indexOf(binding), headerOptions.standard ?? 'draft-10')
+    }
+    if (refused === undefined) return { proceed: true, status: 200, headers, body: undefined, waitMs }
     const { decision } = refused
     options.onLimited?.({ rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
@@ -309,6 +318,11 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       'retry-after': Math.max(1, Math.ceil(decision.retryAfterMs / 1000)),
     })
   }
+}
+
+/** A request no rule limits: it proceeds with no headers. */
+function unlimited(): HttpOutcome {
+  return { proceed: true, status: 200, headers: [], body: undefined, waitMs: 0 }
 }
 
 /** Where the handler keeps its limiters' state: read it with a `Limiter` on this prefix (and the same store and policies). */

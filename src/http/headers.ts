@@ -69,20 +69,22 @@ export function rateLimitHeaders(
 ): HeaderList {
   const headers: HeaderList = []
   const standard = options.standard ?? 'draft-10'
-  const binding = decision.policies.find((p) => p.policy === decision.policy) ?? (decision.policies[0] as PolicyDecision)
 
   if (standard === 'draft-10' || standard === 'draft-8') {
     const pk = options.partitionKey === true ? `;pk=${serializeByteSequence(partitionKey(key))}` : ''
-    const quota: string[] = []
-    const left: string[] = []
-    decision.policies.forEach((entry, i) => {
+    let quota = ''
+    let left = ''
+    for (let i = 0; i < decision.policies.length; i++) {
+      const entry = decision.policies[i] as PolicyDecision
       const { name, quotaItem } = itemsOf(policies[i] as ResolvedPolicy, entry.limit)
-      quota.push(quotaItem + pk)
+      const separator = i === 0 ? '' : ', '
+      quota += `${separator}${quotaItem}${pk}`
       // Only r and t change per request: their integers go through the serializer, the rest is cached.
-      left.push(`${name};r=${serializeInteger(entry.remaining)};t=${serializeInteger(seconds(entry.allowed ? entry.resetAfterMs : entry.retryAfterMs))}${pk}`)
-    })
-    headers.push(['RateLimit-Policy', quota.join(', ')], ['RateLimit', left.join(', ')])
+      left += `${separator}${name};r=${serializeInteger(entry.remaining)};t=${serializeInteger(seconds(entry.allowed ? entry.resetAfterMs : entry.retryAfterMs))}${pk}`
+    }
+    headers.push(['RateLimit-Policy', quota], ['RateLimit', left])
   } else if (standard === 'draft-7') {
+    const binding = bindingOf(decision)
     headers.push(
       ['RateLimit-Policy', policyList(decision, policies)],
       ['RateLimit', serializeDictionary(new Map([
@@ -92,6 +94,7 @@ export function rateLimitHeaders(
       ]))],
     )
   } else if (standard === 'draft-6') {
+    const binding = bindingOf(decision)
     headers.push(
       ['RateLimit-Policy', policyList(decision, policies)],
       ['RateLimit-Limit', String(binding.limit)],
@@ -100,6 +103,7 @@ export function rateLimitHeaders(
     )
   }
   if (options.legacy === true) {
+    const binding = bindingOf(decision)
     headers.push(
       ['X-RateLimit-Limit', String(binding.limit)],
       ['X-RateLimit-Remaining', String(binding.remaining)],
@@ -107,6 +111,7 @@ export function rateLimitHeaders(
     )
   }
   if (options.springCloudGateway === true) {
+    const binding = bindingOf(decision)
     const policy = policies[decision.policies.indexOf(binding)] as ResolvedPolicy
     if (options.legacy !== true) headers.push(['X-RateLimit-Remaining', String(binding.remaining)])
     headers.push(
@@ -116,6 +121,11 @@ export function rateLimitHeaders(
     )
   }
   return headers
+}
+
+/** The policy whose numbers the single-valued fields carry: the decision's binding one. */
+function bindingOf(decision: Decision): PolicyDecision {
+  return decision.policies.find((p) => p.policy === decision.policy) ?? (decision.policies[0] as PolicyDecision)
 }
 
 /** Spring Cloud Gateway's replenishRate: whole units a policy grants per second (0 when slower than one a second). */
