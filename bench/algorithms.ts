@@ -18,7 +18,7 @@
 import { execFileSync } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import { Limiter, RedisStore, redisKey, type Policy } from '../src/index.ts'
+import { Limiter, RedisStore, redisKey, type Policy } from 'sluice'
 import { startRedis } from '../test/support/redis.ts'
 import { emit, QUICK, ratio } from './report.ts'
 

@@ -8,7 +8,7 @@
  */
 import { execFileSync } from 'node:child_process'
 import { RateLimiterMemory } from 'rate-limiter-flexible'
-import { Limiter, MemoryStore, type Policy } from '../src/index.ts'
+import { Limiter, MemoryStore, type Policy } from 'sluice'
 import { emit, QUICK, ratio } from './report.ts'
 
 const KEYS = QUICK ? 100_000 : 1_000_000

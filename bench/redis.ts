@@ -18,9 +18,9 @@
 import { execFileSync } from 'node:child_process'
 import { Redis } from 'ioredis'
 import { RateLimiterRedis } from 'rate-limiter-flexible'
-import { algorithms, Limiter, RedisStore, resolvePolicy, type Policy } from '../src/index.ts'
-import { batchSize } from '../src/stores/redis/redis-store.ts'
-import { LIMIT_SHA } from '../src/stores/redis/script.ts'
+import { algorithms, Limiter, RedisStore, resolvePolicy, type Policy } from 'sluice'
+import { batchSize } from '../dist/stores/redis/redis-store.js'
+import { LIMIT_SHA } from '../dist/stores/redis/script.js'
 import { startRedis } from '../test/support/redis.ts'
 import { emit, QUICK, ratio } from './report.ts'
 
@@ -91,7 +91,7 @@ async function main(): Promise<void> {
     // flight split into batches, the batches pipelined), driven by
     // redis-benchmark (C, no Node in the loop).
     const admin = connect()
-    await admin.script('LOAD', (await import('../src/stores/redis/script.ts')).LIMIT_SCRIPT)
+    await admin.script('LOAD', (await import('../dist/stores/redis/script.js')).LIMIT_SCRIPT)
     console.log('\nceiling: redis-benchmark, EVALSHA of the same script in the same batches, 1 connection')
     const ceiling = new Map<string, number>()
     for (const inFlight of IN_FLIGHT) {

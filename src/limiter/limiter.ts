@@ -196,6 +196,14 @@ export class Limiter {
 
   /** Decides one call for `key`, charging it when allowed. */
   limit(key: string, options?: LimitOptions): Promise<Decision> {
+    if (this.local !== undefined) {
+      // In-process: decided now, settled at once (no closure for decide()).
+      try {
+        return Promise.resolve(combine(this.local.consumeSync(this.call(key, options))))
+      } catch (error) {
+        return Promise.reject(error as Error)
+      }
+    }
     return this.decide(() => this.call(key, options))
   }
 
@@ -416,9 +424,6 @@ export class Limiter {
   }
 }
 
-/** A UTF-16 surrogate without its pair: such a string has no exact UTF-8 form. */
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
-
 /**
  * Validates a key. Keys over MAX_KEY_LENGTH, and keys that are not well-formed
  * UTF-16 (which Redis clients would encode with U+FFFD, merging distinct keys),
@@ -428,7 +433,8 @@ export function normalizeKey(key: unknown): string {
   if (typeof key !== 'string' || key.length === 0) {
     throw new ArgumentError('key', key, 'must be a non-empty string')
   }
-  if (key.length <= MAX_KEY_LENGTH && !LONE_SURROGATE.test(key)) return key
+  // isWellFormed: no lone surrogate, so the string has an exact UTF-8 form.
+  if (key.length <= MAX_KEY_LENGTH && key.isWellFormed()) return key
   return `sha256:${createHash('sha256').update(Buffer.from(key, 'utf16le')).digest('hex')}`
 }
 

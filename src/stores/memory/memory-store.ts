@@ -42,6 +42,9 @@ export class MemoryStore implements SyncStore {
   private readonly spaces = new Map<string, Map<string, Entry>>()
   /** The last namespace each policy object was used with, to skip even the namespace lookup. */
   private readonly spaceOf = new WeakMap<ResolvedPolicy, { prefix: string; space: Map<string, Entry> }>()
+  private lastPolicy: ResolvedPolicy | undefined
+  private lastPrefix = ''
+  private lastSpace: Map<string, Entry> | undefined
   private count = 0
   private oldest: Entry | undefined
   private newest: Entry | undefined
@@ -120,6 +123,16 @@ export class MemoryStore implements SyncStore {
   }
 
   private space(prefix: string, policy: ResolvedPolicy): Map<string, Entry> {
+    // Most stores serve one limiter: the last namespace answers without a lookup.
+    if (policy === this.lastPolicy && prefix === this.lastPrefix) return this.lastSpace as Map<string, Entry>
+    const space = this.lookupSpace(prefix, policy)
+    this.lastPolicy = policy
+    this.lastPrefix = prefix
+    this.lastSpace = space
+    return space
+  }
+
+  private lookupSpace(prefix: string, policy: ResolvedPolicy): Map<string, Entry> {
     const cached = this.spaceOf.get(policy)
     if (cached !== undefined && cached.prefix === prefix) return cached.space
     // NUL cannot occur in a prefix or a policy name, so distinct pairs never collide.
