@@ -283,7 +283,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       const { key, cost, rule } = group[0] as (typeof matched)[number]
       const limiter = group.length === 1 ? (group[0] as (typeof matched)[number]).limiter : combined(group.map((entry) => entry.limiter))
       const decision = await (cost === 1 && rule.maxWaitMs === 0 ? limiter.limit(key) : limiter.limit(key, { cost, maxWaitMs: rule.maxWaitMs }))
-      const names = group.map((entry) => entry.rule.name).join('+')
+      const names = group.length === 1 ? rule.name : group.map((entry) => entry.rule.name).join('+')
       options.onDecision?.({ rule: names, key, decision, shadow: rule.shadow, request })
       applied.push({ rules: names, shadow: rule.shadow, limiter, decision, key, cost })
       if (!decision.allowed && !rule.shadow) break
