@@ -4,7 +4,7 @@
  * bench/results.md, a table per benchmark with sluice beside its peers
  * measured in the same run, and the machine they ran on. Not a test.
  *
- *   npm run bench                  (about 12 minutes on 2 cores)
+ *   npm run bench                  (about 8 minutes on 2 cores)
  *   npm run bench -- --quick       (about 2 minutes: shorter rounds, fewer cells)
  *   npm run bench -- --only redis,algorithms
  *
