@@ -25,7 +25,8 @@ interface Entry {
   key: string
   /** The namespace map (prefix + policy) that holds this entry. */
   space: Map<string, Entry>
-  state: AlgorithmState
+  /** Undefined once expired: the entry then decides as a missing key until it is written again or swept. */
+  state: AlgorithmState | undefined
   /** Epoch ms after which the state no longer matters (a missing key decides the same). */
   expiresAt: number
   older: Entry | undefined
@@ -149,10 +150,10 @@ export class MemoryStore implements SyncStore {
   private read(space: Map<string, Entry>, key: string, now: number): Entry | undefined {
     const entry = space.get(key)
     if (entry === undefined) return undefined
-    if (entry.expiresAt <= now) {
-      this.remove(entry)
-      return undefined
-    }
+    // An expired state decides as a missing key. The entry stays, to be
+    // overwritten by this call (a key back after its window costs no delete
+    // and re-insert), else swept.
+    if (entry.expiresAt <= now) entry.state = undefined
     // A refused key is touched too: the keys hammering hardest are the last ones to forget.
     this.touch(entry)
     return entry
