@@ -39,6 +39,21 @@ describe('MemoryStore', () => {
     assert.ok(store.size < 1100, `expired keys were swept as new keys arrived (size ${store.size})`)
   })
 
+
+  it('a call that finds a key expired charges it anew, even when the same call adds a key and sweeps', () => {
+    let now = 0
+    const store = new MemoryStore()
+    const perSecond: Policy = { algorithm: 'fixed-window', limit: 3, windowMs: 1000, name: 'second' }
+    const perMinute: Policy = { algorithm: 'fixed-window', limit: 100, windowMs: 60_000, name: 'minute' }
+    const alone = new Limiter({ policies: perSecond, store, clock: () => now })
+    // Same prefix and policy name: both limiters keep "second" in one place.
+    const both = new Limiter({ policies: [perMinute, perSecond], store, clock: () => now })
+    alone.limitSync('k')
+    now = 5000 // "second" has expired; "minute" is new, and adding it runs the sweeper
+    assert.equal(both.limitSync('k').allowed, true)
+    assert.equal(alone.peekSync('k').remaining, 2, 'the call was counted in "second"')
+    assert.equal(store.size, 2)
+  })
   it('uses an injected clock when the limiter has none', () => {
     let now = 0
     const store = new MemoryStore({ clock: () => now })

@@ -82,7 +82,10 @@ export class MemoryStore implements SyncStore {
       const space = this.space(call.prefix, policy)
       const entry = this.read(space, key, now)
       const transition = step(policy, entry?.state, now, cost, options)
-      if (transition.decision.allowed) this.write(space, key, entry, transition, now)
+      if (transition.decision.allowed) {
+        this.write(space, key, entry, transition, now)
+        if (entry === undefined) this.reclaim(now, 1)
+      }
       return [transition.decision]
     }
     const spaces = policies.map((policy) => this.space(call.prefix, policy))
@@ -92,6 +95,8 @@ export class MemoryStore implements SyncStore {
       for (let i = 0; i < commit.length; i++) {
         this.write(spaces[i] as Map<string, Entry>, key, entries[i], commit[i] as Transition<AlgorithmState>, now)
       }
+      const added = entries.filter((entry) => entry === undefined).length
+      if (added > 0) this.reclaim(now, added)
     }
     return decisions
   }
@@ -172,12 +177,20 @@ export class MemoryStore implements SyncStore {
     this.newest = entry
     space.set(key, entry)
     this.count++
-    this.sweep(now)
-    if (this.count > this.maxKeys && this.oldest !== undefined) this.remove(this.oldest)
   }
 
-  private sweep(now: number): void {
-    for (let i = 0; i < SWEEP_STEPS; i++) {
+  /**
+   * After a call added keys, once all its writes are done (an entry the call
+   * holds, expired when read, must not be swept before it is overwritten):
+   * sweep a few per key added, then forget the least recently used beyond maxKeys.
+   */
+  private reclaim(now: number, added: number): void {
+    this.sweep(now, added * SWEEP_STEPS)
+    while (this.count > this.maxKeys && this.oldest !== undefined) this.remove(this.oldest)
+  }
+
+  private sweep(now: number, steps: number): void {
+    for (let i = 0; i < steps; i++) {
       const entry = this.cursor ?? this.oldest
       if (entry === undefined) return
       this.cursor = entry.newer
