@@ -17,6 +17,10 @@ const env = (name: string) => {
 
 const store = process.env.SHARED === '1' ? new RedisStore({ url: env('REDIS_URL') }) : undefined
 const client = createClient(store === undefined ? {} : { store })
+// Connected before the start: a decision made while the connection is still
+// coming up times out and falls back to this process's own count (by design),
+// which on a loaded machine turned the fleet's first shared window into four.
+await store?.ping()
 const wait = Number(env('START_AT')) - Date.now()
 if (wait > 0) await sleep(wait)
 const statuses = await offer(Number(env('COUNT')), Number(env('INTERVAL_MS')), () => client.fetch(env('TARGET')))
