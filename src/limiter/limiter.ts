@@ -196,15 +196,7 @@ export class Limiter {
 
   /** Decides one call for `key`, charging it when allowed. */
   limit(key: string, options?: LimitOptions): Promise<Decision> {
-    if (this.local !== undefined) {
-      // In-process: decided now, settled at once (no closure for decide()).
-      try {
-        return Promise.resolve(combine(this.local.consumeSync(this.call(key, options))))
-      } catch (error) {
-        return Promise.reject(error as Error)
-      }
-    }
-    return this.decide(() => this.call(key, options))
+    return this.decide(key, options)
   }
 
   /**
@@ -217,7 +209,7 @@ export class Limiter {
 
   /** The decision a call of cost 1 would get, without changing any state. */
   peek(key: string): Promise<Decision> {
-    return this.decide(() => this.peekCall(key))
+    return this.decide(key, PEEK)
   }
 
   peekSync(key: string): Decision {
@@ -250,9 +242,9 @@ export class Limiter {
   }
 
   /** Bad arguments reject the promise rather than throw; an in-process store settles it at once. */
-  private decide(build: () => StoreCall): Promise<Decision> {
+  private decide(key: string, options: LimitOptions | typeof PEEK | undefined): Promise<Decision> {
     try {
-      const call = build()
+      const call = options === PEEK ? this.peekCall(key) : this.call(key, options)
       if (this.local !== undefined) return Promise.resolve(combine(this.local.consumeSync(call)))
       return this.decideRemotely(call)
     } catch (error) {
@@ -423,6 +415,9 @@ export class Limiter {
     return this.local
   }
 }
+
+/** decide()'s marker for a peek (cost 0), as opposed to a limit call's options. */
+const PEEK = Symbol('peek')
 
 /**
  * Validates a key. Keys over MAX_KEY_LENGTH, and keys that are not well-formed

@@ -92,10 +92,11 @@ export class MemoryStore implements SyncStore {
     const entries = spaces.map((space) => this.read(space, key, now))
     const { decisions, commit } = evaluate(policies, entries.map((entry) => entry?.state), now, cost, options)
     if (commit !== undefined) {
+      let added = 0
       for (let i = 0; i < commit.length; i++) {
         this.write(spaces[i] as Map<string, Entry>, key, entries[i], commit[i] as Transition<AlgorithmState>, now)
+        if (entries[i] === undefined) added++
       }
-      const added = entries.filter((entry) => entry === undefined).length
       if (added > 0) this.reclaim(now, added)
     }
     return decisions

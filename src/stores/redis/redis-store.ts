@@ -182,6 +182,7 @@ export class RedisStore implements Store {
     const runs: string[] = []
     let previous: StoreCall | undefined
     let previousNow = ''
+    let runLength = 0
     for (const { call } of batch) {
       let index = setIndex.get(call.policies)
       if (index === undefined) {
@@ -194,13 +195,17 @@ export class RedisStore implements Store {
       // Consecutive calls alike in all but their key share one run descriptor.
       if (previous !== undefined && now === previousNow && call.cost === previous.cost &&
         call.maxWaitMs === previous.maxWaitMs && call.policies === previous.policies) {
-        runs[runs.length - 1] = String(Number(runs[runs.length - 1]) + 1)
+        runLength++
       } else {
-        runs.push(now, String(call.cost), String(call.maxWaitMs), String(index), '1')
+        // A run's length is its last value, written when the run ends.
+        if (runLength > 0) runs.push(String(runLength))
+        runs.push(now, String(call.cost), String(call.maxWaitMs), String(index))
+        runLength = 1
       }
       previous = call
       previousNow = now
     }
+    runs.push(String(runLength))
     args[1] = String(setIndex.size)
     for (const value of runs) args.push(value)
     return this.runner.runLimit(keys, args)
