@@ -115,6 +115,14 @@ const REQUEST_OPTIONS = new Set(['priority', 'partition', 'maxWaitMs'])
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE'])
 /** Learned quotas above this are shared as a sliding-window counter, not an exact log (memory O(limit)). */
 const MAX_LOGGED_LIMIT = 10_000
+/**
+ * A shared log spans the announced window plus this share of it (at most
+ * MAX_TRANSIT_MARGIN_MS): a request is charged when it leaves but counted by
+ * the server when it arrives, and one that leaves at a window's end and is
+ * delayed (network, a busy process) lands in the next window.
+ */
+const TRANSIT_MARGIN = 0.05
+const MAX_TRANSIT_MARGIN_MS = 1000
 
 /** One request's way through the client, across its attempts. */
 export interface Trip {
@@ -491,7 +499,12 @@ class SharedQuotas {
         limiter = new Limiter({
           store: this.store,
           prefix: this.prefix,
-          policies: { algorithm: limit <= MAX_LOGGED_LIMIT ? 'sliding-log' : 'sliding-window', name: storeName(name), limit, windowMs },
+          policies: {
+            algorithm: limit <= MAX_LOGGED_LIMIT ? 'sliding-log' : 'sliding-window',
+            name: storeName(name),
+            limit,
+            windowMs: windowMs + Math.min(MAX_TRANSIT_MARGIN_MS, Math.ceil(windowMs * TRANSIT_MARGIN)),
+          },
         })
       } catch {
         // A quota no policy can hold (absurd limit or window): not shared.
