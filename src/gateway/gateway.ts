@@ -21,7 +21,7 @@ import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { ConfigError, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
-import { createAgent, forward, pathRewriter, Upstreams } from './proxy.ts'
+import { createAgent, forward, pathRewriter, respond, Upstreams } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
@@ -460,12 +460,6 @@ function watchLimiters(runtime: Runtime, store: Store): Limiter[] {
 function kindOf(key: string): string {
   const colon = key.indexOf(':')
   return colon === -1 ? 'anonymous' : key.slice(0, colon)
-}
-
-/** Answers in the gateway's place: a refusal or a problem. */
-function respond(res: ServerResponse, outcome: HttpOutcome): void {
-  res.writeHead(outcome.status, outcome.headers.flat())
-  res.end(outcome.body)
 }
 
 function listenOn(server: Server, host: string, port: number): Promise<void> {

@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Agent, errors, type Dispatcher } from 'undici'
-import { problem } from '../http/handler.ts'
+import { problem, type HttpOutcome } from '../http/handler.ts'
 import type { RouteConfig } from './config.ts'
 
 /** RFC 9110 7.6.1: meaningful for one connection only, never forwarded. */
@@ -63,6 +63,15 @@ export function pathRewriter(route: RouteConfig): (path: string) => string {
     if (rewrite !== undefined) result = result.replace(rewrite.pattern, rewrite.replacement)
     return result.startsWith('/') ? result : `/${result}`
   }
+}
+
+/** Answers in the upstream's place (a refusal, a problem), with a length rather than a chunked body. */
+export function respond(res: ServerResponse, outcome: HttpOutcome): void {
+  const headers = outcome.headers.flat()
+  const body = outcome.body ?? ''
+  headers.push('Content-Length', String(Buffer.byteLength(body)))
+  res.writeHead(outcome.status, headers)
+  res.end(body)
 }
 
 export interface ForwardOptions {
@@ -149,8 +158,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         const answer = timeout
           ? problem(504, 'Gateway Timeout', 'The upstream did not answer in time.', [...options.extraHeaders, ['Connection', 'close']])
           : problem(502, 'Bad Gateway', 'The upstream could not be reached.', [...options.extraHeaders, ['Connection', 'close']])
-        res.writeHead(failed, answer.headers.flat())
-        res.end(answer.body)
+        respond(res, answer)
         finish({ status: failed, failure: timeout ? 'timeout' : 'unreachable' })
       },
     })

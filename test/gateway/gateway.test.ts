@@ -105,6 +105,8 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal(alpha[0]?.headers.get('ratelimit'), '"api-hour";r=2;t=3600')
     const refused = alpha[3]
     assert.equal(refused?.headers.get('content-type'), 'application/problem+json')
+    // A small body the gateway writes itself goes with its length, not chunked.
+    assert.equal(refused?.headers.get('content-length'), String(Buffer.byteLength(refused?.body ?? '')))
     assert.ok(Number(refused?.headers.get('retry-after')) > 3500)
     const problem = JSON.parse(refused?.body ?? '{}') as Record<string, unknown>
     assert.equal(problem.status, 429)
@@ -146,6 +148,7 @@ describe('gateway (child process, real upstream)', () => {
     const down = await get(`${gateway.url}/down/anything`)
     assert.equal(down.status, 502)
     assert.equal((JSON.parse(down.body) as { title: string }).title, 'Bad Gateway')
+    assert.equal(down.headers.get('content-length'), String(Buffer.byteLength(down.body)))
     const slow = await get(`${gateway.url}/slow/2000`)
     assert.equal(slow.status, 504)
     assert.equal((await get(`${gateway.url}/slow/10`)).status, 200)
