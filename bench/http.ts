@@ -7,10 +7,15 @@
  * processes running the same code differ by 10% or more, so every cell is the
  * median of ROUNDS fresh server processes, the variants taking turns.
  *
+ * Throughput on a shared small machine moves with whatever else the host runs;
+ * the server's own CPU time per request (from /proc, Linux only) moves less,
+ * so each row also shows it: what the middleware adds to every request.
+ *
  *   npm run bench:http                  (about two minutes)
  *   BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:http
  */
 import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { createInterface } from 'node:readline'
 import autocannon from 'autocannon'
 import { startRedis } from '../test/support/redis.ts'
@@ -20,7 +25,21 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 4))
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3))
 const CONNECTIONS = 50
 
-interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number }
+interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number; cpuUsPerRequest: number | undefined }
+
+const CLOCK_TICKS_PER_SECOND = 100
+
+/** User + system CPU seconds a process has used, or undefined where /proc does not say. */
+function cpuSeconds(pid: number | undefined): number | undefined {
+  try {
+    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
+    const ticks = Number(fields[11]) + Number(fields[12])
+    return Number.isFinite(ticks) ? ticks / CLOCK_TICKS_PER_SECOND : undefined
+  } catch {
+    return undefined
+  }
+}
 
 async function measure(framework: string, limiter: string, redisUrl: string): Promise<Row> {
   const child = spawn(process.execPath, ['--import', 'tsx', new URL('./http-server.ts', import.meta.url).pathname, framework, limiter, redisUrl], { stdio: ['ignore', 'pipe', 'inherit'] })
@@ -31,22 +50,33 @@ async function measure(framework: string, limiter: string, redisUrl: string): Pr
   try {
     // A short warm-up, then the measured run.
     await autocannon({ url: `http://127.0.0.1:${port}/`, connections: CONNECTIONS, duration: 1 })
+    const cpuBefore = cpuSeconds(child.pid)
     const result = await autocannon({ url: `http://127.0.0.1:${port}/`, connections: CONNECTIONS, duration: SECONDS })
-    return { framework, limiter, rps: result.requests.average, p99: result.latency.p99, errors: result.errors, non2xx: result.non2xx }
+    const cpuAfter = cpuSeconds(child.pid)
+    const cpuUsPerRequest = cpuBefore === undefined || cpuAfter === undefined ? undefined : ((cpuAfter - cpuBefore) / result.requests.total) * 1e6
+    return { framework, limiter, rps: result.requests.average, p99: result.latency.p99, errors: result.errors, non2xx: result.non2xx, cpuUsPerRequest }
   } finally {
     child.kill('SIGTERM')
   }
 }
 
-/** The run with the median requests/s. */
+/** The run with the median requests/s, carrying the median CPU time per request of all runs. */
 function median(runs: Row[]): Row {
-  return [...runs].sort((a, b) => a.rps - b.rps)[Math.floor(runs.length / 2)] as Row
+  const row = [...runs].sort((a, b) => a.rps - b.rps)[Math.floor(runs.length / 2)] as Row
+  const cpu = runs.map((run) => run.cpuUsPerRequest).filter((us) => us !== undefined).sort((a, b) => a - b)
+  return { ...row, cpuUsPerRequest: cpu[Math.floor(cpu.length / 2)] }
+}
+
+function cpuCell(row: Row, bare: Row): string {
+  if (row.cpuUsPerRequest === undefined || bare.cpuUsPerRequest === undefined) return ''
+  const added = row.cpuUsPerRequest - bare.cpuUsPerRequest
+  return row === bare ? row.cpuUsPerRequest.toFixed(1) : `${row.cpuUsPerRequest.toFixed(1)} (${added >= 0 ? '+' : ''}${added.toFixed(1)})`
 }
 
 const redis = await startRedis()
 try {
   console.log(`sluice HTTP benchmark: node ${process.version}, autocannon ${CONNECTIONS} connections x ${SECONDS} s, median of ${ROUNDS} server processes per cell\n`)
-  console.log(`${'framework'.padEnd(10)}${'limiter'.padEnd(16)}${'req/s'.padStart(10)}${'p99 ms'.padStart(9)}${'vs bare'.padStart(10)}${'vs peer'.padStart(10)}`)
+  console.log(`${'framework'.padEnd(10)}${'limiter'.padEnd(16)}${'req/s'.padStart(10)}${'p99 ms'.padStart(9)}${'vs bare'.padStart(10)}${'vs peer'.padStart(10)}  server CPU us/req (vs bare)`)
   const table: Array<Array<string | number>> = []
   for (const framework of ['express', 'fastify']) {
     const rows: Record<string, Row> = {}
@@ -62,8 +92,9 @@ try {
         : limiter === 'noop' ? (framework === 'express' ? 'no-op middleware' : 'no-op async hook') : limiter
       const vsBare = `${(((row.rps - bare.rps) / bare.rps) * 100).toFixed(1)}%`
       const vsPeer = limiter.startsWith('sluice') ? `${(row.rps / peer.rps).toFixed(2)}x` : ''
-      table.push([framework, label, Math.round(row.rps), row.p99, vsBare, limiter.startsWith('sluice') ? ratio(row.rps, peer.rps) : ''])
-      console.log(`${framework.padEnd(10)}${label.padEnd(20).slice(0, 16)}${row.rps.toFixed(0).padStart(10)}${String(row.p99).padStart(9)}${vsBare.padStart(10)}${vsPeer.padStart(10)}${row.errors + row.non2xx > 0 ? `  (${row.errors} errors, ${row.non2xx} non-2xx)` : ''}`)
+      const cpu = cpuCell(row, bare)
+      table.push([framework, label, Math.round(row.rps), row.p99, vsBare, limiter.startsWith('sluice') ? ratio(row.rps, peer.rps) : '', cpu])
+      console.log(`${framework.padEnd(10)}${label.padEnd(20).slice(0, 16)}${row.rps.toFixed(0).padStart(10)}${String(row.p99).padStart(9)}${vsBare.padStart(10)}${vsPeer.padStart(10)}  ${cpu}${row.errors + row.non2xx > 0 ? `  (${row.errors} errors, ${row.non2xx} non-2xx)` : ''}`)
     }
   }
   const target = 'targets: sluice (memory) costs at most 5% of bare throughput and is no slower than the peer on the same framework'
@@ -71,7 +102,7 @@ try {
   emit({
     bench: 'http',
     title: `HTTP middleware: requests/s with autocannon (${CONNECTIONS} connections x ${SECONDS} s), each server in its own process, median of ${ROUNDS}`,
-    columns: ['framework', 'limiter', 'req/s', 'p99 ms', 'vs bare', 'vs peer'],
+    columns: ['framework', 'limiter', 'req/s', 'p99 ms', 'vs bare', 'vs peer', 'server CPU µs/req (vs bare)'],
     rows: table,
     notes: [target],
   })
