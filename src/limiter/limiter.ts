@@ -388,6 +388,7 @@ export class Limiter {
     let cost = 1
     let maxWaitMs = 0
     if (options !== undefined) {
+      if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object like { cost, maxWaitMs }')
       rejectUnknown('a limit option', options, LIMIT_OPTIONS)
       if (options.cost !== undefined) cost = checkCost(options.cost, this.policies)
       if (options.maxWaitMs !== undefined) maxWaitMs = checkMaxWait(options.maxWaitMs, this.policies)

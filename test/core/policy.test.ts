@@ -68,6 +68,9 @@ describe('policy validation', () => {
     }
     assert.throws(() => limiter.limitSync('k', { maxWaitMs: -1 }), /maxWaitMs must be/)
     assert.throws(() => limiter.limitSync('k', { weight: 2 } as never), /weight is not a limit option/)
+    for (const options of [null, 3, 'cost']) {
+      assert.throws(() => limiter.limitSync('k', options as never), (e: unknown) => e instanceof ArgumentError && e.argument === 'options')
+    }
     assert.throws(() => limiter.limitSync(''), /key must be a non-empty string/)
     assert.throws(() => limiter.limitSync(42 as never), /key must be a non-empty string \(got 42\)/)
     assert.throws(() => new Limiter({ policies: [], prefix: 'x' }), /at least one policy/)
