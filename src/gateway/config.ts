@@ -300,25 +300,36 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     throw new ConfigError(file, doc.errors.map((error) => `YAML: ${error.message.split('\n')[0] as string} (line ${lineOf(error.pos[0]) ?? '?'})`))
   }
   const problems: string[] = []
-  substituteEnv(doc, env, (path, message, offset) => problems.push(`${formatPath(path)}: ${message} (line ${lineOf(offset) ?? '?'})`))
-  const data: unknown = doc.toJS() ?? {}
+  // A value whose variable is missing is reported once, for the variable, not again by the schema.
+  const unset = new Set<string>()
+  substituteEnv(doc, env, (path, message, offset) => {
+    unset.add(formatPath(path))
+    problems.push(`${formatPath(path)}: ${message} (line ${lineOf(offset) ?? '?'})`)
+  })
+  let data: unknown
+  try {
+    data = doc.toJS() ?? {}
+  } catch (error) {
+    // The yaml package's guard against alias expansion bombs ("billion laughs").
+    throw new ConfigError(file, [`YAML: ${(error as Error).message}`])
+  }
   const at = (path: readonly PropertyKey[]) => lineOf(nodeOffset(doc, path))
   const report = (path: readonly PropertyKey[], message: string) => {
     const line = at(path)
     problems.push(`${formatPath(path)}: ${message}${line === undefined ? '' : ` (line ${line})`}`)
   }
-  if (problems.length > 0) throw new ConfigError(file, problems)
   const parsed = configSchema.safeParse(data, { reportInput: true, error: defaultMessage })
   if (!parsed.success) {
     for (const issue of parsed.error.issues) {
       if (issue.code === 'unrecognized_keys') {
         for (const key of issue.keys) report([...issue.path, key], 'is not a known field')
-      } else {
+      } else if (!unset.has(formatPath(issue.path))) {
         report(issue.path, issue.message)
       }
     }
     throw new ConfigError(file, problems)
   }
+  if (problems.length > 0) throw new ConfigError(file, problems)
   const config = parsed.data
   const limitsResolved = resolveLimits(config, report)
   let tls: GatewayConfig['tls']

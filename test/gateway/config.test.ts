@@ -102,6 +102,18 @@ identity:
     assert.equal(config.identity.jwt?.secret, 's3cret')
     assert.equal(config.identity.apiKey?.header, 'x-api-key')
     assert.deepEqual(await problems(text, { PORT: '7001' }), ['identity.jwt.secret: environment variable JWT_SECRET is not set (line 5)'])
+    // An unset variable does not hide the file's other problems, nor is its field reported twice.
+    assert.deepEqual(await problems(text.replace('limit: 5', 'limit: -5'), {}), [
+      'server.listen: environment variable PORT is not set (line 3)',
+      'identity.jwt.secret: environment variable JWT_SECRET is not set (line 5)',
+      'routes[0].limits[0].policies.limit: must be a positive integer (got -5) (line 11)',
+    ])
+  })
+
+  it('refuses a YAML alias bomb with a problem, not a crash', async () => {
+    const levels = ['a: &a [x, x, x, x, x, x, x, x, x]']
+    for (let i = 1; i < 8; i++) levels.push(`l${i}: &l${i} [${Array(9).fill(i === 1 ? '*a' : `*l${i - 1}`).join(', ')}]`)
+    assert.deepEqual(await problems(`${levels.join('\n')}\nroutes: *l7\n`), ['YAML: Excessive alias count indicates a resource exhaustion attack'])
   })
 
   it('names unnamed policies after their route, so equal limits on two routes never share state', async () => {
