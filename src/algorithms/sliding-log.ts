@@ -23,8 +23,11 @@ export interface SlidingLogState {
   used: number
 }
 
-/** Compact the array once this many dead slots lead it and they are at least half of it. */
-const COMPACT_AFTER = 1024
+/**
+ * Compact the array once this many dead slots lead it and they are at least
+ * half of it: a copy of the live entries, paid for by as many dead ones.
+ */
+const COMPACT_AFTER = 64
 
 export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, now, cost, policy) => {
   const { limit, windowMs } = policy
@@ -40,11 +43,17 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
   }
 
   if (used + cost <= limit) {
-    if (log.length !== end) log.length = end
-    if (head >= COMPACT_AFTER && head * 2 >= end) {
-      log = log.slice(head, end)
-      end -= head
-      head = 0
+    if (head === end) {
+      // Nothing live: a new array (the old one may still back a state that is not replaced).
+      if (end > 0) log = []
+      head = end = 0
+    } else {
+      if (log.length !== end) log.length = end
+      if (head >= COMPACT_AFTER && head * 2 >= end) {
+        log = log.slice(head, end)
+        end -= head
+        head = 0
+      }
     }
     // Never write an entry earlier than the last one: a clock stepping back
     // must not reorder the log or shorten how long earlier calls count.

@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
+import { slidingLog, type SlidingLogState } from '../../src/algorithms/sliding-log.ts'
+import { resolvePolicies } from '../../src/core/policy.ts'
+import type { ResolvedPolicyOf } from '../../src/core/types.ts'
 import { Limiter } from '../../src/index.ts'
 import { onVirtualClock } from '../helpers.ts'
 
@@ -34,6 +37,38 @@ describe('sliding log', () => {
     assert.deepEqual([refused.allowed, refused.remaining, refused.retryAfterMs], [false, 0, 980])
     const big = clock.at(20, { cost: 5 })
     assert.equal(big.retryAfterMs, 990, 'cost 5 needs both entries gone')
+  })
+
+  it('decides as a plain list of entries, whether or not each step is kept, across compactions and emptied logs', () => {
+    // The log array is shared by a key's successive states: a step that is not
+    // kept (a composite call refused by another policy) must leave the kept state whole.
+    const policy = resolvePolicies({ algorithm: 'sliding-log', limit: 50, windowMs: 200 })[0] as ResolvedPolicyOf<'sliding-log'>
+    let seed = 7
+    const random = () => ((seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648) / 2_147_483_648)
+    let state: SlidingLogState | undefined
+    let entries: Array<{ time: number; cost: number }> = []
+    let now = 0
+    for (let i = 0; i < 20_000; i++) {
+      // Mostly dense traffic (the array grows past the compaction threshold), now and then a gap that empties the log.
+      now += random() < 0.002 ? 250 : Math.floor(random() * 3)
+      const cost = 1 + Math.floor(random() * 3)
+      entries = entries.filter((entry) => entry.time > now - policy.windowMs)
+      const used = entries.reduce((sum, entry) => sum + entry.cost, 0)
+      const { state: next, decision } = slidingLog(state, now, cost, policy, { maxWaitMs: 0 })
+      assert.equal(decision.allowed, used + cost <= policy.limit, `step ${i}`)
+      assert.equal(decision.remaining, policy.limit - used - (decision.allowed ? cost : 0), `step ${i}`)
+      if (!decision.allowed) {
+        // Fits once the oldest entries holding the excess have left.
+        let freed = 0
+        const leaving = entries.find((entry) => (freed += entry.cost) >= used + cost - policy.limit) as { time: number }
+        assert.equal(decision.retryAfterMs, leaving.time + policy.windowMs - now, `step ${i}`)
+        assert.equal(decision.resetAfterMs, (entries.at(-1) as { time: number }).time + policy.windowMs - now, `step ${i}`)
+      }
+      if (random() < 0.8) {
+        state = next
+        if (decision.allowed) entries.push({ time: now, cost })
+      }
+    }
   })
 
   it('rejects maxWaitMs: a log cannot reserve', () => {
