@@ -12,7 +12,7 @@ export interface FixedWindowPolicy {
   windowMs: number
 }
 
-/** Exact rolling window: one log entry per allowed call. Memory O(limit) per key. */
+/** Exact rolling window: one log entry per allowed call (the memory store: per millisecond with calls). Memory O(limit) per key. */
 export interface SlidingLogPolicy {
   algorithm: 'sliding-log'
   name?: string
