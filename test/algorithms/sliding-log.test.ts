@@ -71,6 +71,19 @@ describe('sliding log', () => {
     }
   })
 
+  it('keeps one entry per millisecond with calls, however many calls it admits in it', () => {
+    const policy = resolvePolicies({ algorithm: 'sliding-log', limit: 1_000_000, windowMs: 1000 })[0] as ResolvedPolicyOf<'sliding-log'>
+    let state: SlidingLogState | undefined
+    for (let ms = 0; ms < 3000; ms++) {
+      for (let call = 0; call < 100; call++) state = slidingLog(state, ms, 1, policy, { maxWaitMs: 0 }).state
+    }
+    const live = state as SlidingLogState
+    assert.equal(live.used, 100 * 1000, 'the last 1000 ms are in the window')
+    // 999 older milliseconds in the array (two slots each), the newest in the tail, plus compaction's slack.
+    assert.ok((live.end - live.head) / 2 === 999 && (live.log?.length ?? 0) <= 2 * 999 * 2, `array of ${live.log?.length} slots`)
+    assert.equal(slidingLog(state, 3000, 1, policy, { maxWaitMs: 0 }).decision.remaining, 1_000_000 - 999 * 100 - 1, "millisecond 2000 has left")
+  })
+
   it('rejects maxWaitMs: a log cannot reserve', () => {
     const limiter = new Limiter({ policies: { algorithm: 'sliding-log', limit: 3, windowMs: 1000 } })
     assert.throws(() => limiter.limitSync('k', { maxWaitMs: 100 }), /maxWaitMs .*sliding-log cannot reserve/)
