@@ -3,6 +3,8 @@
  * its own process with a time budget, behind a progress bar; then
  * bench/results.md, a table per benchmark with sluice beside its peers
  * measured in the same run, and the machine they ran on. Not a test.
+ * A quick run or a run of some benchmarks writes bench/results-partial.md
+ * instead, so the committed full results (which the README quotes) stay.
  *
  *   npm run bench                  (about 8 minutes on 2 cores)
  *   npm run bench -- --quick       (about 2 minutes: shorter rounds, fewer cells)
@@ -47,6 +49,7 @@ if (unknown.length > 0) {
   process.exit(2)
 }
 const selected = BENCHES.filter((bench) => only === undefined || only.includes(bench.name))
+const resultsFile = mode === 'quick' || only !== undefined ? 'results-partial.md' : 'results.md'
 const has = (tool: string) => spawnSync('sh', ['-c', `command -v ${tool}`]).status === 0
 /** A tool's first line about itself (wrk prints its version with a usage error). */
 const version = (command: string, args: string[]) => {
@@ -142,13 +145,13 @@ const sections = outcomes.map(({ bench, status, seconds, tables, detail }) => [
 const report = [
   '# sluice benchmark results',
   '',
-  `Written by \`npm run bench${mode === 'quick' ? ' -- --quick' : ''}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, in ${((Date.now() - started) / 60_000).toFixed(1)} minutes${mode === 'quick' ? ' (quick: short rounds, fewer cells; for a smoke check, not for quoting)' : ''}. ` +
+  `Written by \`npm run bench${mode === 'quick' || only !== undefined ? ' --' : ''}${mode === 'quick' ? ' --quick' : ''}${only === undefined ? '' : ` --only ${only.join(',')}`}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, in ${((Date.now() - started) / 60_000).toFixed(1)} minutes${mode === 'quick' ? ' (quick: short rounds, fewer cells; for a smoke check, not for quoting)' : ''}. ` +
     'Absolute figures drift from machine to machine; the ratios compare sluice with peers measured in the same run, on this machine:',
   '',
   ...machine,
   '',
   ...sections,
 ].join('\n')
-writeFileSync(join(root, 'bench', 'results.md'), `${report.trimEnd()}\n`)
-process.stderr.write(`wrote bench/results.md (${outcomes.filter((o) => o.status === 'ok').length}/${outcomes.length} benchmarks ok); their output is in bench/results.log\n`)
+writeFileSync(join(root, 'bench', resultsFile), `${report.trimEnd()}\n`)
+process.stderr.write(`wrote bench/${resultsFile} (${outcomes.filter((o) => o.status === 'ok').length}/${outcomes.length} benchmarks ok); their output is in bench/results.log\n`)
 process.exit(outcomes.every((o) => o.status === 'ok' || o.status === 'skipped') ? 0 : 1)
