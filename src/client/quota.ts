@@ -3,8 +3,9 @@
  * responses. Pure: every method takes "now", so traces replay exactly.
  *
  * The first request to a partition goes alone: its answer says what the
- * server allows before the others are sent. The model is the one every dialect shares: per server policy, units
- * remaining until a reset time, after which the full limit is back. Requests
+ * server allows before the others are sent. The model is the one every
+ * dialect shares: per server policy, units remaining until a reset time,
+ * after which the full limit is back. Requests
  * in flight are charged when sent, and a response's `remaining` is read as
  * "after this request, and possibly before the others still in flight", so the
  * estimate errs toward waiting, never toward a refusal.

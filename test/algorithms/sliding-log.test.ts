@@ -4,6 +4,7 @@ import { slidingLog, type SlidingLogState } from '../../src/algorithms/sliding-l
 import { resolvePolicies } from '../../src/core/policy.ts'
 import type { ResolvedPolicyOf } from '../../src/core/types.ts'
 import { Limiter } from '../../src/index.ts'
+import { seededRandom } from '../../src/simulate/traffic.ts'
 import { onVirtualClock } from '../helpers.ts'
 
 describe('sliding log', () => {
@@ -43,8 +44,7 @@ describe('sliding log', () => {
     // The log array is shared by a key's successive states: a step that is not
     // kept (a composite call refused by another policy) must leave the kept state whole.
     const policy = resolvePolicies({ algorithm: 'sliding-log', limit: 50, windowMs: 200 })[0] as ResolvedPolicyOf<'sliding-log'>
-    let seed = 7
-    const random = () => ((seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648) / 2_147_483_648)
+    const random = seededRandom(7)
     let state: SlidingLogState | undefined
     let entries: Array<{ time: number; cost: number }> = []
     let now = 0
