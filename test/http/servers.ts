@@ -26,7 +26,7 @@ async function listen(server: Server): Promise<ServerUnderTest> {
 
 /** node:http with the node adapter. */
 export const nodeServer: StartServer = (options) =>
-  listen(createServer(withNode((req, res) => { res.setHeader('Content-Type', 'text/plain'); res.end(`ok ${req.url}`) }, options)))
+  listen(createServer(withNode((req, res) => res.setHeader('Content-Type', 'text/plain').end(`ok ${req.url}`), options)))
 
 /**
  * The fetch adapter behind a minimal node:http -> Request / Response bridge (what

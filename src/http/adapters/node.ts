@@ -47,9 +47,12 @@ export function waitTurn(res: ServerResponse, waitMs: number): Promise<boolean> 
   })
 }
 
-/** Wraps a request listener: refused requests never reach it. */
+/**
+ * Wraps a request listener: refused requests never reach it. What the listener
+ * returns is ignored, as by `http.createServer` (so `(req, res) => res.end()` fits).
+ */
 export function withRateLimit(
-  listener: (req: IncomingMessage, res: ServerResponse) => void | Promise<void>,
+  listener: (req: IncomingMessage, res: ServerResponse) => unknown,
   options: RateLimitOptions,
 ): (req: IncomingMessage, res: ServerResponse) => void {
   const limit = rateLimitNode(options)
