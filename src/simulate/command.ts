@@ -1,6 +1,6 @@
 /** `sluice simulate`: replay a traffic shape (or a CSV) through policies and report what each did. */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { dirname, join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { SluiceError } from '../core/errors.ts'
 import type { Policy } from '../core/types.ts'
@@ -126,17 +126,22 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
     } else {
       out(textSummary(simulation))
     }
-    if (values.out !== undefined) {
-      mkdirSync(values.out, { recursive: true })
-      for (const result of simulation.results) {
-        const file = join(values.out, `${traffic.name.replace(/[^\w.-]+/g, '_')}-${result.policy.name.replace(/[^\w.-]+/g, '_')}.svg`)
-        writeFileSync(file, `${timelineSvg(simulation, result)}\n`)
-        if (values.json !== true) out(`wrote ${file}`)
+    try {
+      if (values.out !== undefined) {
+        makeDirectory(values.out)
+        for (const result of simulation.results) {
+          const file = join(values.out, `${traffic.name.replace(/[^\w.-]+/g, '_')}-${result.policy.name.replace(/[^\w.-]+/g, '_')}.svg`)
+          writeFileSync(file, `${timelineSvg(simulation, result)}\n`)
+          if (values.json !== true) out(`wrote ${file}`)
+        }
       }
-    }
-    if (values.html !== undefined) {
-      writeFileSync(values.html, htmlReport(simulation))
-      if (values.json !== true) out(`wrote ${values.html}`)
+      if (values.html !== undefined) {
+        writeFileSync(values.html, htmlReport(simulation))
+        if (values.json !== true) out(`wrote ${values.html}`)
+      }
+    } catch (error) {
+      err(`cannot write the charts: ${(error as Error).message}`)
+      return 1
     }
     return 0
   } catch (error) {
@@ -145,5 +150,24 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
       return 1
     }
     throw error
+  }
+}
+
+/**
+ * `mkdir -p` that ends: node's `{ recursive: true }` spins forever where a
+ * parent exists but cannot hold children (under /proc, a dangling symlink),
+ * because such a mkdir fails with ENOENT, which it takes for a missing parent.
+ */
+function makeDirectory(dir: string): void {
+  try {
+    mkdirSync(dir)
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'EEXIST' && statSync(dir).isDirectory()) return
+    const parent = dirname(dir)
+    if (code !== 'ENOENT' || parent === dir) throw error
+    makeDirectory(parent)
+    // The parent is there now: a second ENOENT is final.
+    mkdirSync(dir)
   }
 }

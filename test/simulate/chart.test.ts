@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
@@ -64,7 +64,7 @@ describe('simulator charts', () => {
   it('sluice simulate writes the SVGs and a self-contained HTML report, and refuses a malformed CSV with line numbers', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-sim-'))
     const cli = new URL('../../src/cli/main.ts', import.meta.url).pathname
-    const run = (...args: string[]) => execFileSync(process.execPath, ['--import', 'tsx', cli, 'simulate', ...args], { encoding: 'utf8', stdio: 'pipe' })
+    const run = (...args: string[]) => execFileSync(process.execPath, ['--import', 'tsx', cli, 'simulate', ...args], { encoding: 'utf8', stdio: 'pipe', timeout: 30_000 })
     try {
       const output = run('--pattern', 'boundary-burst', '--limit', '10', '--window', '10s', '--out', dir, '--html', join(dir, 'report.html'))
       assert.match(output, /fixed-window\s+fixed-window\s+20\/20\s+0\.0%\s+20 in 10s \(2\.00x\)/)
@@ -81,6 +81,17 @@ describe('simulator charts', () => {
         return true
       })
       assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /unknown pattern "tsunami"/.test(e.stderr))
+      // Where no directory can be made, an error rather than a hang (node's recursive mkdir spins on these) or a stack trace.
+      symlinkSync(join(dir, 'gone'), join(dir, 'dangling'))
+      for (const args of [['--out', join(dir, 'dangling', 'charts')], ['--out', '/proc/sluice/charts'], ['--out', join(dir, 'report.html')], ['--html', join(dir, 'nowhere', 'report.html')]]) {
+        assert.throws(() => run('--limit', '10', ...args), (e: { status: number; stderr: string }) => {
+          assert.equal(e.status, 1, args.join(' '))
+          assert.match(e.stderr, /^cannot write the charts: E[A-Z]+/)
+          return true
+        })
+      }
+      run('--limit', '10', '--out', join(dir, 'new', 'nested'))
+      assert.equal(readdirSync(join(dir, 'new', 'nested')).length, 5)
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
