@@ -5,7 +5,8 @@
  * is no identity: it falls through to the next resolver, never to a key the
  * client chose.
  */
-import { createRemoteJWKSet, importSPKI, jwtVerify, type CryptoKey, type JWTPayload, type JWTVerifyGetKey } from 'jose'
+import { createPublicKey, type KeyObject } from 'node:crypto'
+import { createRemoteJWKSet, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { ArgumentError } from '../core/errors.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import type { HttpRequest, KeyResolver } from './handler.ts'
@@ -54,6 +55,8 @@ export interface JwtClaimOptions {
   audience?: string | string[]
 }
 
+export type JwtVerifierOptions = Omit<JwtClaimOptions, 'claim' | 'prefix'>
+
 /**
  * The claim of a verified `Authorization: Bearer <jwt>`, as `<prefix>:<claim>`.
  * Unsigned (`alg: none`), forged, expired, not-yet-valid or otherwise
@@ -81,21 +84,13 @@ export function claimOf(payload: JWTPayload | undefined, claim: string): string 
  * request's token is verified once, however many resolvers ask (an identity
  * and a tier, say).
  */
-export function jwtVerifier(options: Omit<JwtClaimOptions, 'claim' | 'prefix'>): (request: HttpRequest) => Promise<JWTPayload | undefined> {
+export function jwtVerifier(options: JwtVerifierOptions): (request: HttpRequest) => Promise<JWTPayload | undefined> {
   if (!Array.isArray(options.algorithms) || options.algorithms.length === 0 || options.algorithms.some((a) => typeof a !== 'string' || a.toLowerCase() === 'none')) {
     throw new ArgumentError('algorithms', options.algorithms, "must list the accepted algorithms (e.g. ['HS256']); 'none' is never accepted")
   }
   const sources = [options.secret, options.publicKey, options.jwksUrl].filter((s) => s !== undefined)
   if (sources.length !== 1) throw new ArgumentError('secret', '...', 'exactly one of secret, publicKey or jwksUrl is required')
-  let key: Promise<Uint8Array | CryptoKey | JWTVerifyGetKey>
-  if (options.secret !== undefined) {
-    key = Promise.resolve(typeof options.secret === 'string' ? new TextEncoder().encode(options.secret) : options.secret)
-  } else if (options.publicKey !== undefined) {
-    key = importSPKI(options.publicKey, options.algorithms[0] as string)
-  } else {
-    key = Promise.resolve(createRemoteJWKSet(new URL(options.jwksUrl as string)))
-  }
-  key.catch(() => {}) // a bad key surfaces on the first request, as "no identity", not as a crash
+  const key = verificationKey(options)
   const verifyOptions = {
     algorithms: options.algorithms,
     ...(options.issuer !== undefined ? { issuer: options.issuer } : {}),
@@ -103,11 +98,10 @@ export function jwtVerifier(options: Omit<JwtClaimOptions, 'claim' | 'prefix'>):
   }
   const verify = async (token: string): Promise<JWTPayload | undefined> => {
     try {
-      const resolved = await key
       // Two calls only because jose's overloads take a key or a key getter, not a union.
-      const { payload } = typeof resolved === 'function'
-        ? await jwtVerify(token, resolved, verifyOptions)
-        : await jwtVerify(token, resolved, verifyOptions)
+      const { payload } = typeof key === 'function'
+        ? await jwtVerify(token, key, verifyOptions)
+        : await jwtVerify(token, key, verifyOptions)
       return payload
     } catch {
       return undefined
@@ -124,6 +118,45 @@ export function jwtVerifier(options: Omit<JwtClaimOptions, 'claim' | 'prefix'>):
     }
     return payload
   }
+}
+
+/** The key types each JWS algorithm family verifies with (RFC 7518, RFC 8037). */
+const KEY_TYPES: Record<string, readonly string[]> = { RS: ['rsa'], PS: ['rsa', 'rsa-pss'], ES: ['ec'], Ed: ['ed25519', 'ed448'] }
+
+/**
+ * The key tokens are verified with, checked against the algorithms now: a key
+ * that cannot verify them would otherwise make every token "no identity",
+ * silently, from the first request on.
+ */
+function verificationKey(options: JwtVerifierOptions): Uint8Array | KeyObject | JWTVerifyGetKey {
+  const hmac = options.algorithms.filter((a) => a.startsWith('HS'))
+  if (options.secret !== undefined) {
+    if (hmac.length !== options.algorithms.length) throw new ArgumentError('algorithms', options.algorithms, 'must all be HS256, HS384 or HS512 with a secret (a public key or jwksUrl verifies the others)')
+    return typeof options.secret === 'string' ? new TextEncoder().encode(options.secret) : options.secret
+  }
+  if (hmac.length > 0) throw new ArgumentError('algorithms', options.algorithms, `${hmac.join(', ')} need a secret, not a public key or jwksUrl`)
+  if (options.jwksUrl !== undefined) {
+    if (typeof options.jwksUrl !== 'string' || !URL.canParse(options.jwksUrl) || !/^https?:$/.test(new URL(options.jwksUrl).protocol)) {
+      throw new ArgumentError('jwksUrl', options.jwksUrl, 'must be an http:// or https:// URL')
+    }
+    return createRemoteJWKSet(new URL(options.jwksUrl))
+  }
+  let key: KeyObject
+  try {
+    key = createPublicKey(options.publicKey as string)
+  } catch (error) {
+    const shown = typeof options.publicKey === 'string' ? `${options.publicKey.slice(0, 40)}...` : options.publicKey
+    throw new ArgumentError('publicKey', shown, `must be a PEM public key ("-----BEGIN PUBLIC KEY-----"): ${(error as Error).message}`)
+  }
+  // One key object serves every listed algorithm its type can verify (RS256 and PS256 with one RSA key, say).
+  const type = key.asymmetricKeyType ?? 'unknown'
+  for (const algorithm of options.algorithms) {
+    const fits = KEY_TYPES[algorithm.slice(0, 2)]
+    if (fits !== undefined && !fits.includes(type)) {
+      throw new ArgumentError('publicKey', type, `cannot verify ${algorithm}, which needs ${fits.map((t) => `an ${t}`).join(' or ')} key`)
+    }
+  }
+  return key
 }
 
 /** The client IP as a resolver, to compose with others (the handler's default key, without its warning). */

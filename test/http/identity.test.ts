@@ -2,7 +2,8 @@ import assert from 'node:assert/strict'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { describe, it } from 'node:test'
-import { exportJWK, exportSPKI, generateKeyPair, SignJWT } from 'jose'
+import { createPrivateKey } from 'node:crypto'
+import { exportJWK, exportPKCS8, exportSPKI, generateKeyPair, SignJWT } from 'jose'
 import { apiKey, clientIpKey, firstOf, jwtClaim, type HttpRequest } from '../../src/index.ts'
 
 const request = (headers: Record<string, string>, remoteAddress = '198.51.100.7'): HttpRequest => ({
@@ -63,5 +64,29 @@ describe('identity', () => {
     assert.throws(() => jwtClaim({ secret, algorithms: [] }), /must list the accepted algorithms/)
     assert.throws(() => jwtClaim({ secret, algorithms: ['none'] }), /'none' is never accepted/)
     assert.throws(() => jwtClaim({ algorithms: ['HS256'] }), /exactly one of secret, publicKey or jwksUrl/)
+  })
+
+  it('refuses, when made, a key that cannot verify the listed algorithms (every token would silently be no identity)', async () => {
+    const rsaPem = await exportSPKI((await generateKeyPair('RS256')).publicKey)
+    const edPem = await exportSPKI((await generateKeyPair('EdDSA')).publicKey)
+    assert.throws(() => jwtClaim({ publicKey: 'not a pem', algorithms: ['RS256'] }), /publicKey must be a PEM public key/)
+    assert.throws(() => jwtClaim({ publicKey: edPem, algorithms: ['ES256'] }), /publicKey cannot verify ES256, which needs an ec key \(got "ed25519"\)/)
+    assert.throws(() => jwtClaim({ publicKey: rsaPem, algorithms: ['RS256', 'ES256'] }), /cannot verify ES256/)
+    assert.throws(() => jwtClaim({ publicKey: rsaPem, algorithms: ['HS256'] }), /HS256 need a secret/)
+    assert.throws(() => jwtClaim({ secret, algorithms: ['HS256', 'RS256'] }), /must all be HS256, HS384 or HS512 with a secret/)
+    assert.throws(() => jwtClaim({ jwksUrl: 'ftp://keys.test/jwks', algorithms: ['ES256'] }), /jwksUrl must be an http/)
+  })
+
+  it('one PEM key verifies every algorithm of its type that is listed (RS256 and PS256; EdDSA)', async () => {
+    const rsa = await generateKeyPair('PS256', { extractable: true })
+    const both = jwtClaim({ publicKey: await exportSPKI(rsa.publicKey), algorithms: ['RS256', 'PS256'] })
+    const rsaPrivate = createPrivateKey(await exportPKCS8(rsa.privateKey))
+    for (const alg of ['RS256', 'PS256']) {
+      const token = await new SignJWT({ sub: alg }).setProtectedHeader({ alg }).setExpirationTime('5m').sign(rsaPrivate)
+      assert.equal(await both(request(bearer(token))), `user:${alg}`)
+    }
+    const ed = await generateKeyPair('EdDSA')
+    const edOnly = jwtClaim({ publicKey: await exportSPKI(ed.publicKey), algorithms: ['EdDSA'] })
+    assert.equal(await edOnly(request(bearer(await new SignJWT({ sub: 'ed' }).setProtectedHeader({ alg: 'EdDSA' }).setExpirationTime('5m').sign(ed.privateKey)))), 'user:ed')
   })
 })
