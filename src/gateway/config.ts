@@ -8,9 +8,12 @@ import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import { z } from 'zod'
-import { PolicyError, SluiceError } from '../core/errors.ts'
+import { ArgumentError, PolicyError, SluiceError } from '../core/errors.ts'
 import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
+import { clientIpResolver, type ClientIpOptions } from '../http/client-ip.ts'
+import { jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
+import { compileMatch } from '../http/match.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -353,6 +356,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     }
   }
   checkReferences(config, report)
+  checkCompiles(config, jwtPublicKey, report)
   if (problems.length > 0) throw new ConfigError(file, problems)
   const version = createHash('sha256').update(text).digest('hex').slice(0, 12)
   return { ...config, file, version, limitsResolved, tls, jwtPublicKey }
@@ -448,6 +452,62 @@ function checkReferences(config: RawConfig, report: Report): void {
   config.routes.forEach((route, i) => route.limits.forEach((limit, j) => check(limit.key, ['routes', i, 'limits', j, 'key'])))
   if (config.tiers !== undefined && 'jwtClaim' in config.tiers.from && config.identity.jwt === undefined) {
     report(['tiers', 'from', 'jwtClaim'], 'needs identity.jwt to verify the token the claim comes from')
+  }
+}
+
+/**
+ * Builds what the gateway builds from the file (match predicates, the client
+ * IP resolver, the JWT verifier), so anything they refuse is a listed problem
+ * here, with its line, rather than a failed start or reload.
+ */
+function checkCompiles(config: RawConfig, jwtPublicKey: string | undefined, report: Report): void {
+  const attempt = (where: PropertyKey[], build: () => unknown, fieldOf: (argument: string) => string = (argument) => argument) => {
+    try {
+      build()
+    } catch (error) {
+      if (!(error instanceof ArgumentError)) throw error
+      // An ArgumentError's message starts with its argument, a dotted path below `where`.
+      report([...where, ...fieldOf(error.argument).split('.')], error.message.slice(error.argument.length + 1))
+    }
+  }
+  config.routes.forEach((route, i) => {
+    if (route.match !== undefined) attempt(['routes', i], () => compileMatch(route.match ?? {}, 'match'))
+    route.limits.forEach((limit, j) => {
+      if (limit.match !== undefined) attempt(['routes', i, 'limits', j], () => compileMatch(limit.match ?? {}, 'match'))
+    })
+  })
+  config.limits.forEach((limit, j) => {
+    if (limit.match !== undefined) attempt(['limits', j], () => compileMatch(limit.match ?? {}, 'match'))
+  })
+  attempt(['identity', 'clientIp'], () => clientIpResolver(clientIpOptions(config)))
+  const jwt = jwtOptions(config, jwtPublicKey)
+  const keyFile = config.identity.jwt?.publicKeyFile
+  // A key file that could not be read is reported already; a key read from one is reported as the file.
+  if (jwt !== undefined && (keyFile === undefined || jwtPublicKey !== undefined)) {
+    attempt(['identity', 'jwt'], () => jwtVerifier(jwt), (argument) => (argument === 'publicKey' && keyFile !== undefined ? 'publicKeyFile' : argument))
+  }
+}
+
+/** The client IP resolver's options, as the file gives them. */
+export function clientIpOptions(config: RawConfig): ClientIpOptions {
+  const clientIp = config.identity.clientIp
+  return {
+    ...(clientIp?.trustProxy !== undefined ? { trustProxy: clientIp.trustProxy } : {}),
+    ...(clientIp?.ipv6Prefix !== undefined ? { ipv6Prefix: clientIp.ipv6Prefix } : {}),
+  }
+}
+
+/** The JWT verifier's options, as the file gives them (the public key read from its file), or undefined without `identity.jwt`. */
+export function jwtOptions(config: RawConfig, publicKey: string | undefined): JwtVerifierOptions | undefined {
+  const jwt = config.identity.jwt
+  if (jwt === undefined) return undefined
+  return {
+    algorithms: jwt.algorithms,
+    ...(jwt.secret !== undefined ? { secret: jwt.secret } : {}),
+    ...(publicKey !== undefined ? { publicKey } : {}),
+    ...(jwt.jwksUrl !== undefined ? { jwksUrl: jwt.jwksUrl } : {}),
+    ...(jwt.issuer !== undefined ? { issuer: jwt.issuer } : {}),
+    ...(jwt.audience !== undefined ? { audience: jwt.audience } : {}),
   }
 }
 

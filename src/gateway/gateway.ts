@@ -19,7 +19,7 @@ import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/iden
 import { compileMatch } from '../http/match.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
-import { ConfigError, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
+import { clientIpOptions, ConfigError, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
 import { createAgent, forward, pathRewriter, respond, Upstreams } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
@@ -352,26 +352,16 @@ export class Gateway {
 /** Compiles routes and limits into the HTTP layer's rules: global limits match every route, a route's limits its own. */
 function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger): Runtime {
   const identity = config.identity
-  const verified = identity.jwt === undefined ? undefined : jwtVerifier({
-    algorithms: identity.jwt.algorithms,
-    ...(identity.jwt.secret !== undefined ? { secret: identity.jwt.secret } : {}),
-    ...(config.jwtPublicKey !== undefined ? { publicKey: config.jwtPublicKey } : {}),
-    ...(identity.jwt.jwksUrl !== undefined ? { jwksUrl: identity.jwt.jwksUrl } : {}),
-    ...(identity.jwt.issuer !== undefined ? { issuer: identity.jwt.issuer } : {}),
-    ...(identity.jwt.audience !== undefined ? { audience: identity.jwt.audience } : {}),
-  })
+  const jwt = jwtOptions(config, config.jwtPublicKey)
+  const verified = jwt === undefined ? undefined : jwtVerifier(jwt)
   const claim = identity.jwt?.claim ?? 'sub'
-  const clientIp = {
-    ...(identity.clientIp?.trustProxy !== undefined ? { trustProxy: identity.clientIp.trustProxy } : {}),
-    ...(identity.clientIp?.ipv6Prefix !== undefined ? { ipv6Prefix: identity.clientIp.ipv6Prefix } : {}),
-  }
   const resolvers: Record<'jwt' | 'apiKey' | 'ip', KeyResolver | undefined> = {
     jwt: verified === undefined ? undefined : async (request) => {
       const value = claimOf(await verified(request), claim)
       return value === undefined ? undefined : `user:${value}`
     },
     apiKey: identity.apiKey === undefined ? undefined : apiKey(identity.apiKey.header),
-    ip: clientIpKey(clientIp),
+    ip: clientIpKey(clientIpOptions(config)),
   }
   const defaultOrder = identity.order ?? [...(verified !== undefined ? ['jwt' as const] : []), ...(identity.apiKey !== undefined ? ['apiKey' as const] : []), 'ip' as const]
   const keyOf = (kinds: ReadonlyArray<'jwt' | 'apiKey' | 'ip'>): KeyResolver => {

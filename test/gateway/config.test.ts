@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict'
-import { readFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { Ajv2020 } from 'ajv/dist/2020.js'
+import { exportSPKI, generateKeyPair } from 'jose'
 import { parse } from 'yaml'
 import { ConfigError, configJsonSchema, parseConfig } from '../../src/gateway/config.ts'
 import { runCli } from '../support/gateway.ts'
@@ -89,6 +92,38 @@ routes:
       'routes[1].limits[0].action: queue needs token-bucket, leaky-bucket or fixed-window policies; "same" is sliding-log',
       'identity.order[0]: "jwt" is not configured under identity',
     ])
+  })
+
+  it('lists what only building the gateway would find: path patterns, proxy CIDRs, a JWT key that cannot verify its algorithms', async () => {
+    const { publicKey } = await generateKeyPair('EdDSA')
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'))
+    try {
+      writeFileSync(join(dir, 'ed.pem'), await exportSPKI(publicKey))
+      const text = `
+identity:
+  jwt: { algorithms: [RS256], publicKeyFile: ${join(dir, 'ed.pem')} }
+  clientIp: { trustProxy: [10.0.0.0/8, 10.0.0.0/99] }
+limits:
+  - match: { exclude: health }
+    policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
+routes:
+  - name: api
+    match: { path: [/v1/**, "api/**"] }
+    upstream: http://127.0.0.1:9
+    limits:
+      - match: { headers: { "bad name": true } }
+        policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
+`
+      assert.deepEqual(await problems(text), [
+        'routes[0].match.path: must be path patterns starting with "/" (got "api/**") (line 10)',
+        'routes[0].limits[0].match.headers: must be header names (got "bad name") (line 13)',
+        'limits[0].match.exclude: must be path patterns starting with "/" (got "health") (line 6)',
+        'identity.clientIp.trustProxy: must hold addresses or CIDRs such as 10.0.0.0/8 or ::1 (got "10.0.0.0/99") (line 4)',
+        'identity.jwt.publicKeyFile: cannot verify RS256, which needs an rsa key (got "ed25519") (line 3)',
+      ])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 
   it('substitutes ${ENV} (with defaults) and reports unset variables', async () => {
