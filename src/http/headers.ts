@@ -10,7 +10,7 @@
  * - `springCloudGateway`: the fields of Spring Cloud Gateway's RequestRateLimiter.
  */
 import { createHash } from 'node:crypto'
-import { serializeByteSequence, serializeDictionary, serializeInteger, serializeItem, serializeList, serializeString, type Item } from 'structured-headers'
+import { serializeByteSequence, serializeDictionary, serializeItem, serializeList, serializeString, type Item } from 'structured-headers'
 import type { Decision, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 
 export type StandardHeaders = 'draft-10' | 'draft-8' | 'draft-7' | 'draft-6'
@@ -55,6 +55,13 @@ export function windowSeconds(policy: ResolvedPolicy): number {
 const seconds = (ms: number) => Math.max(0, Math.ceil(ms / 1000))
 
 /**
+ * Structured-field integers have at most 15 digits (RFC 9651 3.3.1), policies
+ * up to 2^53: a larger number is as good as unlimited and is sent as the largest.
+ */
+const SF_MAX_INTEGER = 999_999_999_999_999
+const sfInteger = (n: number) => Math.min(n, SF_MAX_INTEGER)
+
+/**
  * The header fields for a decision. `policies` are the resolved policies the
  * decision's entries come from (same order); `key` is the client's key, used
  * only for `pk`; `now` (epoch ms) only for the legacy Reset timestamp.
@@ -79,8 +86,8 @@ export function rateLimitHeaders(
       const { name, quotaItem } = itemsOf(policies[i] as ResolvedPolicy, entry.limit)
       const separator = i === 0 ? '' : ', '
       quota += `${separator}${quotaItem}${pk}`
-      // Only r and t change per request: their integers go through the serializer, the rest is cached.
-      left += `${separator}${name};r=${serializeInteger(entry.remaining)};t=${serializeInteger(seconds(entry.allowed ? entry.resetAfterMs : entry.retryAfterMs))}${pk}`
+      // Only r and t change per request (non-negative integers, so their text is their digits); the rest is cached.
+      left += `${separator}${name};r=${sfInteger(entry.remaining)};t=${sfInteger(seconds(entry.allowed ? entry.resetAfterMs : entry.retryAfterMs))}${pk}`
     }
     headers.push(['RateLimit-Policy', quota], ['RateLimit', left])
   } else if (standard === 'draft-7') {
@@ -88,9 +95,9 @@ export function rateLimitHeaders(
     headers.push(
       ['RateLimit-Policy', policyList(decision, policies)],
       ['RateLimit', serializeDictionary(new Map([
-        ['limit', [binding.limit, new Map()]],
-        ['remaining', [binding.remaining, new Map()]],
-        ['reset', [seconds(binding.resetAfterMs), new Map()]],
+        ['limit', [sfInteger(binding.limit), new Map()]],
+        ['remaining', [sfInteger(binding.remaining), new Map()]],
+        ['reset', [sfInteger(seconds(binding.resetAfterMs)), new Map()]],
       ]))],
     )
   } else if (standard === 'draft-6') {
@@ -147,7 +154,7 @@ function itemsOf(policy: ResolvedPolicy, limit: number): { name: string; quotaIt
   let cached = itemCache.get(policy)
   if (cached === undefined || cached.limit !== limit) {
     const name = serializeString(policy.name)
-    cached = { limit, name, quotaItem: serializeItem([policy.name, new Map([['q', limit], ['w', windowSeconds(policy)]])]) }
+    cached = { limit, name, quotaItem: serializeItem([policy.name, new Map([['q', sfInteger(limit)], ['w', sfInteger(windowSeconds(policy))]])]) }
     itemCache.set(policy, cached)
   }
   return cached
@@ -160,7 +167,7 @@ export function retryAfterHeader(decision: Decision): [string, string] {
 
 /** draft-6/7 `RateLimit-Policy`: `100;w=60, 1000;w=3600` (quota items, no names). */
 function policyList(decision: Decision, policies: readonly ResolvedPolicy[]): string {
-  return serializeList(decision.policies.map((entry, i): Item => [entry.limit, new Map([['w', windowSeconds(policies[i] as ResolvedPolicy)]])]))
+  return serializeList(decision.policies.map((entry, i): Item => [sfInteger(entry.limit), new Map([['w', sfInteger(windowSeconds(policies[i] as ResolvedPolicy))]])]))
 }
 
 /** The first 12 hex digits of SHA-256(key), as bytes: identifies a partition without revealing it. */

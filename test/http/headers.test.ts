@@ -46,4 +46,22 @@ describe('rate-limit header fields', () => {
     assert.deepEqual([dictionary.get('limit')?.[0], dictionary.get('remaining')?.[0], dictionary.get('reset')?.[0]], [20, 19, 1])
     assert.deepEqual(rateLimitHeaders(decision, resolved, { standard: false }, 'k', 30_000), [])
   })
+
+  it('a limit beyond the 15 digits a structured-field integer holds is sent as the largest one, in every shape', () => {
+    const largest = 999_999_999_999_999
+    const huge: Policy[] = [
+      { algorithm: 'fixed-window', limit: Number.MAX_SAFE_INTEGER, windowMs: 60_000, name: 'huge' },
+      { algorithm: 'token-bucket', capacity: 2 ** 52, refillTokens: 1, refillIntervalMs: 1, name: 'slow' },
+    ]
+    const clock = onVirtualClock(huge, 30_000)
+    const decision = clock.at(30_000)
+    const draft10 = new Map(rateLimitHeaders(decision, clock.limiter.policies, {}, 'k', 30_000))
+    assert.deepEqual(parseList(draft10.get('RateLimit-Policy') as string).map(([, params]) => [params.get('q'), params.get('w')]), [[largest, 60], [largest, Math.ceil(2 ** 52 / 1000)]])
+    assert.deepEqual(parseList(draft10.get('RateLimit') as string).map(([, params]) => params.get('r')), [largest, largest])
+    const draft7 = new Map(rateLimitHeaders(decision, clock.limiter.policies, { standard: 'draft-7' }, 'k', 30_000))
+    assert.equal(parseDictionary(draft7.get('RateLimit') as string).get('limit')?.[0], largest)
+    assert.deepEqual(parseList(draft7.get('RateLimit-Policy') as string).map(([q]) => q), [largest, largest])
+    const draft6 = new Map(rateLimitHeaders(decision, clock.limiter.policies, { standard: 'draft-6', legacy: true }, 'k', 30_000))
+    assert.equal(draft6.get('X-RateLimit-Limit'), String(2 ** 52), 'plain integers are not limited')
+  })
 })
