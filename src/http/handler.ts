@@ -9,7 +9,7 @@ import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { Limiter, type LimiterOptions } from '../limiter/limiter.ts'
-import type { Store } from '../stores/store.ts'
+import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import { compileMatch, compilePaths, type MatchOptions } from './match.ts'
 import { rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
@@ -170,6 +170,8 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   const headerOptions = options.headers ?? {}
   const seenPolicyNames = new Map<string, string>()
   const statePrefix = httpStatePrefix(options.prefix)
+  // An in-process store decides at once: no promise to await per request.
+  const synchronous = options.store === undefined || isSyncStore(options.store)
   const makeLimiter = (policies: Policy | Policy[], prefix: string) => new Limiter({
     policies,
     prefix,
@@ -282,7 +284,8 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     for (const group of groups) {
       const { key, cost, rule } = group[0] as (typeof matched)[number]
       const limiter = group.length === 1 ? (group[0] as (typeof matched)[number]).limiter : combined(group.map((entry) => entry.limiter))
-      const decision = await (cost === 1 && rule.maxWaitMs === 0 ? limiter.limit(key) : limiter.limit(key, { cost, maxWaitMs: rule.maxWaitMs }))
+      const limitOptions = cost === 1 && rule.maxWaitMs === 0 ? undefined : { cost, maxWaitMs: rule.maxWaitMs }
+      const decision = synchronous ? limiter.limitSync(key, limitOptions) : await limiter.limit(key, limitOptions)
       const names = group.length === 1 ? rule.name : group.map((entry) => entry.rule.name).join('+')
       options.onDecision?.({ rule: names, key, decision, shadow: rule.shadow, request })
       applied.push({ rules: names, shadow: rule.shadow, limiter, decision, key, cost })
@@ -299,7 +302,8 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       if (entry.decision.waitMs > waitMs) waitMs = entry.decision.waitMs
     }
     if (refused !== undefined) binding = refused
-    const now = clock()
+    // Only the legacy Reset field is a timestamp.
+    const now = headerOptions.legacy === true ? clock() : 0
     let headers: HeaderList
     if (applied.length === 1) {
       headers = rateLimitHeaders(binding.decision, binding.limiter.policies, headerOptions, binding.key, now, binding.cost)
