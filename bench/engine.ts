@@ -18,7 +18,7 @@
  */
 import { spawnSync } from 'node:child_process'
 import { RateLimiterMemory } from 'rate-limiter-flexible'
-import { Limiter, MemoryStore, type Policy } from 'sluice'
+import { Limiter, MemoryStore, monotonicClock, type Policy } from 'sluice'
 import { emit, QUICK, ratio } from './report.ts'
 
 const ROUND_MS = Number(process.env.BENCH_MS ?? 500)
@@ -42,6 +42,7 @@ const policies: Record<string, Policy> = {
   'leaky-bucket': { algorithm: 'leaky-bucket', capacity: HUGE, leakTokens: 1, leakIntervalMs: 3_600_000 },
 }
 const PEER = 'rate-limiter-flexible'
+const CLOCK = 'clock'
 
 /**
  * Median decisions/s over ROUNDS rounds of ROUND_MS each. `batch(offset)` makes
@@ -66,6 +67,15 @@ async function measure(batch: (offset: number) => unknown): Promise<number> {
 
 /** One cell, in this process: prints its decisions/s. */
 async function cell(system: string, path: Path, keySet: KeySet): Promise<void> {
+  if (system === CLOCK) {
+    // The one clock read every decision makes: a floor no decision goes under.
+    let sink = 0
+    const rate = await measure(() => {
+      for (let i = 0; i < 1000; i++) sink += monotonicClock()
+    })
+    console.log(sink > 0 ? rate : 0)
+    return
+  }
   const keys = Array.from({ length: KEY_SETS[keySet] }, (_, i) => (keySet === 'hot' ? 'hot' : `client-${i}`))
   let decide: (key: string) => unknown
   if (system === PEER) {
@@ -118,14 +128,16 @@ async function main(): Promise<void> {
   const peer = { hot: median(peerRuns.hot), '100k': median(peerRuns['100k']) }
   const rows = results.map(({ name, keySet, sync, async }) => [name, keySet, fmt(sync).trim(), fmt(async).trim(), ratio(sync, peer[keySet]), ratio(async, peer[keySet])])
   const lowest = `lowest ratio: sync ${Math.min(...results.map((r) => r.sync / peer[r.keySet])).toFixed(2)}x (target >= 3x), async ${Math.min(...results.map((r) => r.async / peer[r.keySet])).toFixed(2)}x (target >= 1x)`
+  const clockNs = 1e9 / inFreshProcess(CLOCK, 'sync', 'hot')
+  const clockNote = `the clock every decision reads (monotonicClock, one Date.now()) costs ${clockNs.toFixed(0)} ns a read here; 3x the peer's hot-key rate leaves ${(1e9 / (3 * peer.hot)).toFixed(0)} ns for a whole decision, clock included`
   const peerNote = `peer (async only), median of its ${peerRuns.hot.length} runs per key set, one beside each algorithm: hot key ${fmt(peer.hot).trim()}, 100k keys ${fmt(peer['100k']).trim()}`
-  console.log(`\n${peerNote}\n${lowest}`)
+  console.log(`\n${peerNote}\n${lowest}\n${clockNote}`)
   emit({
     bench: 'engine',
     title: 'In-process decisions per second (MemoryStore) beside rate-limiter-flexible RateLimiterMemory, every cell in a fresh process',
     columns: ['algorithm', 'keys', 'sync', 'async', 'sync / peer', 'async / peer'],
     rows,
-    notes: [`${peerNote}; each cell the median of ${ROUNDS} rounds x ${ROUND_MS} ms`, lowest],
+    notes: [`${peerNote}; each cell the median of ${ROUNDS} rounds x ${ROUND_MS} ms`, lowest, clockNote],
   })
 }
 
