@@ -5,6 +5,7 @@
  * asked, and upstream failures become 502 (unreachable, broken) or 504 (too slow).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { PassThrough } from 'node:stream'
 import { Agent, errors, type Dispatcher } from 'undici'
 import { problem, type HttpOutcome } from '../http/handler.ts'
 import type { RouteConfig } from './config.ts'
@@ -120,7 +121,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       path: `${base.path}${options.rewrite(path)}${query}`,
       method: req.method as Dispatcher.HttpMethod,
       headers: requestHeaders(req, options, base.host),
-      body: hasBody ? req : null,
+      body: hasBody ? uploadOf(req) : null,
       headersTimeout: options.timeouts.headersMs,
       bodyTimeout: options.timeouts.bodyMs,
     }, {
@@ -163,6 +164,29 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       },
     })
   })
+}
+
+/**
+ * The request body as undici sends it. undici destroys a body it stops
+ * reading, which it does when the upstream answers before the upload is in
+ * (a 401 or 413, say); destroying the request itself would reset the client's
+ * connection, often before the client has read that answer. So undici gets a
+ * stream of its own, and the rest of the upload is read and dropped, as node
+ * does for a request body its handler leaves unread.
+ */
+function uploadOf(req: IncomingMessage): PassThrough {
+  const upload = new PassThrough()
+  req.pipe(upload)
+  upload.once('close', () => {
+    if (req.complete) return
+    req.unpipe(upload)
+    req.resume()
+  })
+  // A client gone mid-upload: the upstream must not wait for the rest.
+  req.once('close', () => {
+    if (!req.complete) upload.destroy(new Error('the client closed the connection'))
+  })
+  return upload
 }
 
 function responseHeaders(upstream: Record<string, string | string[] | undefined>, extra: ReadonlyArray<[string, string]>): string[] {

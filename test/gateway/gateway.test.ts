@@ -4,7 +4,9 @@
  */
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
+import { once } from 'node:events'
 import { request as httpRequest, type Server } from 'node:http'
+import { connect } from 'node:net'
 import { Readable } from 'node:stream'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -194,6 +196,29 @@ describe('gateway (child process, real upstream)', () => {
     assert.deepEqual(JSON.parse(answer), { length: size, sha256: upHash.digest('hex') })
     const grown = gateway.memory().peak - before.peak
     assert.ok(grown < 16 * 1024 * 1024, `the gateway's peak memory grew by ${(grown / 1048576).toFixed(1)} MB moving 100 MB`)
+  })
+
+  it('takes in the rest of an upload the upstream answered before reading, so a client that sends before it reads gets the answer', async () => {
+    // The demo upstream answers /bytes/16 at once without reading the body, and undici then stops
+    // sending it. A client that writes its whole request before reading (curl, most HTTP/1.1 clients)
+    // must still get every byte out, then the answer, not a stalled upload and a reset.
+    const size = 20 * 1024 * 1024
+    const { port } = new URL(gateway.url)
+    const socket = connect(Number(port), '127.0.0.1')
+    let received = ''
+    socket.setEncoding('latin1')
+    socket.on('data', (part: string) => { received += part })
+    await once(socket, 'connect')
+    socket.write(`POST /bytes/16 HTTP/1.1\r\nHost: gateway.test\r\nContent-Length: ${size}\r\n\r\n`)
+    const chunk = Buffer.alloc(64 * 1024)
+    for (let sent = 0; sent < size; sent += chunk.length) {
+      if (!socket.write(chunk)) await Promise.race([once(socket, 'drain'), once(socket, 'close').then(() => { throw new Error(`the gateway closed the connection after ${sent} bytes`) })])
+    }
+    await new Promise<void>((resolve, reject) => socket.write('', (error) => (error ? reject(error) : resolve())))
+    for (let i = 0; i < 100 && !received.endsWith('a'.repeat(16)); i++) await sleep(20)
+    socket.destroy()
+    assert.match(received, /^HTTP\/1\.1 200 OK\r\n/)
+    assert.ok(received.endsWith('\r\n\r\n' + 'a'.repeat(16)), received.slice(-100))
   })
 
   it('exports Prometheus metrics whose counters match the requests sent', async () => {
