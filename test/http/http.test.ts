@@ -258,6 +258,34 @@ describe('HTTP queueing and aborts', () => {
   })
 })
 
+describe('Express mounting', () => {
+  it('rules and skip paths see the whole path when the middleware is mounted under a prefix or in a router', async () => {
+    const { default: express } = await import('express')
+    const { createServer } = await import('node:http')
+    const { rateLimit } = await import('../../src/http/adapters/express.ts')
+    const once = (name: string) => ({ algorithm: 'fixed-window' as const, limit: 1, windowMs: 60_000, name })
+    const app = express()
+    const router = express.Router()
+    router.use(rateLimit({ rules: [{ name: 'login', match: { path: '/api/login' }, policies: once('login') }] }))
+    router.post('/login', (_req, res) => { res.send('ok') })
+    app.use('/api', router)
+    app.use('/v2', rateLimit({ rules: [{ name: 'v2', match: { path: '/v2/**' }, policies: once('v2') }], skip: ['/v2/health'] }))
+    app.get('/v2/*splat', (_req, res) => { res.send('ok') })
+    const server = createServer(app)
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`
+    const status = async (method: string, path: string) => (await fetch(`${url}${path}`, { method })).status
+    try {
+      assert.deepEqual([await status('POST', '/api/login'), await status('POST', '/api/login')], [200, 429])
+      assert.deepEqual([await status('GET', '/v2/items'), await status('GET', '/v2/items')], [200, 429])
+      assert.deepEqual([await status('GET', '/v2/health'), await status('GET', '/v2/health')], [200, 200])
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
+  })
+})
+
 describe('HTTP adapters (memory store)', () => {
   suite('node', nodeServer, () => new MemoryStore())
   suite('fetch', fetchServer, () => new MemoryStore())

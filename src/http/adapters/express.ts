@@ -2,17 +2,20 @@
  * Express middleware. Express's request is a node `IncomingMessage`, so this is
  * the node adapter behind Express's `next()`. Client addresses follow sluice's
  * own `clientIp` options, not Express's `trust proxy` setting. Path patterns
- * match case-insensitively, as Express routes, unless `caseSensitive: true`.
+ * match case-insensitively, as Express routes, unless `caseSensitive: true`,
+ * and always against the whole path: mounted under `/api` (a router, or
+ * `app.use('/api', ...)`), a rule for `/api/login` still sees `/api/login`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { RateLimitOptions } from '../handler.ts'
-import { rateLimitNode } from './node.ts'
+import { nodeRequest, rateLimitNode } from './node.ts'
 
 type Next = (error?: unknown) => void
 
 export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res: ServerResponse, next: Next) => void {
   // Express routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
-  const limit = rateLimitNode({ caseSensitive: false, ...options })
+  // Mounting rewrites req.url to the part below the mount point; originalUrl is what the client asked for.
+  const limit = rateLimitNode({ caseSensitive: false, ...options }, (req) => nodeRequest(req, (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url))
   return function sluiceRateLimit(req, res, next) {
     limit(req, res).then((proceed) => (proceed ? next() : undefined), next)
   }

@@ -8,10 +8,11 @@ import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from 
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
-export function nodeRequest(req: IncomingMessage): HttpRequest {
+/** `target`: the request target rules see; Express passes `originalUrl`, which its mounting does not rewrite. */
+export function nodeRequest(req: IncomingMessage, target = req.url ?? '/'): HttpRequest {
   return {
     method: req.method ?? 'GET',
-    path: requestPath(req.url ?? '/'),
+    path: requestPath(target),
     host: req.headers.host,
     header: (name) => {
       const value = req.headers[name]
@@ -25,10 +26,13 @@ export function nodeRequest(req: IncomingMessage): HttpRequest {
  * Resolves true when the request may proceed (the rate-limit headers are then
  * set on `res`), false when it was refused and answered.
  */
-export function rateLimitNode(options: RateLimitOptions): (req: IncomingMessage, res: ServerResponse) => Promise<boolean> {
+export function rateLimitNode(
+  options: RateLimitOptions,
+  toRequest: (req: IncomingMessage) => HttpRequest = nodeRequest,
+): (req: IncomingMessage, res: ServerResponse) => Promise<boolean> {
   const handle = createRateLimitHandler(options)
   return async function rateLimitNodeRequest(req, res) {
-    const outcome = await handle(nodeRequest(req))
+    const outcome = await handle(toRequest(req))
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
     if (outcome.proceed && outcome.waitMs > 0) return waitTurn(res, outcome.waitMs)
     if (outcome.proceed) return true
