@@ -12,7 +12,7 @@ import { ArgumentError, PolicyError, SluiceError } from '../core/errors.ts'
 import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, type ClientIpOptions } from '../http/client-ip.ts'
-import { jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
+import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
 import { compileMatch } from '../http/match.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
@@ -480,6 +480,8 @@ function checkCompiles(config: RawConfig, jwtPublicKey: string | undefined, repo
     if (limit.match !== undefined) attempt(['limits', j], () => compileMatch(limit.match ?? {}, 'match'))
   })
   attempt(['identity', 'clientIp'], () => clientIpResolver(clientIpOptions(config)))
+  const apiKeyHeader = config.identity.apiKey?.header
+  if (apiKeyHeader !== undefined) attempt(['identity', 'apiKey'], () => apiKey(apiKeyHeader))
   const jwt = jwtOptions(config, jwtPublicKey)
   const keyFile = config.identity.jwt?.publicKeyFile
   // A key file that could not be read is reported already; a key read from one is reported as the file.

@@ -8,6 +8,7 @@
 import { createPublicKey, type KeyObject } from 'node:crypto'
 import { createRemoteJWKSet, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { ArgumentError } from '../core/errors.ts'
+import { rejectUnknown } from '../core/options.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import type { HttpRequest, KeyResolver } from './handler.ts'
 
@@ -27,6 +28,9 @@ export function firstOf(...resolvers: KeyResolver[]): KeyResolver {
 
 /** The value of a request header (e.g. `x-api-key`), as `<prefix>:<value>`. */
 export function apiKey(header = 'x-api-key', options: { prefix?: string; maxLength?: number } = {}): KeyResolver {
+  if (typeof header !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(header)) throw new ArgumentError('header', header, 'must be a header name')
+  if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object like { prefix, maxLength }')
+  rejectUnknown('an apiKey option', options, new Set(['prefix', 'maxLength']))
   const name = header.toLowerCase()
   const prefix = options.prefix ?? 'apikey'
   const maxLength = options.maxLength ?? 256
@@ -57,6 +61,9 @@ export interface JwtClaimOptions {
 
 export type JwtVerifierOptions = Omit<JwtClaimOptions, 'claim' | 'prefix'>
 
+/** jwtClaim's options: it hands them all to jwtVerifier, which checks them. */
+const JWT_OPTIONS = new Set(['claim', 'prefix', 'algorithms', 'secret', 'publicKey', 'jwksUrl', 'issuer', 'audience'])
+
 /**
  * The claim of a verified `Authorization: Bearer <jwt>`, as `<prefix>:<claim>`.
  * Unsigned (`alg: none`), forged, expired, not-yet-valid or otherwise
@@ -85,6 +92,8 @@ export function claimOf(payload: JWTPayload | undefined, claim: string): string 
  * and a tier, say).
  */
 export function jwtVerifier(options: JwtVerifierOptions): (request: HttpRequest) => Promise<JWTPayload | undefined> {
+  if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object like { algorithms, secret }')
+  rejectUnknown('a jwtClaim option', options, JWT_OPTIONS)
   if (!Array.isArray(options.algorithms) || options.algorithms.length === 0 || options.algorithms.some((a) => typeof a !== 'string' || a.toLowerCase() === 'none')) {
     throw new ArgumentError('algorithms', options.algorithms, "must list the accepted algorithms (e.g. ['HS256']); 'none' is never accepted")
   }

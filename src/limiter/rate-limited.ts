@@ -4,6 +4,7 @@
  * (standard, TypeScript 5+) method decorator.
  */
 import { ArgumentError, RateLimitedError } from '../core/errors.ts'
+import { rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy } from '../core/types.ts'
 import type { Store } from '../stores/store.ts'
@@ -36,6 +37,7 @@ export interface RateLimitedOptions<Args extends unknown[]> {
 }
 
 const DEFAULT_QUEUE_WAIT_MS = 30_000
+const RATE_LIMITED_OPTIONS = new Set(['limit', 'windowMs', 'policies', 'limiter', 'store', 'keyPrefix', 'key', 'cost', 'action', 'maxWaitMs'])
 
 /**
  * Wraps `fn` so that each call is decided first: refused calls throw
@@ -86,6 +88,8 @@ function createGuard<Args extends unknown[]>(
   options: RateLimitedOptions<Args>,
   defaultPrefix: string,
 ): (args: Args) => Promise<Decision> {
+  if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object like { limit, windowMs, key }')
+  rejectUnknown('a rateLimited option', options, RATE_LIMITED_OPTIONS)
   const action = options.action ?? 'reject'
   if (action !== 'reject' && action !== 'queue') {
     throw new ArgumentError('action', action, "must be 'reject' or 'queue'")

@@ -103,6 +103,7 @@ routes:
 identity:
   jwt: { algorithms: [RS256], publicKeyFile: ${join(dir, 'ed.pem')} }
   clientIp: { trustProxy: [10.0.0.0/8, 10.0.0.0/99] }
+  apiKey: { header: "x api key" }
 limits:
   - match: { exclude: health }
     policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
@@ -115,10 +116,11 @@ routes:
         policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
 `
       assert.deepEqual(await problems(text), [
-        'routes[0].match.path: must be path patterns starting with "/" (got "api/**") (line 10)',
-        'routes[0].limits[0].match.headers: must be header names (got "bad name") (line 13)',
-        'limits[0].match.exclude: must be path patterns starting with "/" (got "health") (line 6)',
+        'routes[0].match.path: must be path patterns starting with "/" (got "api/**") (line 11)',
+        'routes[0].limits[0].match.headers: must be header names (got "bad name") (line 14)',
+        'limits[0].match.exclude: must be path patterns starting with "/" (got "health") (line 7)',
         'identity.clientIp.trustProxy: must hold addresses or CIDRs such as 10.0.0.0/8 or ::1 (got "10.0.0.0/99") (line 4)',
+        'identity.apiKey.header: must be a header name (got "x api key") (line 5)',
         'identity.jwt.publicKeyFile: cannot verify RS256, which needs an rsa key (got "ed25519") (line 3)',
       ])
     } finally {

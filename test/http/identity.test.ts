@@ -66,6 +66,13 @@ describe('identity', () => {
     assert.throws(() => jwtClaim({ algorithms: ['HS256'] }), /exactly one of secret, publicKey or jwksUrl/)
   })
 
+  it('refuses misspelt options rather than ignoring them', () => {
+    assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], claims: 'tenant' } as never), /claims is not a jwtClaim option/)
+    assert.throws(() => clientIpKey({ trustProxies: 1 } as never), /trustProxies is not a clientIp option \(known: trustProxy, ipv6Prefix\)/)
+    assert.throws(() => apiKey('x-api-key', { prefx: 'k' } as never), /prefx is not an apiKey option/)
+    assert.throws(() => apiKey('x api key'), /header must be a header name/)
+  })
+
   it('refuses, when made, a key that cannot verify the listed algorithms (every token would silently be no identity)', async () => {
     const rsaPem = await exportSPKI((await generateKeyPair('RS256')).publicKey)
     const edPem = await exportSPKI((await generateKeyPair('EdDSA')).publicKey)

@@ -89,5 +89,7 @@ describe('rateLimited / @RateLimited', () => {
       () => rateLimited(async () => 1, { policies: { algorithm: 'sliding-log', limit: 1, windowMs: 1000 }, action: 'queue' }),
       /sliding-log cannot reserve/,
     )
+    // A misspelt key function would otherwise give every caller one shared limit.
+    assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, keyFn: () => 'k' } as never), /keyFn is not a rateLimited option/)
   })
 })

@@ -67,5 +67,7 @@ describe('MemoryStore', () => {
   it('refuses bad options with a clear error', () => {
     assert.throws(() => new MemoryStore({ maxKeys: 0 }), /maxKeys must be a positive integer \(got 0\)/)
     assert.throws(() => new MemoryStore({ clock: 5 as never }), /clock must be a function/)
+    assert.throws(() => new MemoryStore({ max: 5 } as never), /max is not a MemoryStore option \(known: maxKeys, clock\)/)
+    assert.throws(() => new MemoryStore(null as never), /options must be an object/)
   })
 })
