@@ -286,6 +286,23 @@ describe('Express mounting', () => {
   })
 })
 
+describe('fetch adapter responses', () => {
+  it('adds the fields to any response the handler returns, and passes on those that cannot carry them', async () => {
+    const { withRateLimit } = await import('../../src/http/adapters/fetch.ts')
+    const options = { rules: [{ policies: { algorithm: 'fixed-window' as const, limit: 10, windowMs: 60_000, name: 'p' } }], onWarning: () => {} }
+    const through = (make: () => Response) => withRateLimit(make, options, () => '203.0.113.1')(new Request('http://api.test/'))
+    const own = new Response('mine')
+    assert.equal(await through(() => own), own, 'a mutable response is the same object, with the fields added')
+    assert.match(own.headers.get('RateLimit') ?? '', /^"p";r=\d+;t=\d+$/)
+    const redirect = await through(() => Response.redirect('http://api.test/elsewhere', 302))
+    assert.equal(redirect.status, 302)
+    assert.equal(redirect.headers.get('location'), 'http://api.test/elsewhere')
+    assert.match(redirect.headers.get('RateLimit') ?? '', /^"p";r=/, 'immutable headers: copied into a new response')
+    const failed = await through(() => Response.error())
+    assert.equal(failed.type, 'error', 'a network error stays one (a Response of status 0 cannot be rebuilt)')
+  })
+})
+
 describe('HTTP adapters (memory store)', () => {
   suite('node', nodeServer, () => new MemoryStore())
   suite('fetch', fetchServer, () => new MemoryStore())

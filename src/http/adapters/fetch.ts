@@ -58,7 +58,15 @@ export function withRateLimit<Rest extends unknown[]>(
     const { response, headers } = await limiter.check(request, remoteAddress(request, ...rest))
     if (response !== undefined) return response
     const upstream = await handler(request, ...rest)
-    // A response's headers may be immutable (fetch() results, Response.redirect): copy it.
+    // No headers for a network error (status 0) or a protocol switch (101): Response cannot be rebuilt with
+    // those statuses, and a WebSocket upgrade (Deno) must stay the very object the runtime handed out.
+    if (upstream.status < 200) return upstream
+    try {
+      headers.forEach((value, name) => upstream.headers.set(name, value))
+      return upstream
+    } catch {
+      // Immutable headers (fetch() results, Response.redirect): copied below.
+    }
     const merged = new Headers(upstream.headers)
     headers.forEach((value, name) => merged.set(name, value))
     return new Response(upstream.body, { status: upstream.status, statusText: upstream.statusText, headers: merged })
