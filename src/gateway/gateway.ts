@@ -79,6 +79,8 @@ export class Gateway {
     this.agent = createAgent(serverConfig.timeouts.keepAliveMs)
     const listener = (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res) }
     this.server = runtime.config.tls !== undefined ? createHttpsServer({ cert: runtime.config.tls.cert, key: runtime.config.tls.key }, listener) : createHttpServer(listener)
+    // `Expect: 100-continue`: the client sends its body only once the request is allowed, so a refused upload never travels.
+    this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res, true) })
     this.server.headersTimeout = serverConfig.timeouts.headersMs
     this.server.requestTimeout = serverConfig.timeouts.requestMs
     this.server.keepAliveTimeout = serverConfig.timeouts.keepAliveMs
@@ -186,7 +188,7 @@ export class Gateway {
     this.logger.info({ url: this.url, admin: this.adminUrl, version: this.runtime.config.version, store: this.runtime.store.description, routes: this.runtime.routes.length }, 'sluice gateway listening')
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async handle(req: IncomingMessage, res: ServerResponse, expectsContinue = false): Promise<void> {
     const started = performance.now()
     this.inFlight++
     let finished = false
@@ -216,26 +218,32 @@ export class Gateway {
       }
     }
     res.once('close', done)
+    const answer = (outcome: HttpOutcome) => {
+      // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be reused.
+      if (expectsContinue) res.setHeader('connection', 'close')
+      respond(res, outcome)
+    }
     try {
       if (this.draining) res.setHeader('connection', 'close')
       if (absolute) {
         // Absolute-form (proxy) requests and `*`: this is a reverse proxy, not a forward one.
-        respond(res, problem(400, 'Bad Request', 'The request target must be a path.', []))
+        answer(problem(400, 'Bad Request', 'The request target must be a path.', []))
         return
       }
       const route = runtime.routes.find((candidate) => candidate.matches(request))
       if (route === undefined) {
-        respond(res, problem(404, 'Not Found', 'No route matches this request.', []))
+        answer(problem(404, 'Not Found', 'No route matches this request.', []))
         return
       }
       routeName = route.config.name
       request.route = routeName
       const outcome = runtime.decide === undefined ? undefined : await runtime.decide(request)
       if (outcome !== undefined && !outcome.proceed) {
-        respond(res, outcome)
+        answer(outcome)
         return
       }
       if (outcome !== undefined && outcome.waitMs > 0 && !(await waitTurn(res, outcome.waitMs))) return
+      if (expectsContinue) res.writeContinue()
       const forwarded = await forward(req, res, {
         path: request.path,
         dispatcher: this.agent,
@@ -253,7 +261,7 @@ export class Gateway {
     } catch (error) {
       // Only a bug gets here: answer rather than leave the client hanging.
       this.logger.error({ err: error, route: routeName }, 'request failed inside the gateway')
-      if (!res.headersSent) respond(res, problem(500, 'Internal Server Error', 'The gateway failed to handle this request.', []))
+      if (!res.headersSent) answer(problem(500, 'Internal Server Error', 'The gateway failed to handle this request.', []))
       else res.destroy()
     }
   }

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { request as httpRequest, type Server } from 'node:http'
-import { connect } from 'node:net'
+import { connect, type Socket } from 'node:net'
 import { Readable } from 'node:stream'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -219,6 +219,41 @@ describe('gateway (child process, real upstream)', () => {
     socket.destroy()
     assert.match(received, /^HTTP\/1\.1 200 OK\r\n/)
     assert.ok(received.endsWith('\r\n\r\n' + 'a'.repeat(16)), received.slice(-100))
+  })
+
+  it('Expect: 100-continue: the body is asked for only once the request is allowed; a refused upload never travels', async () => {
+    // Reads what the gateway says on a raw connection until `until` matches or it closes.
+    const exchange = async (key: string, send: (socket: Socket, received: () => string) => Promise<void>) => {
+      const socket = connect(Number(new URL(gateway.url).port), '127.0.0.1')
+      let text = ''
+      socket.setEncoding('latin1')
+      socket.on('data', (part: string) => { text += part })
+      const closed = once(socket, 'close')
+      await once(socket, 'connect')
+      socket.write(`POST /login HTTP/1.1\r\nHost: gateway.test\r\nx-api-key: ${key}\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n`)
+      await send(socket, () => text)
+      await Promise.race([closed, sleep(2000)])
+      socket.destroy()
+      return text
+    }
+    const until = async (received: () => string, pattern: RegExp) => {
+      for (let i = 0; i < 100 && !pattern.test(received()); i++) await sleep(10)
+    }
+    // Allowed: 100 Continue first, then the body, then the upstream's answer.
+    const allowed = await exchange('expect-ok', async (socket, received) => {
+      await until(received, /^HTTP\/1\.1 100 Continue\r\n\r\n/)
+      assert.match(received(), /^HTTP\/1\.1 100 Continue\r\n\r\n$/, 'nothing but 100 Continue before the body')
+      socket.write(Buffer.alloc(1000, 0x62))
+      await until(received, /demo upstream: POST \/login/)
+      socket.end()
+    })
+    assert.match(allowed, /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK\r\n/)
+    // Refused (the bucket holds 2): the 429 comes instead of 100 Continue, and the connection closes.
+    for (let i = 0; i < 2; i++) await fetch(`${gateway.url}/login`, { method: 'POST', headers: { 'x-api-key': 'expect-refused' } })
+    const refused = await exchange('expect-refused', async () => {})
+    assert.match(refused, /^HTTP\/1\.1 429 Too Many Requests\r\n/)
+    assert.doesNotMatch(refused, /100 Continue/)
+    assert.match(refused, /\r\nConnection: close\r\n/i)
   })
 
   it('exports Prometheus metrics whose counters match the requests sent', async () => {
