@@ -92,7 +92,7 @@ const match = z.strictObject({
   host: stringOrList.optional(),
   exclude: stringOrList.optional(),
   headers: z.record(z.string(), z.union([z.string(), z.literal(true)]), { error: 'expected header names mapped to a value or true' }).optional(),
-}).meta({ id: 'match', description: 'Request predicates; every one given must hold. Paths: `*` within a segment, `**` across segments.' })
+}).meta({ id: 'match', description: 'Request predicates; every one given must hold. Paths: `*` within a segment, `**` across segments; `/orders/**` includes `/orders`.' })
 
 /** One limit: the HTTP layer's rule, or Spring Cloud Gateway's RequestRateLimiter. */
 const limit = z.strictObject({

@@ -6,7 +6,7 @@ import { ArgumentError } from '../core/errors.ts'
 import type { HttpRequest } from './handler.ts'
 
 export interface MatchOptions {
-  /** Path patterns: `*` matches within a segment, `**` across segments (`/api/**`). */
+  /** Path patterns: `*` matches within a segment, `**` across segments (`/api/**`: `/api` and all below it). */
   path?: string | string[] | undefined
   /** Methods, e.g. `['POST', 'PUT']`. */
   method?: string | string[] | undefined
@@ -38,11 +38,20 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
     (headers === undefined || headers(request))
 }
 
-/** `**` any number of segments, `*` within one segment; everything else literal. */
+/**
+ * A `**` segment is zero or more segments (`/orders/**` is `/orders` and
+ * everything below it, as in Spring's path patterns); `**` within a segment
+ * anything; `*` anything within one segment; everything else literal.
+ */
 export function compilePaths(patterns: string[], what: string, caseSensitive = true): (path: string) => boolean {
   const regexes = patterns.map((pattern) => {
     if (typeof pattern !== 'string' || !pattern.startsWith('/')) throw new ArgumentError(what, pattern, 'must be path patterns starting with "/"')
-    const source = pattern.split(/(\*\*|\*)/).map((part) => (part === '**' ? '.*' : part === '*' ? '[^/]*' : part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))).join('')
+    const source = pattern.split(/(\/\*\*(?=\/|$)|\*\*|\*)/).map((part) => {
+      if (part === '/**') return '(?:/.*)?'
+      if (part === '**') return '.*'
+      if (part === '*') return '[^/]*'
+      return part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')
+    }).join('')
     // A trailing slash names the same resource to most routers (Express's default, Fastify's ignoreTrailingSlash).
     return new RegExp(`^${source}${pattern.endsWith('/') ? '' : '/?'}$`, caseSensitive ? '' : 'i')
   })

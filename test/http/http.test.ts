@@ -48,6 +48,9 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       assert.equal(problem.status, 429)
       assert.deepEqual(problem['violated-policies'], ['per-minute'])
       assert.equal(problem['retry-after'], 30)
+      // `/api/**` covers `/api` itself (POST /orders under /orders/**), not `/apiary`.
+      assert.equal((await get(`${url}/api`)).status, 429)
+      assert.equal((await get(`${url}/apiary`)).status, 200)
       // Outside the rule's paths nothing is limited.
       assert.equal((await get(`${url}/public`)).status, 200)
     })
