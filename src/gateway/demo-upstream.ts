@@ -71,7 +71,7 @@ export function startDemoUpstream(port = 0, host = '127.0.0.1'): Promise<{ serve
     server.once('error', reject)
     server.listen(port, host, () => {
       const address = server.address() as AddressInfo
-      resolve({ server, url: `http://${host}:${address.port}` })
+      resolve({ server, url: `http://${host.includes(':') ? `[${host}]` : host}:${address.port}` })
     })
   })
 }

@@ -31,4 +31,15 @@ describe('npm start (the demo)', () => {
     const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, unknown> }
     assert.deepEqual(Object.keys(status.watched), ['ip:127.0.0.1', 'apikey:demo-key'])
   })
+
+  it('the demo upstream gives a usable URL on IPv6 loopback too', async () => {
+    const { startDemoUpstream } = await import('../../src/gateway/demo-upstream.ts')
+    const upstream = await startDemoUpstream(0, '::1')
+    try {
+      assert.match(upstream.url, /^http:\/\/\[::1\]:\d+$/)
+      assert.equal((await fetch(`${upstream.url}/hello`)).status, 200)
+    } finally {
+      upstream.server.close()
+    }
+  })
 })
