@@ -90,9 +90,9 @@ export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' 
   store?: Store
   prefix?: string
   clock?: Clock
-  /** Every decision, allowed or not (shadow ones too). */
+  /** Every decision, allowed or not (shadow ones too). Should it throw, the error goes to onWarning and the request goes on. */
   onDecision?: (event: DecisionEvent) => void
-  /** Each request refused with 429 (for logging). */
+  /** Each request refused with 429 (for logging). Should it throw, the error goes to onWarning and the 429 is sent. */
   onLimited?: (event: DecisionEvent) => void
   /** Misconfiguration noticed at run time (e.g. forwarding headers with no trusted proxy). */
   onWarning?: (message: string) => void
@@ -146,6 +146,14 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     if (warned.has(message)) return
     warned.add(message)
     warn(message)
+  }
+  // An observer that throws must not fail the request it observes: the error is reported, the request goes on.
+  const notify = (hook: 'onDecision' | 'onLimited', event: DecisionEvent) => {
+    try {
+      options[hook]?.(event)
+    } catch (error) {
+      warn(`${hook} threw, and the request went on: ${error instanceof Error ? error.message : String(error)}`)
+    }
   }
   const resolveIp = clientIpResolver(options.clientIp)
   const ipKey: KeyResolver = (request) => {
@@ -287,7 +295,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       const limitOptions = cost === 1 && rule.maxWaitMs === 0 ? undefined : { cost, maxWaitMs: rule.maxWaitMs }
       const decision = synchronous ? limiter.limitSync(key, limitOptions) : await limiter.limit(key, limitOptions)
       const names = group.length === 1 ? rule.name : group.map((entry) => entry.rule.name).join('+')
-      options.onDecision?.({ rule: names, key, decision, shadow: rule.shadow, request })
+      if (options.onDecision !== undefined) notify('onDecision', { rule: names, key, decision, shadow: rule.shadow, request })
       applied.push({ rules: names, shadow: rule.shadow, limiter, decision, key, cost })
       if (!decision.allowed && !rule.shadow) break
     }
@@ -313,7 +321,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     }
     if (refused === undefined) return { proceed: true, status: 200, headers, body: undefined, waitMs }
     const { decision } = refused
-    options.onLimited?.({ rule: refused.rules, key: refused.key, decision, shadow: false, request })
+    if (options.onLimited !== undefined) notify('onLimited', { rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
     return problem(429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${Math.ceil(decision.retryAfterMs / 1000)} s.`, [...headers, retryAfterHeader(decision)], {
       'violated-policies': violated,

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict'
 import { request as httpRequest } from 'node:http'
 import { after, before, describe, it } from 'node:test'
-import { MemoryStore, RedisStore, type Store } from '../../src/index.ts'
+import { createRateLimitHandler, MemoryStore, RedisStore, type Store } from '../../src/index.ts'
 import type { RateLimitOptions } from '../../src/http/adapters/node.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { expressServer, fastifyServer, fetchServer, nodeServer, type StartServer } from './servers.ts'
@@ -222,7 +222,6 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
 
 describe('HTTP configuration', () => {
   it('refuses at start-up what cannot work, naming it', async () => {
-    const { createRateLimitHandler } = await import('../../src/index.ts')
     const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
     assert.throws(() => createRateLimitHandler({ rules: [] }), /rules must be a non-empty array/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], skipPaths: ['/x'] } as never), /skipPaths is not a rate-limit option/)
@@ -258,6 +257,25 @@ describe('HTTP queueing and aborts', () => {
       server.closeAllConnections()
       server.close()
     }
+  })
+})
+
+describe('HTTP observers', () => {
+  it('an onDecision or onLimited that throws is reported through onWarning and fails no request', async () => {
+    const warnings: string[] = []
+    const handle = createRateLimitHandler({
+      rules: [{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'p' } }],
+      onDecision: () => { throw new Error('metrics backend down') },
+      onLimited: () => { throw new Error('log sink full') },
+      onWarning: (message) => warnings.push(message),
+    })
+    const request = { method: 'GET', path: '/', host: 'api.test', header: () => undefined, remoteAddress: '198.51.100.7' }
+    assert.deepEqual([(await handle(request)).status, (await handle(request)).status], [200, 429])
+    assert.deepEqual(warnings, [
+      'onDecision threw, and the request went on: metrics backend down',
+      'onDecision threw, and the request went on: metrics backend down',
+      'onLimited threw, and the request went on: log sink full',
+    ])
   })
 })
 
