@@ -7,6 +7,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
+import safeRegex from 'safe-regex2'
 import { z } from 'zod'
 import { ArgumentError, PolicyError, SluiceError } from '../core/errors.ts'
 import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
@@ -144,7 +145,10 @@ const route = z.strictObject({
         new RegExp(value)
       } catch (error) {
         context.addIssue({ code: 'custom', message: `expected a regular expression: ${(error as Error).message}` })
+        return
       }
+      // It runs on every path a client sends: a nested quantifier, as in (a+)+, can take exponential time and stall the gateway.
+      if (!safeRegex(value)) context.addIssue({ code: 'custom', message: `${show(value)} nests quantifiers (as (a+)+ does), which can take exponential time on a crafted path; rewrite it without` })
     }),
     replacement: z.string(),
   }).optional(),

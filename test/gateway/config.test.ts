@@ -128,6 +128,19 @@ routes:
     }
   })
 
+  it('refuses a rewrite pattern that can take exponential time on a crafted path, and takes ordinary ones', async () => {
+    const route = (pattern: string) => `
+routes:
+  - name: api
+    upstream: http://127.0.0.1:9
+    rewrite: { pattern: '${pattern}', replacement: '/$1' }
+`
+    assert.deepEqual(await problems(route('^/v1/(a+)+$')), [
+      'routes[0].rewrite.pattern: "^/v1/(a+)+$" nests quantifiers (as (a+)+ does), which can take exponential time on a crafted path; rewrite it without (line 5)',
+    ])
+    assert.deepEqual(await problems(route('^/v1/([^/]+)/(.*)$')), [])
+  })
+
   it('substitutes ${ENV} (with defaults) and reports unset variables', async () => {
     const text = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `server:
   listen: 127.0.0.1:\${PORT}
