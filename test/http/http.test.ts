@@ -279,6 +279,27 @@ describe('HTTP observers', () => {
   })
 })
 
+describe('node adapter errors', () => {
+  it('a request whose options callback throws gets a 500, and the error is reported rather than swallowed', async () => {
+    const { createServer } = await import('node:http')
+    const { withRateLimit } = await import('../../src/http/adapters/node.ts')
+    const warnings: string[] = []
+    const server = createServer(withRateLimit((_req, res) => res.end('ok'), {
+      // A cost function with a bug: 0 is not a cost.
+      rules: [{ policies: { algorithm: 'fixed-window', limit: 5, windowMs: 60_000 }, cost: () => 0 }],
+      onWarning: (message) => warnings.push(message),
+    }))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      assert.equal((await fetch(`http://127.0.0.1:${(server.address() as { port: number }).port}/`)).status, 500)
+      assert.deepEqual(warnings, ['a request could not be decided and was answered 500: cost must be a positive integer (got 0)'])
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
+  })
+})
+
 describe('Express mounting', () => {
   it('rules and skip paths see the whole path when the middleware is mounted under a prefix or in a router', async () => {
     const { default: express } = await import('express')

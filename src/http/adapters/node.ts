@@ -60,11 +60,13 @@ export function withRateLimit(
   options: RateLimitOptions,
 ): (req: IncomingMessage, res: ServerResponse) => void {
   const limit = rateLimitNode(options)
+  const warn = options.onWarning ?? ((message: string) => process.emitWarning(message, { code: 'SLUICE_HTTP' }))
   return function rateLimitedListener(req, res) {
     limit(req, res).then(
       (proceed) => (proceed ? listener(req, res) : undefined),
-      () => {
-        // The pipeline throws only on a bug; answer rather than hang the client.
+      (error: unknown) => {
+        // A callback of the options threw (key, cost, tiers.of, allow, deny), or a bug did: say which, and answer rather than hang the client.
+        warn(`a request could not be decided and was answered 500: ${error instanceof Error ? error.message : String(error)}`)
         if (!res.headersSent) res.statusCode = 500
         res.end()
       },
