@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import type { Dispatcher } from 'undici'
 import { ArgumentError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
-import { rejectUnknown } from '../core/options.ts'
+import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { MAX_WAIT_MS, RESERVABLE } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
@@ -181,8 +181,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
 
   constructor(options: ClientOptions = {}) {
     super()
-    if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object')
-    rejectUnknown('a client option', options, OPTIONS)
+    checkOptions('options', 'a client option', options, OPTIONS)
     this.fetchImpl = functionOr('fetch', options.fetch, (input: Request, init?: RequestInit) => globalThis.fetch(input, init))
     this.partitionOf = functionOr('partition', options.partition, (url: URL) => url.origin)
     this.maxWaitMs = waitBudget('maxWaitMs', options.maxWaitMs ?? 60_000)
@@ -591,8 +590,7 @@ function resolveRetry(retry: RetryOptions | false | undefined): ResolvedRetry | 
 
 function requestOptions(options: RequestLimitOptions | undefined): RequestLimitOptions {
   if (options === undefined) return {}
-  if (typeof options !== 'object' || options === null) throw new ArgumentError('rateLimit', options, 'must be an object')
-  rejectUnknown('a rateLimit request option', options, REQUEST_OPTIONS)
+  checkOptions('rateLimit', 'a rateLimit request option', options, REQUEST_OPTIONS)
   if (options.priority !== undefined && !Number.isFinite(options.priority)) throw new ArgumentError('rateLimit.priority', options.priority, 'must be a finite number')
   if (options.partition !== undefined && (typeof options.partition !== 'string' || options.partition === '')) {
     throw new ArgumentError('rateLimit.partition', options.partition, 'must be a non-empty string')

@@ -1,5 +1,11 @@
 import { ArgumentError } from './errors.ts'
 
+/** An options object, checked whole: anything but an object is refused, and so is any name in it not `known`. */
+export function checkOptions(argument: string, what: string, options: unknown, known: ReadonlySet<string>): asserts options is object {
+  if (typeof options !== 'object' || options === null) throw new ArgumentError(argument, options, `must be an object like { ${[...known].join(', ')} }`)
+  rejectUnknown(what, options, known)
+}
+
 /** Unknown options are refused, not ignored: a misspelt option would silently do nothing. */
 export function rejectUnknown(what: string, options: object, known: ReadonlySet<string>): void {
   for (const [name, value] of Object.entries(options)) {

@@ -218,28 +218,23 @@ export class Gateway {
       }
     }
     res.once('close', done)
-    const answer = (outcome: HttpOutcome) => {
-      // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be reused.
-      if (expectsContinue) res.setHeader('connection', 'close')
-      respond(res, outcome)
-    }
     try {
       if (this.draining) res.setHeader('connection', 'close')
       if (absolute) {
         // Absolute-form (proxy) requests and `*`: this is a reverse proxy, not a forward one.
-        answer(problem(400, 'Bad Request', 'The request target must be a path.', []))
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request target must be a path.', []))
         return
       }
       const route = runtime.routes.find((candidate) => candidate.matches(request))
       if (route === undefined) {
-        answer(problem(404, 'Not Found', 'No route matches this request.', []))
+        answerInstead(res, expectsContinue, problem(404, 'Not Found', 'No route matches this request.', []))
         return
       }
       routeName = route.config.name
       request.route = routeName
       const outcome = runtime.decide === undefined ? undefined : await runtime.decide(request)
       if (outcome !== undefined && !outcome.proceed) {
-        answer(outcome)
+        answerInstead(res, expectsContinue, outcome)
         return
       }
       if (outcome !== undefined && outcome.waitMs > 0 && !(await waitTurn(res, outcome.waitMs))) return
@@ -261,7 +256,7 @@ export class Gateway {
     } catch (error) {
       // Only a bug gets here: answer rather than leave the client hanging.
       this.logger.error({ err: error, route: routeName }, 'request failed inside the gateway')
-      if (!res.headersSent) answer(problem(500, 'Internal Server Error', 'The gateway failed to handle this request.', []))
+      if (!res.headersSent) answerInstead(res, expectsContinue, problem(500, 'Internal Server Error', 'The gateway failed to handle this request.', []))
       else res.destroy()
     }
   }
@@ -458,6 +453,13 @@ function watchLimiters(runtime: Runtime, store: Store): Limiter[] {
 function kindOf(key: string): string {
   const colon = key.indexOf(':')
   return colon === -1 ? 'anonymous' : key.slice(0, colon)
+}
+
+/** The gateway's own answer, in the upstream's place. */
+function answerInstead(res: ServerResponse, expectsContinue: boolean, outcome: HttpOutcome): void {
+  // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be reused.
+  if (expectsContinue) res.setHeader('connection', 'close')
+  respond(res, outcome)
 }
 
 function listenOn(server: Server, host: string, port: number): Promise<void> {

@@ -7,7 +7,7 @@
  */
 import ipaddr from 'ipaddr.js'
 import { ArgumentError } from '../core/errors.ts'
-import { rejectUnknown } from '../core/options.ts'
+import { checkOptions } from '../core/options.ts'
 
 type Address = ipaddr.IPv4 | ipaddr.IPv6
 
@@ -34,8 +34,7 @@ export type HeaderReader = (name: string) => string | undefined
 const CLIENT_IP_OPTIONS = new Set(['trustProxy', 'ipv6Prefix'])
 
 export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress: string | undefined, header: HeaderReader) => ResolvedClientIp {
-  if (typeof options !== 'object' || options === null) throw new ArgumentError('clientIp', options, 'must be an object like { trustProxy, ipv6Prefix }')
-  rejectUnknown('a clientIp option', options, CLIENT_IP_OPTIONS)
+  checkOptions('clientIp', 'a clientIp option', options, CLIENT_IP_OPTIONS)
   const prefix = options.ipv6Prefix ?? 56
   if (!Number.isInteger(prefix) || prefix < 1 || prefix > 128) {
     throw new ArgumentError('ipv6Prefix', options.ipv6Prefix, 'must be an integer from 1 to 128')

@@ -140,7 +140,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules')
   }
   rejectUnknown('a rate-limit option', options, OPTIONS)
-  const warn = options.onWarning ?? ((message: string) => process.emitWarning(message, { code: 'SLUICE_HTTP' }))
+  const warn = warningSink(options)
   const warned = new Set<string>()
   const warnOnce = (message: string) => {
     if (warned.has(message)) return
@@ -330,6 +330,11 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       'retry-after': Math.max(1, Math.ceil(decision.retryAfterMs / 1000)),
     })
   }
+}
+
+/** Where the HTTP layer's warnings go: `onWarning`, else a process warning (code SLUICE_HTTP). */
+export function warningSink(options: Pick<RateLimitOptions, 'onWarning'>): (message: string) => void {
+  return options.onWarning ?? ((message) => process.emitWarning(message, { code: 'SLUICE_HTTP' }))
 }
 
 /** A request no rule limits: it proceeds with no headers. */

@@ -8,9 +8,10 @@
 import { createPublicKey, type KeyObject } from 'node:crypto'
 import { createRemoteJWKSet, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { ArgumentError } from '../core/errors.ts'
-import { rejectUnknown } from '../core/options.ts'
+import { checkOptions } from '../core/options.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import type { HttpRequest, KeyResolver } from './handler.ts'
+import { isHeaderName } from './match.ts'
 
 /** The first resolver that gives a key. */
 export function firstOf(...resolvers: KeyResolver[]): KeyResolver {
@@ -26,11 +27,12 @@ export function firstOf(...resolvers: KeyResolver[]): KeyResolver {
   }
 }
 
+const API_KEY_OPTIONS = new Set(['prefix', 'maxLength'])
+
 /** The value of a request header (e.g. `x-api-key`), as `<prefix>:<value>`. */
 export function apiKey(header = 'x-api-key', options: { prefix?: string; maxLength?: number } = {}): KeyResolver {
-  if (typeof header !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(header)) throw new ArgumentError('header', header, 'must be a header name')
-  if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object like { prefix, maxLength }')
-  rejectUnknown('an apiKey option', options, new Set(['prefix', 'maxLength']))
+  if (!isHeaderName(header)) throw new ArgumentError('header', header, 'must be a header name')
+  checkOptions('options', 'an apiKey option', options, API_KEY_OPTIONS)
   const name = header.toLowerCase()
   const prefix = options.prefix ?? 'apikey'
   const maxLength = options.maxLength ?? 256
@@ -92,8 +94,7 @@ export function claimOf(payload: JWTPayload | undefined, claim: string): string 
  * and a tier, say).
  */
 export function jwtVerifier(options: JwtVerifierOptions): (request: HttpRequest) => Promise<JWTPayload | undefined> {
-  if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object like { algorithms, secret }')
-  rejectUnknown('a jwtClaim option', options, JWT_OPTIONS)
+  checkOptions('options', 'a jwtClaim option', options, JWT_OPTIONS)
   if (!Array.isArray(options.algorithms) || options.algorithms.length === 0 || options.algorithms.some((a) => typeof a !== 'string' || a.toLowerCase() === 'none')) {
     throw new ArgumentError('algorithms', options.algorithms, "must list the accepted algorithms (e.g. ['HS256']); 'none' is never accepted")
   }

@@ -71,7 +71,7 @@ function compileHost(host: string, what: string): (host: string) => boolean {
 function compileHeaders(headers: Record<string, string | true>, what: string): (request: HttpRequest) => boolean {
   if (typeof headers !== 'object' || headers === null) throw new ArgumentError(what, headers, 'must map header names to values (or true)')
   const checks = Object.entries(headers).map(([name, expected]) => {
-    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new ArgumentError(`${what}`, name, 'must be header names')
+    if (!isHeaderName(name)) throw new ArgumentError(`${what}`, name, 'must be header names')
     if (expected !== true && typeof expected !== 'string') throw new ArgumentError(`${what}.${name}`, expected, 'must be a string or true')
     const lower = name.toLowerCase()
     return (request: HttpRequest) => {
@@ -80,6 +80,11 @@ function compileHeaders(headers: Record<string, string | true>, what: string): (
     }
   })
   return (request) => checks.every((check) => check(request))
+}
+
+/** A field name as RFC 9110 5.1 allows it (a token). */
+export function isHeaderName(name: unknown): name is string {
+  return typeof name === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)
 }
 
 function list(value: string | string[]): string[] {

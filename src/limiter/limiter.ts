@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto'
 import { evaluate, NO_WAIT, REFUNDABLE } from '../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../core/clock.ts'
 import { ArgumentError, SluiceError } from '../core/errors.ts'
-import { rejectUnknown } from '../core/options.ts'
+import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
@@ -153,8 +153,7 @@ export class Limiter {
     this.fallbackPolicies = instances === 1 ? this.policies : scalePolicies(this.policies, instances)
     this.fallbackStore = new MemoryStore({ maxKeys: 100_000 })
     const circuit = options.circuit ?? {}
-    if (typeof circuit !== 'object' || circuit === null) throw new ArgumentError('circuit', circuit, 'must be an object')
-    rejectUnknown('a circuit option', circuit, new Set(['failures', 'probeIntervalMs']))
+    checkOptions('circuit', 'a circuit option', circuit, new Set(['failures', 'probeIntervalMs']))
     this.probeIntervalMs = positiveNumber('circuit.probeIntervalMs', circuit.probeIntervalMs, 1000)
     const failures = circuit.failures ?? 3
     if (!Number.isSafeInteger(failures) || failures < 1) throw new ArgumentError('circuit.failures', failures, 'must be a positive integer')
@@ -388,8 +387,7 @@ export class Limiter {
     let cost = 1
     let maxWaitMs = 0
     if (options !== undefined) {
-      if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object like { cost, maxWaitMs }')
-      rejectUnknown('a limit option', options, LIMIT_OPTIONS)
+      checkOptions('options', 'a limit option', options, LIMIT_OPTIONS)
       if (options.cost !== undefined) cost = checkCost(options.cost, this.policies)
       if (options.maxWaitMs !== undefined) maxWaitMs = checkMaxWait(options.maxWaitMs, this.policies)
     }

@@ -4,7 +4,7 @@
  * (standard, TypeScript 5+) method decorator.
  */
 import { ArgumentError, RateLimitedError } from '../core/errors.ts'
-import { rejectUnknown } from '../core/options.ts'
+import { checkOptions } from '../core/options.ts'
 import { checkMaxWait, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy } from '../core/types.ts'
 import type { Store } from '../stores/store.ts'
@@ -88,8 +88,7 @@ function createGuard<Args extends unknown[]>(
   options: RateLimitedOptions<Args>,
   defaultPrefix: string,
 ): (args: Args) => Promise<Decision> {
-  if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object like { limit, windowMs, key }')
-  rejectUnknown('a rateLimited option', options, RATE_LIMITED_OPTIONS)
+  checkOptions('options', 'a rateLimited option', options, RATE_LIMITED_OPTIONS)
   const action = options.action ?? 'reject'
   if (action !== 'reject' && action !== 'queue') {
     throw new ArgumentError('action', action, "must be 'reject' or 'queue'")

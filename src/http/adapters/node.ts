@@ -4,7 +4,7 @@
  * listener for `http.createServer`. Translation only: the pipeline decides.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitHandler, warningSink, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -60,7 +60,7 @@ export function withRateLimit(
   options: RateLimitOptions,
 ): (req: IncomingMessage, res: ServerResponse) => void {
   const limit = rateLimitNode(options)
-  const warn = options.onWarning ?? ((message: string) => process.emitWarning(message, { code: 'SLUICE_HTTP' }))
+  const warn = warningSink(options)
   return function rateLimitedListener(req, res) {
     limit(req, res).then(
       (proceed) => (proceed ? listener(req, res) : undefined),

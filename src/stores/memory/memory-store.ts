@@ -6,7 +6,7 @@
 import { evaluate, NO_WAIT, step, type AlgorithmState, type Transition } from '../../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../../core/clock.ts'
 import { ArgumentError } from '../../core/errors.ts'
-import { rejectUnknown } from '../../core/options.ts'
+import { checkOptions } from '../../core/options.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import type { StoreCall, SyncStore } from '../store.ts'
 
@@ -59,8 +59,7 @@ export class MemoryStore implements SyncStore {
   private cursor: Entry | undefined
 
   constructor(options: MemoryStoreOptions = {}) {
-    if (typeof options !== 'object' || options === null) throw new ArgumentError('options', options, 'must be an object like { maxKeys }')
-    rejectUnknown('a MemoryStore option', options, MEMORY_STORE_OPTIONS)
+    checkOptions('options', 'a MemoryStore option', options, MEMORY_STORE_OPTIONS)
     const maxKeys = options.maxKeys ?? 1_000_000
     if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
       throw new ArgumentError('maxKeys', options.maxKeys, 'must be a positive integer')
