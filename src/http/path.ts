@@ -2,18 +2,27 @@
  * The path rules are matched against. A limit on `/api/**` must hold for every
  * spelling of a path the application (or a proxy or file server behind it)
  * would serve as one under `/api`: `/public/../api/x`, `/public/%2e%2e/api/x`,
- * `//api/x`, `/./api/x`, and the absolute form `GET http://host/api/x`.
+ * `//api/x`, `/./api/x`, `/api/%78` (Fastify, Spring, Go and nginx decode it
+ * before routing), and the absolute form `GET http://host/api/x`.
  * Normalizing can only widen what a rule matches, never narrow it.
  */
 
-/** Dot segments (also percent-encoded) resolved, empty segments dropped; other characters untouched. */
+/** RFC 3986 2.3: a percent-encoded unreserved character means the character itself (6.2.2.2). */
+const ENCODED_UNRESERVED = /%(3[0-9]|4[1-9a-f]|5[0-9a]|6[1-9a-f]|7[0-9a]|2d|2e|5f|7e)/gi
+
+/**
+ * RFC 3986 6.2.2 normalization: percent-encoded unreserved characters decoded,
+ * dot segments resolved, and empty segments dropped. Every other character,
+ * `%2F` included, stays as sent, so the result means what the request meant
+ * and the gateway can forward it.
+ */
 export function normalizePath(path: string): string {
-  if (!/\/\/|\/\.|%2e/i.test(path)) return path
+  if (!/\/\/|\/\.|%/.test(path)) return path
+  const decoded = path.includes('%') ? path.replace(ENCODED_UNRESERVED, (encoded) => String.fromCharCode(parseInt(encoded.slice(1), 16))) : path
   const out: string[] = []
-  for (const segment of path.split('/')) {
-    const plain = segment.replace(/%2e/gi, '.')
-    if (segment === '' || plain === '.') continue
-    if (plain === '..') out.pop()
+  for (const segment of decoded.split('/')) {
+    if (segment === '' || segment === '.') continue
+    if (segment === '..') out.pop()
     else out.push(segment)
   }
   return `/${out.join('/')}${path.endsWith('/') && out.length > 0 ? '/' : ''}`

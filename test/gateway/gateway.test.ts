@@ -124,7 +124,7 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal(status.routes.length, 5)
   })
 
-  it('routes and limits the normalized path: dot segments cannot slip past a route\'s limits', async () => {
+  it('routes and limits the normalized path: dot segments and encoded letters cannot slip past a route\'s limits', async () => {
     const raw = (path: string) => new Promise<number>((resolve, reject) => {
       const { hostname, port } = new URL(gateway.url)
       const req = httpRequest({ host: hostname, port, path, headers: { 'x-api-key': 'dots' } }, (res) => { res.resume(); resolve(res.statusCode ?? 0) })
@@ -133,7 +133,7 @@ describe('gateway (child process, real upstream)', () => {
     })
     // fetch() and URL would resolve the dots themselves: raw requests carry them to the gateway.
     assert.deepEqual([await raw('/api/hello'), await raw('/api/hello'), await raw('/api/./hello')], [200, 200, 200])
-    assert.deepEqual([await raw('/bytes/../api/hello'), await raw('/bytes/%2e%2e/api//hello'), await raw('/api/x/../hello')], [429, 429, 429])
+    assert.deepEqual([await raw('/bytes/../api/hello'), await raw('/bytes/%2e%2e/api//hello'), await raw('/api/x/../hello'), await raw('/%61pi/hell%6F')], [429, 429, 429, 429])
     assert.equal(await raw('http://example.com/api/hello'), 400)
   })
 
