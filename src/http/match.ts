@@ -8,7 +8,7 @@ import type { HttpRequest } from './handler.ts'
 export interface MatchOptions {
   /** Path patterns: `*` matches within a segment, `**` across segments (`/api/**`: `/api` and all below it). */
   path?: string | string[] | undefined
-  /** Methods, e.g. `['POST', 'PUT']`. */
+  /** Methods, e.g. `['POST', 'PUT']`. `GET` includes `HEAD`. */
   method?: string | string[] | undefined
   /** Hosts, exact or `*.example.com`. */
   host?: string | string[] | undefined
@@ -28,7 +28,12 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
   }
   const paths = match.path === undefined ? () => true : compilePaths(list(match.path), `${what}.path`, caseSensitive)
   const excluded = match.exclude === undefined ? () => false : compilePaths(list(match.exclude), `${what}.exclude`, caseSensitive)
-  const methods = match.method === undefined ? undefined : new Set(list(match.method).map((m) => m.toUpperCase()))
+  const methods = match.method === undefined ? undefined : new Set(list(match.method).map((method) => {
+    if (!isToken(method)) throw new ArgumentError(`${what}.method`, method, 'must be HTTP methods, such as GET or POST')
+    return method.toUpperCase()
+  }))
+  // Express, Fastify and Spring answer HEAD with the GET handler: a limit on GET must cost HEAD the same.
+  if (methods?.has('GET') === true) methods.add('HEAD')
   const hosts = match.host === undefined ? undefined : list(match.host).map((h) => compileHost(h, `${what}.host`))
   const headers = match.headers === undefined ? undefined : compileHeaders(match.headers, `${what}.headers`)
   return (request) =>
@@ -84,7 +89,12 @@ function compileHeaders(headers: Record<string, string | true>, what: string): (
 
 /** A field name as RFC 9110 5.1 allows it (a token). */
 export function isHeaderName(name: unknown): name is string {
-  return typeof name === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)
+  return isToken(name)
+}
+
+/** RFC 9110 5.6.2: what field names and methods are made of. */
+function isToken(value: unknown): value is string {
+  return typeof value === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(value)
 }
 
 function list(value: string | string[]): string[] {

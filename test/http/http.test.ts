@@ -77,6 +77,15 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: a rule for GET also meets HEAD, which the frameworks answer with the GET handler`, async () => {
+    await withServer(start, base([{ name: 'export', match: { path: '/export', method: 'GET' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'export' } }]), async (url) => {
+      assert.equal((await fetch(`${url}/export`, { method: 'HEAD' })).status, 200)
+      assert.equal((await get(`${url}/export`)).status, 429)
+      assert.equal((await fetch(`${url}/export`, { method: 'HEAD' })).status, 429)
+      assert.equal((await fetch(`${url}/export`, { method: 'POST' })).status, 200)
+    })
+  })
+
   it(`${adapter}: skipped paths are never limited; per-route and global limits combine in one store call`, async () => {
     const inner = makeStore()
     let storeCalls = 0
@@ -229,6 +238,8 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], skipPaths: ['/x'] } as never), /skipPaths is not a rate-limit option/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { paths: '/x' } } as never] }), /paths is not a match option/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { path: 'api/**' } }] }), /must be path patterns starting with "\/"/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { method: ['GET', 5] } } as never] }), /rule "rule-0" match\.method must be HTTP methods, such as GET or POST \(got 5\)/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { method: 'GET POST' } }] }), /match\.method.*must be HTTP methods/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, cost: 10 }] }), /exceeds the limit 5 .* would refuse every request/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { policies }] }), /both have a policy named/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['not-an-ip'] } }), /trustProxy/)
