@@ -65,12 +65,14 @@ export function compilePaths(patterns: string[], what: string, caseSensitive = t
 
 function compileHost(host: string, what: string): (host: string) => boolean {
   if (typeof host !== 'string' || host === '') throw new ArgumentError(what, host, 'must be host names')
-  const bare = (h: string) => h.toLowerCase().replace(/:\d+$/, '')
-  if (host.startsWith('*.')) {
-    const suffix = host.slice(1).toLowerCase()
+  // `api.example.com.` is the fully qualified spelling of `api.example.com`: one host to DNS and to the servers behind.
+  const bare = (h: string) => h.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '')
+  const wanted = bare(host)
+  if (wanted.startsWith('*.')) {
+    const suffix = wanted.slice(1)
     return (candidate) => bare(candidate).endsWith(suffix)
   }
-  return (candidate) => bare(candidate) === host.toLowerCase()
+  return (candidate) => bare(candidate) === wanted
 }
 
 function compileHeaders(headers: Record<string, string | true>, what: string): (request: HttpRequest) => boolean {

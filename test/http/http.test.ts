@@ -86,6 +86,23 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: a rule on a host meets every spelling of that host (case, port, the trailing dot of a fully qualified name)`, async () => {
+    await withServer(start, base([{ name: 'api-host', match: { host: 'api.example.com' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'api-host' } }]), async (url) => {
+      const withHost = (host: string) => new Promise<number>((resolve, reject) => {
+        const { hostname, port } = new URL(url)
+        const req = httpRequest({ host: hostname, port, path: '/', headers: { host } }, (res) => { res.resume(); resolve(res.statusCode ?? 0) })
+        req.on('error', reject)
+        req.end()
+      })
+      assert.equal(await withHost('api.example.com'), 200)
+      const spellings = ['API.Example.COM', 'api.example.com:8443', 'api.example.com.', 'api.example.com.:80']
+      const statuses = []
+      for (const host of spellings) statuses.push(await withHost(host))
+      assert.deepEqual(statuses, spellings.map(() => 429), spellings.join(' '))
+      assert.equal(await withHost('www.example.com'), 200)
+    })
+  })
+
   it(`${adapter}: skipped paths are never limited; per-route and global limits combine in one store call`, async () => {
     const inner = makeStore()
     let storeCalls = 0
