@@ -31,6 +31,6 @@ export type {
 export { createRateLimitHandler, httpStatePrefix, type RateLimitOptions, type RuleOptions, type KeyResolver, type HttpRequest, type HttpOutcome, type DecisionEvent } from './http/handler.ts'
 export { rateLimitHeaders, retryAfterHeader, windowSeconds, type HeaderOptions, type StandardHeaders } from './http/headers.ts'
 export { clientIpResolver, type ClientIpOptions } from './http/client-ip.ts'
-export { firstOf, apiKey, jwtClaim, jwtVerifier, claimOf, clientIpKey, type JwtClaimOptions } from './http/identity.ts'
+export { firstOf, apiKey, jwtClaim, jwtVerifier, claimOf, clientIpKey, type ApiKeyOptions, type JwtClaimOptions } from './http/identity.ts'
 export { compileMatch, type MatchOptions } from './http/match.ts'
 export * as algorithms from './algorithms/index.ts'

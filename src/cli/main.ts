@@ -12,7 +12,7 @@ import { SluiceError } from '../core/errors.ts'
 import { resolvePolicies } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
-import { ConfigError, loadConfig } from '../gateway/config.ts'
+import { ConfigError, configWarnings, loadConfig } from '../gateway/config.ts'
 import { startDemoUpstream } from '../gateway/demo-upstream.ts'
 import { Gateway } from '../gateway/gateway.ts'
 import { httpStatePrefix } from '../http/handler.ts'
@@ -194,6 +194,7 @@ async function checkConfig(args: readonly string[], out: Out, err: Out): Promise
   try {
     const config = await loadConfig(parsed.positionals[0] as string)
     const policies = config.limitsResolved.reduce((n, limit) => n + [...limit.policies.values()].reduce((m, list) => m + list.length, 0), 0)
+    for (const warning of configWarnings(config)) err(`warning: ${warning}`)
     out(`${config.file}: valid (version ${config.version}): ${config.routes.length} route${config.routes.length === 1 ? '' : 's'}, ${config.limitsResolved.length} limit${config.limitsResolved.length === 1 ? '' : 's'}, ${policies} polic${policies === 1 ? 'y' : 'ies'}, store ${config.store.type}`)
     return 0
   } catch (error) {

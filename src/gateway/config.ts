@@ -200,7 +200,13 @@ const identity = z.strictObject({
       context.addIssue({ code: 'custom', message: 'needs exactly one of secret, publicKey, publicKeyFile or jwksUrl' })
     }
   }).optional(),
-  apiKey: z.strictObject({ header: nonEmpty.default('x-api-key') }).optional(),
+  apiKey: z.strictObject({
+    header: nonEmpty.default('x-api-key'),
+    /** The keys that exist; another value is no identity. Without keys (or keysFile) any value is a key. */
+    keys: z.array(nonEmpty).min(1).optional(),
+    /** A file of keys, one per line (`#` comments, blank lines ignored), read at start and on reload. */
+    keysFile: nonEmpty.optional(),
+  }).refine((value) => value.keys === undefined || value.keysFile === undefined, { message: 'takes keys or keysFile, not both' }).optional(),
   clientIp: z.strictObject({
     trustProxy: z.union([z.array(nonEmpty), z.number().int().min(0), z.literal(false)]).optional(),
     ipv6Prefix: z.number().int().min(1).max(128).optional(),
@@ -286,6 +292,8 @@ export interface GatewayConfig extends RawConfig {
   limitsResolved: ResolvedLimit[]
   tls: { cert: Buffer; key: Buffer } | undefined
   jwtPublicKey: string | undefined
+  /** `identity.apiKey.keys`, or the keys read from its keysFile; undefined: any value is a key. */
+  apiKeys: string[] | undefined
 }
 
 /** Reads, checks and resolves a config file; throws a ConfigError listing every problem. */
@@ -359,14 +367,35 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
       report(['identity', 'jwt', 'publicKeyFile'], `cannot read: ${(error as Error).message}`)
     }
   }
+  let apiKeys = config.identity.apiKey?.keys
+  const keysFile = config.identity.apiKey?.keysFile
+  if (keysFile !== undefined) {
+    try {
+      const listed = readFileSync(keysFile, 'utf8').split(/\r?\n/).map((line) => line.trim()).filter((line) => line !== '' && !line.startsWith('#'))
+      if (listed.length === 0) report(['identity', 'apiKey', 'keysFile'], `lists no key (${keysFile}): every request would fall through to the next resolver`)
+      else apiKeys = listed
+    } catch (error) {
+      report(['identity', 'apiKey', 'keysFile'], `cannot read: ${(error as Error).message}`)
+    }
+  }
   checkReferences(config, report)
-  checkCompiles(config, jwtPublicKey, report)
+  checkCompiles(config, jwtPublicKey, apiKeys, report)
   if (problems.length > 0) throw new ConfigError(file, problems)
-  const version = createHash('sha256').update(text).digest('hex').slice(0, 12)
-  return { ...config, file, version, limitsResolved, tls, jwtPublicKey }
+  // Files the config names are part of it: a changed key file is a new version (and a reload takes it).
+  const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null])).digest('hex').slice(0, 12)
+  return { ...config, file, version, limitsResolved, tls, jwtPublicKey, apiKeys }
 }
 
 type Report = (path: readonly PropertyKey[], message: string) => void
+
+/** What a valid config may not mean to do: logged at start and reload, printed by check-config. */
+export function configWarnings(config: GatewayConfig): string[] {
+  const warnings: string[] = []
+  if (config.identity.apiKey !== undefined && config.apiKeys === undefined) {
+    warnings.push('identity.apiKey has no keys or keysFile: any value a client sends is an API key with a quota of its own, so a client can make up a new key per request. List the keys, or key the limits that stop abuse by ip.')
+  }
+  return warnings
+}
 
 /** Names every limit and policy, spells out Spring Cloud Gateway limits, and checks what spans limits. */
 function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
@@ -464,7 +493,7 @@ function checkReferences(config: RawConfig, report: Report): void {
  * IP resolver, the JWT verifier), so anything they refuse is a listed problem
  * here, with its line, rather than a failed start or reload.
  */
-function checkCompiles(config: RawConfig, jwtPublicKey: string | undefined, report: Report): void {
+function checkCompiles(config: RawConfig, jwtPublicKey: string | undefined, apiKeys: string[] | undefined, report: Report): void {
   const attempt = (where: PropertyKey[], build: () => unknown, fieldOf: (argument: string) => string = (argument) => argument) => {
     try {
       build()
@@ -485,7 +514,7 @@ function checkCompiles(config: RawConfig, jwtPublicKey: string | undefined, repo
   })
   attempt(['identity', 'clientIp'], () => clientIpResolver(clientIpOptions(config)))
   const apiKeyHeader = config.identity.apiKey?.header
-  if (apiKeyHeader !== undefined) attempt(['identity', 'apiKey'], () => apiKey(apiKeyHeader))
+  if (apiKeyHeader !== undefined) attempt(['identity', 'apiKey'], () => apiKey(apiKeyHeader, apiKeys === undefined ? {} : { keys: apiKeys }))
   const jwt = jwtOptions(config, jwtPublicKey)
   const keyFile = config.identity.jwt?.publicKeyFile
   // A key file that could not be read is reported already; a key read from one is reported as the file.

@@ -19,7 +19,7 @@ import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/iden
 import { compileMatch } from '../http/match.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
-import { clientIpOptions, ConfigError, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
+import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
 import { createAgent, forward, pathRewriter, respond, Upstreams } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
@@ -363,9 +363,10 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
       const value = claimOf(await verified(request), claim)
       return value === undefined ? undefined : `user:${value}`
     },
-    apiKey: identity.apiKey === undefined ? undefined : apiKey(identity.apiKey.header),
+    apiKey: identity.apiKey === undefined ? undefined : apiKey(identity.apiKey.header, config.apiKeys === undefined ? {} : { keys: config.apiKeys }),
     ip: clientIpKey(clientIpOptions(config)),
   }
+  for (const warning of configWarnings(config)) logger.warn(warning)
   const defaultOrder = identity.order ?? [...(verified !== undefined ? ['jwt' as const] : []), ...(identity.apiKey !== undefined ? ['apiKey' as const] : []), 'ip' as const]
   const keyOf = (kinds: ReadonlyArray<'jwt' | 'apiKey' | 'ip'>): KeyResolver => {
     const chosen = kinds.map((kind) => resolvers[kind] as KeyResolver)

@@ -27,21 +27,47 @@ export function firstOf(...resolvers: KeyResolver[]): KeyResolver {
   }
 }
 
-const API_KEY_OPTIONS = new Set(['prefix', 'maxLength'])
+const API_KEY_OPTIONS = new Set(['prefix', 'maxLength', 'keys'])
+
+export interface ApiKeyOptions {
+  /** Key prefix. Default `apikey`. */
+  prefix?: string
+  /** A longer value is no key. Default 256. */
+  maxLength?: number
+  /**
+   * The keys that exist: any other value is no identity and falls through to the
+   * next resolver. Without it every value is a key, and a client that makes up a
+   * new one per request gets a new quota each time.
+   */
+  keys?: readonly string[] | ReadonlySet<string> | ((key: string) => boolean)
+}
 
 /** The value of a request header (e.g. `x-api-key`), as `<prefix>:<value>`. */
-export function apiKey(header = 'x-api-key', options: { prefix?: string; maxLength?: number } = {}): KeyResolver {
+export function apiKey(header = 'x-api-key', options: ApiKeyOptions = {}): KeyResolver {
   if (!isHeaderName(header)) throw new ArgumentError('header', header, 'must be a header name')
   checkOptions('options', 'an apiKey option', options, API_KEY_OPTIONS)
   const name = header.toLowerCase()
   const prefix = options.prefix ?? 'apikey'
   const maxLength = options.maxLength ?? 256
+  const known = knownKeys(options.keys)
   return function apiKeyOf(request) {
     const value = request.header(name)?.trim()
     // An over-long value is no key: it would only cost memory (the limiter hashes long keys anyway).
     if (value === undefined || value === '' || value.length > maxLength) return undefined
+    if (known !== undefined && !known(value)) return undefined
     return `${prefix}:${value}`
   }
+}
+
+function knownKeys(keys: ApiKeyOptions['keys']): ((key: string) => boolean) | undefined {
+  if (keys === undefined || typeof keys === 'function') return keys
+  const list = keys instanceof Set ? [...keys] : keys
+  if (!Array.isArray(list) || list.some((key) => typeof key !== 'string' || key.trim() === '' || key !== key.trim())) {
+    throw new ArgumentError('keys', keys, 'must be a list (or Set) of key strings without surrounding spaces, or a function of the key')
+  }
+  if (list.length === 0) throw new ArgumentError('keys', keys, 'lists no key: every request would fall through; leave keys out to accept any value')
+  const set = new Set(list)
+  return (key) => set.has(key)
 }
 
 export interface JwtClaimOptions {

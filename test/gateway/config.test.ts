@@ -6,7 +6,7 @@ import { describe, it } from 'node:test'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { exportSPKI, generateKeyPair } from 'jose'
 import { parse } from 'yaml'
-import { ConfigError, configJsonSchema, parseConfig } from '../../src/gateway/config.ts'
+import { ConfigError, configJsonSchema, configWarnings, parseConfig } from '../../src/gateway/config.ts'
 import { runCli } from '../support/gateway.ts'
 
 const example = new URL('../../examples/sluice.yaml', import.meta.url).pathname
@@ -123,6 +123,36 @@ routes:
         'identity.apiKey.header: must be a header name (got "x api key") (line 5)',
         'identity.jwt.publicKeyFile: cannot verify RS256, which needs an rsa key (got "ed25519") (line 3)',
       ])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('API keys: listed inline or in a file (a changed file is a new version); both, an empty or unreadable file are refused; no list is a warning', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'))
+    try {
+      const keysFile = join(dir, 'api-keys')
+      writeFileSync(keysFile, '# issued 2026-11\nk-alpha\n\n  k-beta  \r\n')
+      const withFile = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `identity:\n  apiKey: { header: x-api-key, keysFile: ${keysFile} }`)
+      const first = await parseConfig(withFile, 'test.yaml', {})
+      assert.deepEqual(first.apiKeys, ['k-alpha', 'k-beta'])
+      assert.deepEqual(configWarnings(first), [])
+      writeFileSync(keysFile, 'k-alpha\n')
+      const second = await parseConfig(withFile, 'test.yaml', {})
+      assert.deepEqual(second.apiKeys, ['k-alpha'])
+      assert.notEqual(second.version, first.version, 'a reload must take the new keys')
+      const inline = await parseConfig(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keys: [k-1, k-2] }'), 'test.yaml', {})
+      assert.deepEqual(inline.apiKeys, ['k-1', 'k-2'])
+      const unlisted = await parseConfig(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { header: x-api-key }'), 'test.yaml', {})
+      assert.equal(unlisted.apiKeys, undefined)
+      assert.match(configWarnings(unlisted).join(), /identity.apiKey has no keys or keysFile: any value a client sends is an API key with a quota of its own/)
+      writeFileSync(keysFile, '# none yet\n\n')
+      assert.deepEqual(await problems(withFile), [`identity.apiKey.keysFile: lists no key (${keysFile}): every request would fall through to the next resolver (line 3)`])
+      assert.match((await problems(withFile.replace(keysFile, join(dir, 'missing')))).join(), /identity\.apiKey\.keysFile: cannot read: ENOENT/)
+      assert.deepEqual(await problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `identity:\n  apiKey: { keys: [k-1], keysFile: ${keysFile} }`)), [
+        'identity.apiKey: takes keys or keysFile, not both (line 3)',
+      ])
+      assert.match((await problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keys: [] }'))).join(), /identity\.apiKey\.keys/)
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }

@@ -19,13 +19,16 @@ describe('npm start (the demo)', () => {
     const statuses = []
     for (let i = 0; i < 7; i++) statuses.push((await fetch(`${gateway.url}/api/hello`)).status)
     assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429, 429])
+    // Only listed keys identify: a made-up one is this client's IP, whose quota is spent.
+    assert.equal((await fetch(`${gateway.url}/api/hello`, { headers: { 'x-api-key': 'made-up' } })).status, 429)
     const hello = await (await fetch(`${gateway.url}/api/hello`, { headers: { 'x-api-key': 'demo-key' } })).json() as { hello: string }
     assert.equal(hello.hello, 'from the demo upstream')
   })
 
   it('guards login with a Spring Cloud Gateway limit and serves the rest unlimited by route', async () => {
     const statuses = []
-    for (let i = 0; i < 4; i++) statuses.push((await fetch(`${gateway.url}/login`, { method: 'POST', headers: { 'x-api-key': 'login-test' } })).status)
+    // Per client IP, whatever key a request carries: a brute-forcer cannot buy attempts with keys.
+    for (const key of ['demo-key', 'made-up-1', 'made-up-2', 'demo-key']) statuses.push((await fetch(`${gateway.url}/login`, { method: 'POST', headers: { 'x-api-key': key } })).status)
     assert.deepEqual(statuses, [200, 200, 200, 429])
     assert.equal((await fetch(`${gateway.url}/`)).status, 200)
     const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, unknown> }

@@ -93,6 +93,11 @@ describe('gateway (child process, real upstream)', () => {
     upstream?.server.close()
   })
 
+  it('warns that an API key identity without a list of keys lets clients make up quotas', async () => {
+    const warning = await gateway.waitForLog((l) => typeof l.msg === 'string' && l.msg.startsWith('identity.apiKey has no keys or keysFile'))
+    assert.equal(warning.level, 40)
+  })
+
   it('limits per route and per identity, with standard headers and an RFC 9457 body', async () => {
     const alpha = []
     for (let i = 0; i < 4; i++) alpha.push(await get(`${gateway.url}/api/hello`, { 'x-api-key': 'alpha' }))

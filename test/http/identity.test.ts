@@ -34,6 +34,19 @@ describe('identity', () => {
     assert.equal(await identity(request({}, '::ffff:203.0.113.5')), 'ip:203.0.113.5')
   })
 
+  it('with keys listed, a made-up API key is no identity and falls through to the client IP', async () => {
+    for (const keys of [['k-123', 'k-456'], new Set(['k-123', 'k-456']), (key: string) => key.startsWith('k-1')]) {
+      const listed = firstOf(apiKey('x-api-key', { keys }), clientIpKey())
+      assert.equal(await listed(request({ 'x-api-key': 'k-123' })), 'apikey:k-123')
+      assert.equal(await listed(request({ 'x-api-key': ' k-123 ' })), 'apikey:k-123')
+      assert.equal(await listed(request({ 'x-api-key': 'made-up' })), 'ip:198.51.100.7')
+    }
+    assert.throws(() => apiKey('x-api-key', { keys: 'k-123' as never }), /keys must be a list \(or Set\) of key strings/)
+    assert.throws(() => apiKey('x-api-key', { keys: ['k-1', ''] }), /keys must be a list/)
+    assert.throws(() => apiKey('x-api-key', { keys: [' k-1'] }), /without surrounding spaces/)
+    assert.throws(() => apiKey('x-api-key', { keys: [] }), /keys lists no key/)
+  })
+
   it('RS256 with a PEM public key, and ES256 through a JWKS endpoint on a real server', async () => {
     const rsa = await generateKeyPair('RS256')
     const rs = jwtClaim({ publicKey: await exportSPKI(rsa.publicKey), algorithms: ['RS256'], claim: 'tenant', prefix: 'tenant' })
