@@ -158,6 +158,22 @@ routes:
     }
   })
 
+  it('a rotated JWT key file is a new config version, so a reload takes it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'))
+    try {
+      const pem = join(dir, 'jwt.pem')
+      const text = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `identity:\n  jwt: { algorithms: [ES256], publicKeyFile: ${pem} }`)
+      writeFileSync(pem, await exportSPKI((await generateKeyPair('ES256')).publicKey))
+      const before = await parseConfig(text, 'test.yaml', {})
+      writeFileSync(pem, await exportSPKI((await generateKeyPair('ES256')).publicKey))
+      const after = await parseConfig(text, 'test.yaml', {})
+      assert.notEqual(after.version, before.version)
+      assert.notEqual(after.jwtPublicKey, before.jwtPublicKey)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   it('refuses a rewrite pattern that can take exponential time on a crafted path, and takes ordinary ones', async () => {
     const route = (pattern: string) => `
 routes:
