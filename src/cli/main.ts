@@ -16,7 +16,7 @@ import { ConfigError, configWarnings, loadConfig } from '../gateway/config.ts'
 import { startDemoUpstream } from '../gateway/demo-upstream.ts'
 import { Gateway } from '../gateway/gateway.ts'
 import { httpStatePrefix } from '../http/handler.ts'
-import { RedisStore } from '../stores/redis/redis-store.ts'
+import { RedisStore, redisKey } from '../stores/redis/redis-store.ts'
 import { simulateCommand } from '../simulate/command.ts'
 
 const USAGE = `usage: sluice <command> [options]
@@ -271,7 +271,8 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
       return 0
     }
     // No config: every state key of this client key, raw.
-    const pattern = `${prefix}:{${key.replace(/[*?[\]\\]/g, '\\$&')}}:*`
+    const head = redisKey(prefix, key, '')
+    const pattern = `${head.replace(/[*?[\]\\]/g, '\\$&')}*`
     const found: string[] = []
     let cursor = '0'
     do {
@@ -284,7 +285,7 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
       return 0
     }
     for (const stateKey of found.sort()) {
-      const policy = stateKey.slice(`${prefix}:{${key}}:`.length)
+      const policy = stateKey.slice(head.length)
       const [type, ttl] = await Promise.all([client.type(stateKey), client.pttl(stateKey)])
       const value = type === 'zset' ? `${await client.zcard(stateKey)} log entries` : type === 'string' ? String(await client.get(stateKey)) : type
       out(`  ${policy}: ${value} (expires in ${ttl} ms)`)

@@ -65,7 +65,17 @@ interface Pending {
 
 /** Redis key of one policy's state: the user key is the hash tag, so a call's keys share a slot. */
 export function redisKey(prefix: string, key: string, policy: string): string {
-  return `${prefix}:{${key}}:${policy}`
+  return `${prefix}:{${hashTag(key)}}:${policy}`
+}
+
+/**
+ * Redis ignores an empty hash tag (`{}`) and hashes the whole name: a user key
+ * starting with `}` would spread a call's keys over slots, and a Cluster would
+ * refuse the call (CROSSSLOT). A leading `}` or `\` gets a `\` before it: the tag
+ * is never empty, and distinct keys keep distinct names.
+ */
+function hashTag(key: string): string {
+  return key.startsWith('}') || key.startsWith('\\') ? `\\${key}` : key
 }
 
 export class RedisStore implements Store {
