@@ -210,6 +210,8 @@ const identity = z.strictObject({
   clientIp: z.strictObject({
     trustProxy: z.union([z.array(nonEmpty), z.number().int().min(0), z.literal(false)]).optional(),
     ipv6Prefix: z.number().int().min(1).max(128).optional(),
+    /** The header the trusted proxies write; only that one is read. */
+    header: z.enum(['x-forwarded-for', 'forwarded']).optional(),
   }).optional(),
   /** Which resolvers identify a request, first match wins. Default: the configured ones (jwt, apiKey), then ip. */
   order: z.array(identityKinds).min(1).optional(),
@@ -529,6 +531,7 @@ export function clientIpOptions(config: RawConfig): ClientIpOptions {
   return {
     ...(clientIp?.trustProxy !== undefined ? { trustProxy: clientIp.trustProxy } : {}),
     ...(clientIp?.ipv6Prefix !== undefined ? { ipv6Prefix: clientIp.ipv6Prefix } : {}),
+    ...(clientIp?.header !== undefined ? { header: clientIp.header } : {}),
   }
 }
 

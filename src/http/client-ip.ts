@@ -1,8 +1,8 @@
 /**
  * The client's address, as a rate-limit key. The socket's peer is the client
- * unless it is a configured trusted proxy: only then are `X-Forwarded-For` /
- * `Forwarded` believed, walked from the right, and the first address that is
- * not a trusted proxy is the client. A header from an untrusted peer changes
+ * unless it is a configured trusted proxy: only then is the header those
+ * proxies write (`X-Forwarded-For`, or `Forwarded`) believed, walked from the
+ * right, and the first address that is not a trusted proxy is the client. A header from an untrusted peer changes
  * nothing, so a client cannot pick its own key.
  */
 import ipaddr from 'ipaddr.js'
@@ -19,6 +19,12 @@ export interface ClientIpOptions {
   trustProxy?: readonly string[] | number | false
   /** IPv6 clients are grouped by this prefix, so one host cannot rotate through its own subnet. Default 56. */
   ipv6Prefix?: number
+  /**
+   * The header the trusted proxies write: `x-forwarded-for` (nginx, HAProxy,
+   * Envoy, cloud load balancers) or `forwarded` (RFC 7239). Only that one is
+   * read: a proxy passes the other on as the client sent it. Default `x-forwarded-for`.
+   */
+  header?: 'x-forwarded-for' | 'forwarded'
 }
 
 export interface ResolvedClientIp {
@@ -31,13 +37,17 @@ export interface ResolvedClientIp {
 export type HeaderReader = (name: string) => string | undefined
 
 /** Compiles the options once; the returned function resolves one request. */
-const CLIENT_IP_OPTIONS = new Set(['trustProxy', 'ipv6Prefix'])
+const CLIENT_IP_OPTIONS = new Set(['trustProxy', 'ipv6Prefix', 'header'])
 
 export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress: string | undefined, header: HeaderReader) => ResolvedClientIp {
   checkOptions('clientIp', 'a clientIp option', options, CLIENT_IP_OPTIONS)
   const prefix = options.ipv6Prefix ?? 56
   if (!Number.isInteger(prefix) || prefix < 1 || prefix > 128) {
     throw new ArgumentError('ipv6Prefix', options.ipv6Prefix, 'must be an integer from 1 to 128')
+  }
+  const forwardingHeader = options.header ?? 'x-forwarded-for'
+  if (forwardingHeader !== 'x-forwarded-for' && forwardingHeader !== 'forwarded') {
+    throw new ArgumentError('header', options.header, "must be 'x-forwarded-for' or 'forwarded'")
   }
   const trust = options.trustProxy ?? false
   let trusted: (address: Address) => boolean = () => false
@@ -72,7 +82,7 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
     if (!hasForwarding) return { key: peerKey(remoteAddress), ignoredForwarding: false }
     if (!trustsAny) return { key: peerKey(remoteAddress), ignoredForwarding: true }
     const peer = parse(remoteAddress)
-    const forwarded = forwardedFor(header)
+    const forwarded = forwardingHeader === 'forwarded' ? forwardedFor(header('forwarded')) : xForwardedFor(header('x-forwarded-for'))
     if (peer === undefined) return { key: undefined, ignoredForwarding: false }
     if (forwarded.length === 0) return { key: keyOf(peer, prefix), ignoredForwarding: false }
     // The chain as the last proxy saw it: the forwarded addresses, then the peer.
@@ -115,20 +125,17 @@ function parse(raw: string | undefined): Address | undefined {
   return address
 }
 
-/**
- * Addresses from `Forwarded` (RFC 7239 `for=`) if present, else from
- * `X-Forwarded-For`, left to right; an entry that is not an address is kept as
- * undefined so the walk stops there.
- */
-function forwardedFor(header: HeaderReader): Array<Address | undefined> {
-  const forwarded = header('forwarded')
-  if (forwarded !== undefined && forwarded !== '') {
-    return forwarded.split(',').map((element) => {
-      const pair = element.split(';').map((p) => p.trim()).find((p) => p.toLowerCase().startsWith('for='))
-      return pair === undefined ? undefined : parse(pair.slice(4))
-    })
-  }
-  const xff = header('x-forwarded-for')
+/** Addresses from RFC 7239 `Forwarded` (`for=`), left to right; an entry that is not an address is kept as undefined so the walk stops there. */
+function forwardedFor(forwarded: string | undefined): Array<Address | undefined> {
+  if (forwarded === undefined || forwarded === '') return []
+  return forwarded.split(',').map((element) => {
+    const pair = element.split(';').map((p) => p.trim()).find((p) => p.toLowerCase().startsWith('for='))
+    return pair === undefined ? undefined : parse(pair.slice(4))
+  })
+}
+
+/** Addresses from `X-Forwarded-For`, likewise. */
+function xForwardedFor(xff: string | undefined): Array<Address | undefined> {
   if (xff === undefined || xff === '') return []
   return xff.split(',').map((entry) => parse(entry))
 }

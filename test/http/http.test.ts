@@ -134,7 +134,7 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
-  it(`${adapter}: X-Forwarded-For from an untrusted peer cannot change the key; through a trusted proxy it is the key`, async () => {
+  it(`${adapter}: X-Forwarded-For from an untrusted peer cannot change the key; through a trusted proxy it is the key, and only the header that proxy sets`, async () => {
     const policies = { algorithm: 'fixed-window' as const, limit: 1, windowMs: MINUTE, name: 'one' }
     const warnings: string[] = []
     await withServer(start, base([{ policies }], { onWarning: (m) => warnings.push(m) }), async (url) => {
@@ -148,6 +148,14 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       assert.equal((await get(url, { 'x-forwarded-for': '6.6.6.6, 203.0.113.1' })).status, 429, 'the right-most untrusted address is the client')
       assert.equal((await get(url, { 'x-forwarded-for': '2001:db8:aa:1::1' })).status, 200)
       assert.equal((await get(url, { 'x-forwarded-for': '2001:db8:aa:2::9' })).status, 429, 'one IPv6 /56 is one client')
+      // A proxy that appends X-Forwarded-For passes a client's own Forwarded header on untouched: it must not count.
+      assert.equal((await get(url, { 'x-forwarded-for': '203.0.113.7', forwarded: 'for=198.51.100.1' })).status, 200)
+      assert.equal((await get(url, { 'x-forwarded-for': '203.0.113.7', forwarded: 'for=198.51.100.2' })).status, 429, 'a made-up Forwarded is the same client')
+    })
+    await withServer(start, base([{ policies }], { clientIp: { trustProxy: ['127.0.0.1', '::1'], header: 'forwarded' } }), async (url) => {
+      assert.equal((await get(url, { forwarded: 'for=198.51.100.1', 'x-forwarded-for': '203.0.113.1' })).status, 200)
+      assert.equal((await get(url, { forwarded: 'for="[2001:db8:cc::1]:4711"', 'x-forwarded-for': '203.0.113.1' })).status, 200, 'behind a proxy that sets Forwarded, that header is the one read')
+      assert.equal((await get(url, { forwarded: 'for=198.51.100.1', 'x-forwarded-for': '203.0.113.2' })).status, 429)
     })
   })
 

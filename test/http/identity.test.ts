@@ -81,9 +81,10 @@ describe('identity', () => {
 
   it('refuses misspelt options rather than ignoring them', () => {
     assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], claims: 'tenant' } as never), /claims is not a jwtClaim option/)
-    assert.throws(() => clientIpKey({ trustProxies: 1 } as never), /trustProxies is not a clientIp option \(known: trustProxy, ipv6Prefix\)/)
+    assert.throws(() => clientIpKey({ trustProxies: 1 } as never), /trustProxies is not a clientIp option \(known: trustProxy, ipv6Prefix, header\)/)
     assert.throws(() => apiKey('x-api-key', { prefx: 'k' } as never), /prefx is not an apiKey option/)
     assert.throws(() => apiKey('x api key'), /header must be a header name/)
+    assert.throws(() => clientIpKey({ trustProxy: 1, header: 'x-real-ip' as never }), /header must be 'x-forwarded-for' or 'forwarded' \(got "x-real-ip"\)/)
   })
 
   it('refuses, when made, a key that cannot verify the listed algorithms (every token would silently be no identity)', async () => {
