@@ -161,6 +161,10 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     if (ignoredForwarding) {
       warnOnce('sluice: requests carry X-Forwarded-For / Forwarded but no trusted proxy is configured; they are ignored and the socket address is the key. Set clientIp.trustProxy if a proxy is in front of this server.')
     }
+    if (request.remoteAddress === undefined) {
+      // Every such request shares one key: one client could spend everybody's quota.
+      warnOnce("sluice: a request came without a client address, so it shares the 'anonymous' key with every other such request. With sluice/fetch, pass the runtime's client address: withRateLimit's third argument, or check(request, address).")
+    }
     return key
   }
   const defaultKey = options.key ?? ipKey

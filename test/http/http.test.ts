@@ -381,6 +381,17 @@ describe('fetch adapter responses', () => {
     const failed = await through(() => Response.error())
     assert.equal(failed.type, 'error', 'a network error stays one (a Response of status 0 cannot be rebuilt)')
   })
+
+  it('without the client address every request shares one key, and a warning says so once', async () => {
+    const { withRateLimit } = await import('../../src/http/adapters/fetch.ts')
+    const warnings: string[] = []
+    const options = { rules: [{ policies: { algorithm: 'fixed-window' as const, limit: 1, windowMs: 60_000, name: 'p' } }], onWarning: (message: string) => warnings.push(message) }
+    const handler = withRateLimit(() => new Response('ok'), options)
+    assert.equal((await handler(new Request('http://api.test/'))).status, 200)
+    assert.equal((await handler(new Request('http://api.test/'))).status, 429)
+    assert.equal(warnings.length, 1)
+    assert.match(warnings[0] ?? '', /without a client address, so it shares the 'anonymous' key .* withRateLimit's third argument/)
+  })
 })
 
 describe('HTTP adapters (memory store)', () => {
