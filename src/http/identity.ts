@@ -156,8 +156,19 @@ export function jwtVerifier(options: JwtVerifierOptions): (request: HttpRequest)
   }
 }
 
-/** The key types each JWS algorithm family verifies with (RFC 7518, RFC 8037). */
-const KEY_TYPES: Record<string, readonly string[]> = { RS: ['rsa'], PS: ['rsa', 'rsa-pss'], ES: ['ec'], Ed: ['ed25519', 'ed448'] }
+/**
+ * The JWS algorithms jose verifies, and the public key each needs: its type and
+ * curve (RFC 7518, RFC 8037), RSA at 2048 bits or more. jose refuses any other
+ * key at verification, which would make every token "no identity".
+ */
+const PUBLIC_KEY_ALGORITHMS: Record<string, { type: string; curve?: string }> = {
+  RS256: { type: 'rsa' }, RS384: { type: 'rsa' }, RS512: { type: 'rsa' },
+  PS256: { type: 'rsa' }, PS384: { type: 'rsa' }, PS512: { type: 'rsa' },
+  ES256: { type: 'ec', curve: 'prime256v1' }, ES384: { type: 'ec', curve: 'secp384r1' }, ES512: { type: 'ec', curve: 'secp521r1' },
+  EdDSA: { type: 'ed25519' }, Ed25519: { type: 'ed25519' },
+}
+const HMAC_ALGORITHMS = ['HS256', 'HS384', 'HS512']
+const CURVE_NAMES: Record<string, string> = { prime256v1: 'P-256', secp384r1: 'P-384', secp521r1: 'P-521' }
 
 /**
  * The key tokens are verified with, checked against the algorithms now: a key
@@ -165,10 +176,21 @@ const KEY_TYPES: Record<string, readonly string[]> = { RS: ['rsa'], PS: ['rsa', 
  * silently, from the first request on.
  */
 function verificationKey(options: JwtVerifierOptions): Uint8Array | KeyObject | JWTVerifyGetKey {
-  const hmac = options.algorithms.filter((a) => a.startsWith('HS'))
+  const unknown = options.algorithms.filter((a) => !HMAC_ALGORITHMS.includes(a) && PUBLIC_KEY_ALGORITHMS[a] === undefined)
+  if (unknown.length > 0) {
+    throw new ArgumentError('algorithms', unknown.join(', '), `must be JWS algorithms jose verifies: ${[...HMAC_ALGORITHMS, ...Object.keys(PUBLIC_KEY_ALGORITHMS)].join(', ')}`)
+  }
+  const hmac = options.algorithms.filter((a) => HMAC_ALGORITHMS.includes(a))
   if (options.secret !== undefined) {
     if (hmac.length !== options.algorithms.length) throw new ArgumentError('algorithms', options.algorithms, 'must all be HS256, HS384 or HS512 with a secret (a public key or jwksUrl verifies the others)')
-    return typeof options.secret === 'string' ? new TextEncoder().encode(options.secret) : options.secret
+    const secret = typeof options.secret === 'string' ? new TextEncoder().encode(options.secret) : options.secret
+    // RFC 7518 3.2: a key at least as long as the hash. A shorter one can be guessed offline from any token it
+    // signed, and a guessed secret signs any identity and tier. (The secret's length is reported, never its value.)
+    const strongest = Math.max(...hmac.map((algorithm) => Number(algorithm.slice(2)) / 8))
+    if (!(secret instanceof Uint8Array) || secret.length < strongest) {
+      throw new ArgumentError('secret', secret instanceof Uint8Array ? `${secret.length} bytes` : typeof secret, `must be at least ${strongest} bytes for ${hmac.join(', ')}, as RFC 7518 3.2 requires: a shorter one can be guessed offline from any token it signed`)
+    }
+    return secret
   }
   if (hmac.length > 0) throw new ArgumentError('algorithms', options.algorithms, `${hmac.join(', ')} need a secret, not a public key or jwksUrl`)
   if (options.jwksUrl !== undefined) {
@@ -184,12 +206,17 @@ function verificationKey(options: JwtVerifierOptions): Uint8Array | KeyObject | 
     const shown = typeof options.publicKey === 'string' ? `${options.publicKey.slice(0, 40)}...` : options.publicKey
     throw new ArgumentError('publicKey', shown, `must be a PEM public key ("-----BEGIN PUBLIC KEY-----"): ${(error as Error).message}`)
   }
-  // One key object serves every listed algorithm its type can verify (RS256 and PS256 with one RSA key, say).
+  // One key object serves every listed algorithm it fits (RS256 and PS256 with one RSA key, say).
   const type = key.asymmetricKeyType ?? 'unknown'
+  const details = key.asymmetricKeyDetails ?? {}
   for (const algorithm of options.algorithms) {
-    const fits = KEY_TYPES[algorithm.slice(0, 2)]
-    if (fits !== undefined && !fits.includes(type)) {
-      throw new ArgumentError('publicKey', type, `cannot verify ${algorithm}, which needs ${fits.map((t) => `an ${t}`).join(' or ')} key`)
+    const needs = PUBLIC_KEY_ALGORITHMS[algorithm] as { type: string; curve?: string }
+    if (type !== needs.type) throw new ArgumentError('publicKey', type, `cannot verify ${algorithm}, which needs an ${needs.type} key`)
+    if (needs.curve !== undefined && details.namedCurve !== needs.curve) {
+      throw new ArgumentError('publicKey', CURVE_NAMES[details.namedCurve ?? ''] ?? details.namedCurve, `cannot verify ${algorithm}, which needs a ${CURVE_NAMES[needs.curve]} key`)
+    }
+    if (type === 'rsa' && (details.modulusLength ?? 0) < 2048) {
+      throw new ArgumentError('publicKey', `${details.modulusLength} bits`, `cannot verify ${algorithm}: RSA keys under 2048 bits are refused by jose (and too weak)`)
     }
   }
   return key

@@ -193,9 +193,14 @@ routes:
 identity:
   jwt: { algorithms: [HS256], secret: "\${JWT_SECRET}" }
   apiKey: { header: "\${KEY_HEADER:-x-api-key}" }`)
-    const config = await parseConfig(text, 't.yaml', { PORT: '7001', JWT_SECRET: 's3cret' })
+    const secret = 's3cret-s3cret-s3cret-s3cret-s3cret'
+    const config = await parseConfig(text, 't.yaml', { PORT: '7001', JWT_SECRET: secret })
     assert.equal(config.server.listen.port, 7001)
-    assert.equal(config.identity.jwt?.secret, 's3cret')
+    assert.equal(config.identity.jwt?.secret, secret)
+    // A weak secret is refused by its length; its value stays out of the message.
+    assert.deepEqual(await problems(text, { PORT: '7001', JWT_SECRET: 's3cret' }), [
+      'identity.jwt.secret: must be at least 32 bytes for HS256, as RFC 7518 3.2 requires: a shorter one can be guessed offline from any token it signed (got "6 bytes") (line 5)',
+    ])
     assert.equal(config.identity.apiKey?.header, 'x-api-key')
     assert.deepEqual(await problems(text, { PORT: '7001' }), ['identity.jwt.secret: environment variable JWT_SECRET is not set (line 5)'])
     // An unset variable does not hide the file's other problems, nor is its field reported twice.

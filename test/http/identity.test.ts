@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { describe, it } from 'node:test'
-import { createPrivateKey } from 'node:crypto'
+import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { exportJWK, exportPKCS8, exportSPKI, generateKeyPair, SignJWT } from 'jose'
 import { apiKey, clientIpKey, firstOf, jwtClaim, type HttpRequest } from '../../src/index.ts'
 
@@ -96,6 +96,24 @@ describe('identity', () => {
     assert.throws(() => jwtClaim({ publicKey: rsaPem, algorithms: ['HS256'] }), /HS256 need a secret/)
     assert.throws(() => jwtClaim({ secret, algorithms: ['HS256', 'RS256'] }), /must all be HS256, HS384 or HS512 with a secret/)
     assert.throws(() => jwtClaim({ jwksUrl: 'ftp://keys.test/jwks', algorithms: ['ES256'] }), /jwksUrl must be an http/)
+    // What jose refuses at verification: a curve that is not the algorithm's, RSA under 2048 bits, Ed448, an RSA-PSS key, a made-up name.
+    const pem = (type: 'ec' | 'rsa' | 'rsa-pss' | 'ed448', options: object) => (generateKeyPairSync(type as 'ec', options as never) as unknown as { publicKey: KeyObject }).publicKey.export({ type: 'spki', format: 'pem' }) as string
+    assert.throws(() => jwtClaim({ publicKey: pem('ec', { namedCurve: 'P-384' }), algorithms: ['ES256'] }), /cannot verify ES256, which needs a P-256 key \(got "P-384"\)/)
+    assert.throws(() => jwtClaim({ publicKey: pem('rsa', { modulusLength: 1024 }), algorithms: ['RS256'] }), /cannot verify RS256: RSA keys under 2048 bits .* \(got "1024 bits"\)/)
+    assert.throws(() => jwtClaim({ publicKey: pem('ed448', {}), algorithms: ['EdDSA'] }), /cannot verify EdDSA, which needs an ed25519 key \(got "ed448"\)/)
+    assert.throws(() => jwtClaim({ publicKey: pem('rsa-pss', { modulusLength: 2048 }), algorithms: ['PS256'] }), /cannot verify PS256, which needs an rsa key \(got "rsa-pss"\)/)
+    assert.throws(() => jwtClaim({ publicKey: rsaPem, algorithms: ['RS265'] }), /algorithms must be JWS algorithms jose verifies: HS256, .* \(got "RS265"\)/)
+  })
+
+  it('refuses an HMAC secret shorter than its hash (RFC 7518 3.2), naming its length and never its value', () => {
+    const short = 'password1234'
+    assert.throws(() => jwtClaim({ secret: short, algorithms: ['HS256'] }), (error: Error) => {
+      assert.match(error.message, /secret must be at least 32 bytes for HS256, as RFC 7518 3.2 requires: .* \(got "12 bytes"\)/)
+      assert.ok(!error.message.includes(short))
+      return true
+    })
+    assert.throws(() => jwtClaim({ secret: 'x'.repeat(40), algorithms: ['HS256', 'HS384'] }), /at least 48 bytes for HS256, HS384/)
+    assert.doesNotThrow(() => jwtClaim({ secret: new Uint8Array(64), algorithms: ['HS512'] }))
   })
 
   it('one PEM key verifies every algorithm of its type that is listed (RS256 and PS256; EdDSA)', async () => {
