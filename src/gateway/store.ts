@@ -23,6 +23,8 @@ export async function openStore(config: GatewayConfig): Promise<OpenedStore> {
   const time = options.time !== undefined ? { time: options.time } : {}
   if (options.url !== undefined) {
     const store = new RedisStore({ url: options.url, ...time })
+    // As for Sentinel and Cluster below: the first requests are decided by Redis, not by the failure policy.
+    await store.ping().catch(() => { /* down at start: the failure policy and the health probe take over */ })
     const url = new URL(options.url)
     return { store, description: `redis ${url.host}`, close: () => store.close() }
   }

@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict'
 import type { Server } from 'node:http'
+import { connect, createServer, type AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import { SignJWT } from 'jose'
 import { startDemoUpstream } from '../../src/gateway/demo-upstream.ts'
@@ -104,6 +105,28 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     const unreachable = await runCli(['inspect', '--redis', 'redis://127.0.0.1:1', 'user:bob'])
     assert.equal(unreachable.code, 3)
     assert.equal((await runCli(['inspect', 'user:bob'])).code, 2)
+  })
+
+  it('decides its first request on Redis, even when Redis is slow to connect at start (not by the failure policy)', async () => {
+    // A relay that holds each connection 600 ms before reaching Redis: longer than a decision may wait.
+    const relay = createServer((client) => {
+      client.pause()
+      const timer = setTimeout(() => {
+        const server = connect(redis.port, '127.0.0.1', () => { client.pipe(server).pipe(client); client.resume() })
+        server.on('error', () => client.destroy())
+        client.on('close', () => server.destroy())
+      }, 600)
+      client.on('error', () => clearTimeout(timer))
+    })
+    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve))
+    const slow = await startGateway(config(`redis://127.0.0.1:${(relay.address() as AddressInfo).port}`, upstream.url), { env: { JWT_SECRET: SECRET } })
+    try {
+      const first = await fetch(`${slow.url}/hello`, { headers: { authorization: `Bearer ${await token('dave')}` } })
+      assert.equal(first.status, 200)
+    } finally {
+      await slow.stop()
+      relay.close()
+    }
   })
 
   it('with onFailure: closed, a dead store refuses requests and /readyz says so', async () => {
