@@ -261,6 +261,8 @@ export const configSchema = z.strictObject({
   }).default({}),
   /** Every limit in shadow mode: decide, count and log, never refuse. */
   shadow: z.boolean().default(false),
+  /** Path patterns match case-sensitively; false for upstreams that route case-insensitively (Express's default, ASP.NET). */
+  caseSensitive: z.boolean().default(true),
   /** Limits on every route, in addition to each route's own. */
   limits: z.array(limit).default([]),
   routes: z.array(route).min(1, { error: 'expected at least one route' }),

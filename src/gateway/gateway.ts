@@ -382,7 +382,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
   const rules: RuleOptions[] = config.limitsResolved.map((limit) => ruleOf(limit, config, keyOf(limit.config.key ?? defaultOrder), tierOf))
   const routes = config.routes.map((route) => ({
     config: route,
-    matches: compileMatch(route.match ?? {}, `route "${route.name}" match`),
+    matches: compileMatch(route.match ?? {}, `route "${route.name}" match`, config.caseSensitive),
     upstreams: new Upstreams(route),
     rewrite: pathRewriter(route),
   }))
@@ -417,7 +417,7 @@ function ruleOf(
   key: KeyResolver,
   tierOf: ((request: HttpRequest) => string | undefined | Promise<string | undefined>) | undefined,
 ): RuleOptions {
-  const within = limit.config.match === undefined ? undefined : compileMatch(limit.config.match, `limit "${limit.name}" match`)
+  const within = limit.config.match === undefined ? undefined : compileMatch(limit.config.match, `limit "${limit.name}" match`, config.caseSensitive)
   const route = limit.route
   const match = route === undefined
     ? (within ?? (() => true))

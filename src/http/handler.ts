@@ -327,11 +327,12 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     const { decision } = refused
     if (options.onLimited !== undefined) notify('onLimited', { rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
-    return problem(429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${Math.ceil(decision.retryAfterMs / 1000)} s.`, [...headers, retryAfterHeader(decision)], {
+    const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000))
+    return problem(429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${retryAfterSeconds} s.`, [...headers, retryAfterHeader(decision)], {
       'violated-policies': violated,
       limit: decision.limit,
       remaining: decision.remaining,
-      'retry-after': Math.max(1, Math.ceil(decision.retryAfterMs / 1000)),
+      'retry-after': retryAfterSeconds,
     })
   }
 }

@@ -30,6 +30,7 @@ identity:
   apiKey: { header: x-api-key }
   order: [apiKey, ip]
 headers: { standard: draft-10 }
+caseSensitive: false
 logging: { level: info }
 routes:
   - name: api
@@ -148,6 +149,8 @@ describe('gateway (child process, real upstream)', () => {
       statuses.push((await fetch(`${gateway.url}/login`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status)
     }
     assert.deepEqual(statuses, [200, 200, 429])
+    // caseSensitive: false (for upstreams that route /LOGIN as /login): another spelling meets the same limit.
+    assert.equal((await fetch(`${gateway.url}/Login`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
     assert.equal((await fetch(`${gateway.url}/login`, { headers: { 'x-api-key': 'scg' } })).status, 404, 'GET /login matches no route')
   })
 
