@@ -328,6 +328,13 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     if (options.onLimited !== undefined) notify('onLimited', { rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
     const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000))
+    if (decision.degraded && refused.limiter.onStoreFailure === 'closed') {
+      // Not over a limit: the limit could not be checked. A 429 would tell the client it sent too much,
+      // and hide the outage from whoever watches error rates; its RateLimit numbers would be made up.
+      return problem(503, 'Service Unavailable', `The rate limit could not be checked (store ${decision.reason ?? 'unavailable'}) and fails closed. Retry after ${retryAfterSeconds} s.`, [retryAfterHeader(decision)], {
+        'retry-after': retryAfterSeconds,
+      })
+    }
     return problem(429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${retryAfterSeconds} s.`, [...headers, retryAfterHeader(decision)], {
       'violated-policies': violated,
       limit: decision.limit,

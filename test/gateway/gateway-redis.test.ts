@@ -134,8 +134,12 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     const carol = await token('carol')
     redis.signal('SIGSTOP')
     try {
-      const status = (await fetch(`${gateway.url}/hello`, { headers: { authorization: `Bearer ${carol}` } })).status
-      assert.equal(status, 429)
+      const refused = await fetch(`${gateway.url}/hello`, { headers: { authorization: `Bearer ${carol}` } })
+      // Not a 429: the client sent nothing too much; the limit could not be checked.
+      assert.equal(refused.status, 503)
+      assert.equal(refused.headers.get('retry-after'), '1')
+      assert.equal(refused.headers.get('ratelimit'), null)
+      assert.match((await refused.json() as { detail: string }).detail, /could not be checked \(store timeout\) and fails closed/)
       const deadline = Date.now() + 5000
       let ready = 200
       while (ready === 200 && Date.now() < deadline) {

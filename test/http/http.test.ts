@@ -317,6 +317,25 @@ describe('HTTP observers', () => {
   })
 })
 
+describe('HTTP with a failing store', () => {
+  it('fails closed with 503 and Retry-After (the limit was not checked, nobody sent too much); fallback keeps limiting locally', async () => {
+    const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
+    const rules = [{ policies: { algorithm: 'fixed-window' as const, limit: 1, windowMs: MINUTE, name: 'p' } }]
+    await withServer(nodeServer, { rules, store: down, onStoreFailure: 'closed', onWarning: () => {} }, async (url) => {
+      const response = await get(`${url}/`)
+      assert.equal(response.status, 503)
+      assert.equal(response.headers.get('retry-after'), '1')
+      assert.equal(response.headers.get('ratelimit'), null, 'no made-up quota numbers')
+      const body = await response.json() as Record<string, unknown>
+      assert.equal(body.status, 503)
+      assert.match(String(body.detail), /could not be checked \(store store-error\) and fails closed/)
+    })
+    await withServer(nodeServer, { rules, store: down, onStoreFailure: 'fallback', expectedInstances: 1, onWarning: () => {} }, async (url) => {
+      assert.deepEqual([(await get(`${url}/`)).status, (await get(`${url}/`)).status], [200, 429], 'the local share refuses as a limit does')
+    })
+  })
+})
+
 describe('node adapter errors', () => {
   it('a request whose options callback throws gets a 500, and the error is reported rather than swallowed', async () => {
     const { createServer } = await import('node:http')
