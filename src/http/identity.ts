@@ -6,7 +6,7 @@
  * client chose.
  */
 import { createPublicKey, type KeyObject } from 'node:crypto'
-import { createRemoteJWKSet, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose'
+import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { ArgumentError } from '../core/errors.ts'
 import { checkOptions } from '../core/options.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
@@ -197,7 +197,7 @@ function verificationKey(options: JwtVerifierOptions): Uint8Array | KeyObject | 
     if (typeof options.jwksUrl !== 'string' || !URL.canParse(options.jwksUrl) || !/^https?:$/.test(new URL(options.jwksUrl).protocol)) {
       throw new ArgumentError('jwksUrl', options.jwksUrl, 'must be an http:// or https:// URL')
     }
-    return createRemoteJWKSet(new URL(options.jwksUrl))
+    return outageTolerantJwks(new URL(options.jwksUrl))
   }
   let key: KeyObject
   try {
@@ -220,6 +220,50 @@ function verificationKey(options: JwtVerifierOptions): Uint8Array | KeyObject | 
     }
   }
   return key
+}
+
+/** After a failed fetch, how long requests use the last keys before one tries the endpoint again. */
+const JWKS_RETRY_MS = 30_000
+
+/**
+ * A JWKS endpoint's keys that outlive the endpoint's outages. jose refetches a
+ * set older than 10 minutes before it verifies anything, and when the fetch
+ * fails every token fails: with the identity provider down, every caller
+ * would lose its identity (and tier) and each request would wait out the
+ * fetch. Once keys are known, a stale set answers at once while the refresh
+ * runs behind it; a failed refresh keeps the last set. A key the set never
+ * had is still no identity. Only the first fetch, and an unknown key id
+ * (jose's rotation path), make a request wait.
+ */
+function outageTolerantJwks(url: URL): JWTVerifyGetKey {
+  const remote = createRemoteJWKSet(url)
+  let known: JSONWebKeySet | undefined
+  let lastKeys: JWTVerifyGetKey | undefined
+  let failedAt = Number.NEGATIVE_INFINITY
+  const remember = () => {
+    const keys = remote.jwks()
+    if (keys !== undefined && keys !== known) {
+      known = keys
+      lastKeys = createLocalJWKSet(keys)
+    }
+  }
+  const failed = () => { failedAt = Date.now() }
+  return async function jwksKey(header, token) {
+    if (lastKeys !== undefined && !remote.fresh) {
+      if (!remote.reloading && Date.now() - failedAt >= JWKS_RETRY_MS) remote.reload().then(remember, failed)
+      return lastKeys(header, token)
+    }
+    try {
+      const key = await remote(header, token)
+      remember()
+      return key
+    } catch (error) {
+      // The token's own faults (no such key id, an algorithm the key does not allow) are not the endpoint's.
+      if (lastKeys === undefined || error instanceof joseErrors.JWKSNoMatchingKey || error instanceof joseErrors.JWKSMultipleMatchingKeys || error instanceof joseErrors.JOSENotSupported) throw error
+      failed()
+      return lastKeys(header, token)
+    }
+  }
 }
 
 /** The client IP as a resolver, to compose with others (the handler's default key, without its warning). */

@@ -73,6 +73,43 @@ describe('identity', () => {
     }
   })
 
+  it('a JWKS endpoint that goes down: the keys already fetched keep verifying, and no request waits on it', async (t) => {
+    const ec = await generateKeyPair('ES256')
+    const jwk = { ...(await exportJWK(ec.publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' }
+    let fetches = 0
+    let down = false
+    const server = createServer((_req, res) => {
+      fetches++
+      if (down) return // a hung endpoint: jose would wait its 5 s fetch timeout, then fail the token
+      res.setHeader('Content-Type', 'application/json')
+      res.end(JSON.stringify({ keys: [jwk] }))
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks.json`
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
+    const resolver = jwtClaim({ jwksUrl: url, algorithms: ['ES256'] })
+    const good = await new SignJWT({ sub: 'u-1' }).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).setExpirationTime('2h').sign(ec.privateKey)
+    assert.equal(await resolver(request(bearer(good))), 'user:u-1')
+    assert.equal(fetches, 1)
+    down = true
+    try {
+      // Past jose's cache age (10 min), with the endpoint hung: the last keys still verify, the refresh runs behind.
+      t.mock.timers.tick(11 * 60_000)
+      assert.equal(await resolver(request(bearer(good))), 'user:u-1')
+      assert.equal(await resolver(request(bearer(good))), 'user:u-1')
+      for (let i = 0; i < 200 && fetches < 2; i++) await new Promise((resolve) => setTimeout(resolve, 10))
+      assert.equal(await resolver(request(bearer(good))), 'user:u-1')
+      assert.equal(fetches, 2, 'one refresh in flight, not one per request')
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
+    // A key it never had is still no identity.
+    const other = await generateKeyPair('ES256')
+    const unknown = await new SignJWT({ sub: 'u-2' }).setProtectedHeader({ alg: 'ES256', kid: 'k2' }).setExpirationTime('2h').sign(other.privateKey)
+    assert.equal(await resolver(request(bearer(unknown))), undefined)
+  })
+
   it('refuses configurations that would accept unverifiable tokens', () => {
     assert.throws(() => jwtClaim({ secret, algorithms: [] }), /must list the accepted algorithms/)
     assert.throws(() => jwtClaim({ secret, algorithms: ['none'] }), /'none' is never accepted/)
