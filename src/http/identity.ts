@@ -233,7 +233,8 @@ const JWKS_RETRY_MS = 30_000
  * fetch. Once keys are known, a stale set answers at once while the refresh
  * runs behind it; a failed refresh keeps the last set. A key the set never
  * had is still no identity. Only the first fetch, and an unknown key id
- * (jose's rotation path), make a request wait.
+ * (jose's rotation path), make a request wait; after a failed first fetch,
+ * tokens are no identity without waiting until the retry is due.
  */
 function outageTolerantJwks(url: URL): JWTVerifyGetKey {
   const remote = createRemoteJWKSet(url)
@@ -249,6 +250,8 @@ function outageTolerantJwks(url: URL): JWTVerifyGetKey {
   }
   const failed = () => { failedAt = Date.now() }
   return async function jwksKey(header, token) {
+    // Never fetched, and the last try failed: no request waits on the endpoint until the retry is due.
+    if (lastKeys === undefined && Date.now() - failedAt < JWKS_RETRY_MS) throw new joseErrors.JWKSTimeout('the JWKS endpoint failed less than 30 s ago')
     if (lastKeys !== undefined && !remote.fresh) {
       if (!remote.reloading && Date.now() - failedAt >= JWKS_RETRY_MS) remote.reload().then(remember, failed)
       return lastKeys(header, token)
@@ -259,8 +262,9 @@ function outageTolerantJwks(url: URL): JWTVerifyGetKey {
       return key
     } catch (error) {
       // The token's own faults (no such key id, an algorithm the key does not allow) are not the endpoint's.
-      if (lastKeys === undefined || error instanceof joseErrors.JWKSNoMatchingKey || error instanceof joseErrors.JWKSMultipleMatchingKeys || error instanceof joseErrors.JOSENotSupported) throw error
+      if (error instanceof joseErrors.JWKSNoMatchingKey || error instanceof joseErrors.JWKSMultipleMatchingKeys || error instanceof joseErrors.JOSENotSupported) throw error
       failed()
+      if (lastKeys === undefined) throw error
       return lastKeys(header, token)
     }
   }

@@ -110,6 +110,34 @@ describe('identity', () => {
     assert.equal(await resolver(request(bearer(unknown))), undefined)
   })
 
+  it('a JWKS endpoint down at start: tokens are no identity, and it is tried again after 30 s, not on every request', async (t) => {
+    const ec = await generateKeyPair('ES256')
+    const jwk = { ...(await exportJWK(ec.publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' }
+    let fetches = 0
+    let up = false
+    const server = createServer((_req, res) => {
+      fetches++
+      if (!up) return void res.destroy()
+      res.setHeader('Content-Type', 'application/json')
+      res.end(JSON.stringify({ keys: [jwk] }))
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
+      const resolver = jwtClaim({ jwksUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks.json`, algorithms: ['ES256'] })
+      const good = await new SignJWT({ sub: 'u-1' }).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).setExpirationTime('2h').sign(ec.privateKey)
+      assert.deepEqual([await resolver(request(bearer(good))), await resolver(request(bearer(good)))], [undefined, undefined])
+      assert.equal(fetches, 1)
+      up = true
+      t.mock.timers.tick(31_000)
+      assert.equal(await resolver(request(bearer(good))), 'user:u-1')
+      assert.equal(fetches, 2)
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
+  })
+
   it('refuses configurations that would accept unverifiable tokens', () => {
     assert.throws(() => jwtClaim({ secret, algorithms: [] }), /must list the accepted algorithms/)
     assert.throws(() => jwtClaim({ secret, algorithms: ['none'] }), /'none' is never accepted/)
