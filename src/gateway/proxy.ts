@@ -28,24 +28,49 @@ export interface ProxyOutcome {
   failure: 'unreachable' | 'timeout' | 'broken' | 'client-gone' | undefined
 }
 
-/** One route's upstreams, taken in turn, over a shared keep-alive pool. */
+/** How long an upstream that refused a connection is passed over (nginx's fail_timeout). */
+const DOWN_MS = 10_000
+
+export interface UpstreamBase { origin: string; path: string; host: string; downUntil: number }
+
+/**
+ * One route's upstreams, taken in turn, over a shared keep-alive pool. One that
+ * cannot be connected to is passed over for DOWN_MS while another is up.
+ */
 export class Upstreams {
   private next = 0
-  private readonly bases: Array<{ origin: string; path: string; host: string }>
+  private readonly bases: UpstreamBase[]
 
   constructor(route: RouteConfig) {
     const urls = Array.isArray(route.upstream) ? route.upstream : [route.upstream]
     this.bases = urls.map((url) => {
       const parsed = new URL(url)
-      return { origin: parsed.origin, path: parsed.pathname.replace(/\/$/, ''), host: parsed.host }
+      return { origin: parsed.origin, path: parsed.pathname.replace(/\/$/, ''), host: parsed.host, downUntil: 0 }
     })
   }
 
-  /** Round-robin. */
-  pick(): { origin: string; path: string; host: string } {
-    const base = this.bases[this.next % this.bases.length] as Upstreams['bases'][number]
-    this.next = (this.next + 1) % this.bases.length
+  get size(): number {
+    return this.bases.length
+  }
+
+  /** Round-robin over the upstreams not marked down (over all of them when every one is). */
+  pick(): UpstreamBase {
+    const count = this.bases.length
+    const now = count > 1 ? Date.now() : Number.POSITIVE_INFINITY
+    for (let offset = 0; offset < count; offset++) {
+      const base = this.bases[(this.next + offset) % count] as UpstreamBase
+      if (base.downUntil <= now) {
+        this.next = (this.next + offset + 1) % count
+        return base
+      }
+    }
+    const base = this.bases[this.next] as UpstreamBase
+    this.next = (this.next + 1) % count
     return base
+  }
+
+  markDown(base: UpstreamBase): void {
+    base.downUntil = Date.now() + DOWN_MS
   }
 }
 
@@ -90,7 +115,6 @@ export interface ForwardOptions {
 }
 
 export function forward(req: IncomingMessage, res: ServerResponse, options: ForwardOptions): Promise<ProxyOutcome> {
-  const base = options.upstreams.pick()
   const url = req.url ?? '/'
   const queryAt = url.indexOf('?')
   const path = options.path
@@ -116,7 +140,8 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       resolve(outcome)
     }
     res.once('close', onClose)
-    options.dispatcher.dispatch({
+    // A request the upstream never saw (no connection) goes to the next upstream, if it has no body to replay.
+    const send = (base: UpstreamBase, triesLeft: number): boolean => options.dispatcher.dispatch({
       origin: base.origin,
       path: `${base.path}${options.rewrite(path)}${query}`,
       method: req.method as Dispatcher.HttpMethod,
@@ -154,6 +179,11 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           res.destroy()
           return finish({ status, failure: 'broken' })
         }
+        if (isConnectFailure(error)) {
+          options.upstreams.markDown(base)
+          const next = triesLeft > 0 && !hasBody ? options.upstreams.pick() : base
+          if (next !== base) return send(next, triesLeft - 1)
+        }
         const timeout = isTimeout(error)
         const failed = timeout ? 504 : 502
         const answer = timeout
@@ -163,6 +193,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         finish({ status: failed, failure: timeout ? 'timeout' : 'unreachable' })
       },
     })
+    send(options.upstreams.pick(), options.upstreams.size - 1)
   })
 }
 
@@ -222,6 +253,13 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
 function connectionTokens(value: string | string[] | undefined): ReadonlySet<string> {
   if (value === undefined) return NONE
   return new Set(String(value).split(',').map((token) => token.trim().toLowerCase()).filter((token) => token !== ''))
+}
+
+/** The upstream could not be connected to: it never saw the request. */
+function isConnectFailure(error: unknown): boolean {
+  if (error instanceof errors.ConnectTimeoutError) return true
+  const code = (error as { code?: unknown } | undefined)?.code
+  return code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH' || code === 'ENOTFOUND' || code === 'EAI_AGAIN'
 }
 
 function isTimeout(error: unknown): boolean {

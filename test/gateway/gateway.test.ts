@@ -60,6 +60,10 @@ routes:
   - name: files
     match: { path: [/bytes/**, /digest] }
     upstream: ${upstream}
+  - name: pool
+    match: { path: /pool/** }
+    upstream: [${upstream}/hello/a, http://127.0.0.1:${downPort}, ${upstream}/hello/c]
+    stripPrefix: /pool
 `
 }
 
@@ -127,7 +131,7 @@ describe('gateway (child process, real upstream)', () => {
     // /status reads the watched key without charging it.
     const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>>; routes: unknown[] }
     assert.equal(status.watched['apikey:alpha']?.['api-hour']?.remaining, 0)
-    assert.equal(status.routes.length, 5)
+    assert.equal(status.routes.length, 6)
   })
 
   it('routes and limits the normalized path: dot segments and encoded letters cannot slip past a route\'s limits', async () => {
@@ -162,6 +166,19 @@ describe('gateway (child process, real upstream)', () => {
     const slow = await get(`${gateway.url}/slow/2000`)
     assert.equal(slow.status, 504)
     assert.equal((await get(`${gateway.url}/slow/10`)).status, 200)
+  })
+
+  it('takes a route\'s upstreams in turn; one that refuses connections is passed over, the request sent to the next', async () => {
+    const paths = []
+    for (let i = 0; i < 4; i++) {
+      const response = await get(`${gateway.url}/pool`)
+      assert.equal(response.status, 200, response.body)
+      paths.push((JSON.parse(response.body) as { path: string }).path)
+    }
+    assert.deepEqual(paths, ['/hello/a/', '/hello/c/', '/hello/a/', '/hello/c/'])
+    // Marked down for a while: a request with a body (which cannot be replayed) goes to a live upstream too.
+    const posted = await fetch(`${gateway.url}/pool/x`, { method: 'POST', body: 'payload' })
+    assert.equal(posted.status, 200)
   })
 
   it('streams 50 MB up and down intact without the gateway buffering them', async () => {
