@@ -383,7 +383,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
   const routes = config.routes.map((route) => ({
     config: route,
     matches: compileMatch(route.match ?? {}, `route "${route.name}" match`, config.caseSensitive),
-    upstreams: new Upstreams(route),
+    upstreams: new Upstreams(route, (upstream) => logger.warn({ route: route.name, upstream }, 'upstream cannot be connected to; passed over for 10 s')),
     rewrite: pathRewriter(route),
   }))
   const failure = config.store.type === 'redis' ? config.store : undefined

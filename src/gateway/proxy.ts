@@ -41,7 +41,8 @@ export class Upstreams {
   private next = 0
   private readonly bases: UpstreamBase[]
 
-  constructor(route: RouteConfig) {
+  /** `onDown` hears of an upstream newly passed over (not of each request that finds it still down). */
+  constructor(route: RouteConfig, private readonly onDown: (origin: string) => void = () => {}) {
     const urls = Array.isArray(route.upstream) ? route.upstream : [route.upstream]
     this.bases = urls.map((url) => {
       const parsed = new URL(url)
@@ -70,7 +71,9 @@ export class Upstreams {
   }
 
   markDown(base: UpstreamBase): void {
-    base.downUntil = Date.now() + DOWN_MS
+    const now = Date.now()
+    if (base.downUntil <= now && this.bases.length > 1) this.onDown(base.origin)
+    base.downUntil = now + DOWN_MS
   }
 }
 

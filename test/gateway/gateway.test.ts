@@ -176,6 +176,8 @@ describe('gateway (child process, real upstream)', () => {
       paths.push((JSON.parse(response.body) as { path: string }).path)
     }
     assert.deepEqual(paths, ['/hello/a/', '/hello/c/', '/hello/a/', '/hello/c/'])
+    const warned = await gateway.waitForLog((l) => l.msg === 'upstream cannot be connected to; passed over for 10 s')
+    assert.deepEqual([warned.route, warned.upstream], ['pool', `http://127.0.0.1:${downPort}`])
     // Marked down for a while: a request with a body (which cannot be replayed) goes to a live upstream too.
     const posted = await fetch(`${gateway.url}/pool/x`, { method: 'POST', body: 'payload' })
     assert.equal(posted.status, 200)
