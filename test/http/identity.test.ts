@@ -73,68 +73,64 @@ describe('identity', () => {
     }
   })
 
-  it('a JWKS endpoint that goes down: the keys already fetched keep verifying, and no request waits on it', async (t) => {
+  /** A real JWKS endpoint for one ES256 key, whose behaviour a test switches: serve the keys, hang, or reset. */
+  async function jwksEndpoint() {
     const ec = await generateKeyPair('ES256')
     const jwk = { ...(await exportJWK(ec.publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' }
-    let fetches = 0
-    let down = false
+    const endpoint = { mode: 'serve' as 'serve' | 'hang' | 'reset', fetches: 0, url: '', close: () => {}, token: (sub: string) => new SignJWT({ sub }).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).setExpirationTime('2h').sign(ec.privateKey) }
     const server = createServer((_req, res) => {
-      fetches++
-      if (down) return // a hung endpoint: jose would wait its 5 s fetch timeout, then fail the token
+      endpoint.fetches++
+      if (endpoint.mode === 'hang') return // jose would wait out its 5 s fetch timeout, then fail the token
+      if (endpoint.mode === 'reset') return void res.destroy()
       res.setHeader('Content-Type', 'application/json')
       res.end(JSON.stringify({ keys: [jwk] }))
     })
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks.json`
-    t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
-    const resolver = jwtClaim({ jwksUrl: url, algorithms: ['ES256'] })
-    const good = await new SignJWT({ sub: 'u-1' }).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).setExpirationTime('2h').sign(ec.privateKey)
-    assert.equal(await resolver(request(bearer(good))), 'user:u-1')
-    assert.equal(fetches, 1)
-    down = true
+    endpoint.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks.json`
+    endpoint.close = () => { server.closeAllConnections(); server.close() }
+    return endpoint
+  }
+
+  it('a JWKS endpoint that goes down: the keys already fetched keep verifying, and no request waits on it', async (t) => {
+    const endpoint = await jwksEndpoint()
     try {
+      t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
+      const resolver = jwtClaim({ jwksUrl: endpoint.url, algorithms: ['ES256'] })
+      const good = await endpoint.token('u-1')
+      assert.equal(await resolver(request(bearer(good))), 'user:u-1')
+      assert.equal(endpoint.fetches, 1)
       // Past jose's cache age (10 min), with the endpoint hung: the last keys still verify, the refresh runs behind.
+      endpoint.mode = 'hang'
       t.mock.timers.tick(11 * 60_000)
       assert.equal(await resolver(request(bearer(good))), 'user:u-1')
       assert.equal(await resolver(request(bearer(good))), 'user:u-1')
-      for (let i = 0; i < 200 && fetches < 2; i++) await new Promise((resolve) => setTimeout(resolve, 10))
+      for (let i = 0; i < 200 && endpoint.fetches < 2; i++) await new Promise((resolve) => setTimeout(resolve, 10))
       assert.equal(await resolver(request(bearer(good))), 'user:u-1')
-      assert.equal(fetches, 2, 'one refresh in flight, not one per request')
+      assert.equal(endpoint.fetches, 2, 'one refresh in flight, not one per request')
+      // A key it never had is still no identity.
+      const other = await generateKeyPair('ES256')
+      const unknown = await new SignJWT({ sub: 'u-2' }).setProtectedHeader({ alg: 'ES256', kid: 'k2' }).setExpirationTime('2h').sign(other.privateKey)
+      assert.equal(await resolver(request(bearer(unknown))), undefined)
     } finally {
-      server.closeAllConnections()
-      server.close()
+      endpoint.close()
     }
-    // A key it never had is still no identity.
-    const other = await generateKeyPair('ES256')
-    const unknown = await new SignJWT({ sub: 'u-2' }).setProtectedHeader({ alg: 'ES256', kid: 'k2' }).setExpirationTime('2h').sign(other.privateKey)
-    assert.equal(await resolver(request(bearer(unknown))), undefined)
   })
 
   it('a JWKS endpoint down at start: tokens are no identity, and it is tried again after 30 s, not on every request', async (t) => {
-    const ec = await generateKeyPair('ES256')
-    const jwk = { ...(await exportJWK(ec.publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' }
-    let fetches = 0
-    let up = false
-    const server = createServer((_req, res) => {
-      fetches++
-      if (!up) return void res.destroy()
-      res.setHeader('Content-Type', 'application/json')
-      res.end(JSON.stringify({ keys: [jwk] }))
-    })
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const endpoint = await jwksEndpoint()
     try {
+      endpoint.mode = 'reset'
       t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
-      const resolver = jwtClaim({ jwksUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks.json`, algorithms: ['ES256'] })
-      const good = await new SignJWT({ sub: 'u-1' }).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).setExpirationTime('2h').sign(ec.privateKey)
+      const resolver = jwtClaim({ jwksUrl: endpoint.url, algorithms: ['ES256'] })
+      const good = await endpoint.token('u-1')
       assert.deepEqual([await resolver(request(bearer(good))), await resolver(request(bearer(good)))], [undefined, undefined])
-      assert.equal(fetches, 1)
-      up = true
+      assert.equal(endpoint.fetches, 1)
+      endpoint.mode = 'serve'
       t.mock.timers.tick(31_000)
       assert.equal(await resolver(request(bearer(good))), 'user:u-1')
-      assert.equal(fetches, 2)
+      assert.equal(endpoint.fetches, 2)
     } finally {
-      server.closeAllConnections()
-      server.close()
+      endpoint.close()
     }
   })
 
