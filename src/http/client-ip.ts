@@ -2,8 +2,9 @@
  * The client's address, as a rate-limit key. The socket's peer is the client
  * unless it is a configured trusted proxy: only then is the header those
  * proxies write (`X-Forwarded-For`, or `Forwarded`) believed, walked from the
- * right, and the first address that is not a trusted proxy is the client. A header from an untrusted peer changes
- * nothing, so a client cannot pick its own key.
+ * right, and the first address that is not a trusted proxy is the client. A
+ * header from an untrusted peer changes nothing, so a client cannot pick its
+ * own key.
  */
 import ipaddr from 'ipaddr.js'
 import { ArgumentError } from '../core/errors.ts'
