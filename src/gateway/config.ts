@@ -398,6 +398,12 @@ export function configWarnings(config: GatewayConfig): string[] {
   if (config.identity.apiKey !== undefined && config.apiKeys === undefined) {
     warnings.push('identity.apiKey has no keys or keysFile: any value a client sends is an API key with a quota of its own, so a client can make up a new key per request. List the keys, or key the limits that stop abuse by ip.')
   }
+  const tierFrom = config.tiers?.from
+  const trustProxy = config.identity.clientIp?.trustProxy
+  const behindProxy = trustProxy !== undefined && trustProxy !== false && trustProxy !== 0 && !(Array.isArray(trustProxy) && trustProxy.length === 0)
+  if (tierFrom !== undefined && 'header' in tierFrom && !behindProxy) {
+    warnings.push(`tiers.from.header: clients reach this gateway directly (identity.clientIp.trustProxy is not set), so any client can choose its tier by sending ${tierFrom.header}. Take the tier from a verified claim (tiers.from.jwtClaim), or set trustProxy for the proxy that writes the header.`)
+  }
   return warnings
 }
 

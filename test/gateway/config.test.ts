@@ -158,6 +158,14 @@ routes:
     }
   })
 
+  it('warns when a client can choose its own tier: the tier from a header, and no proxy in front to write it', async () => {
+    const limits = '      - tiers: { free: { algorithm: fixed-window, limit: 5, windowMs: 1000 }, pro: { algorithm: fixed-window, limit: 50, windowMs: 1000 } }'
+    const direct = await parseConfig(minimal(limits, 'tiers: { from: { header: x-tier }, default: free }'), 'test.yaml', {})
+    assert.match(configWarnings(direct).join(), /tiers\.from\.header: clients reach this gateway directly .* any client can choose its tier by sending x-tier/)
+    const behindProxy = await parseConfig(minimal(limits, 'tiers: { from: { header: x-tier }, default: free }\nidentity:\n  clientIp: { trustProxy: [10.0.0.0/8] }'), 'test.yaml', {})
+    assert.deepEqual(configWarnings(behindProxy), [])
+  })
+
   it('a rotated JWT key file is a new config version, so a reload takes it', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'))
     try {
