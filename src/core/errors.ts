@@ -46,7 +46,8 @@ export class ArgumentError extends SluiceError {
 
 /**
  * Thrown by `rateLimited` / `@RateLimited` when a call is refused. Carries the
- * decision so the caller can honour `retryAfterMs`.
+ * decision so the caller can honour `retryAfterMs` (and tell, by
+ * `decision.degraded`, a store outage under a closed limit from a limit reached).
  */
 export class RateLimitedError extends SluiceError {
   readonly retryAfterMs: number
@@ -55,7 +56,9 @@ export class RateLimitedError extends SluiceError {
   constructor(decision: Decision, what: string) {
     super(
       'ERR_SLUICE_RATE_LIMITED',
-      `${what} is rate limited by policy "${decision.policy}"; retry after ${decision.retryAfterMs} ms`,
+      decision.degraded
+        ? `${what} is refused: its limit could not be checked (store ${decision.reason ?? 'unavailable'}) and fails closed; retry after ${decision.retryAfterMs} ms`
+        : `${what} is rate limited by policy "${decision.policy}"; retry after ${decision.retryAfterMs} ms`,
     )
     this.retryAfterMs = decision.retryAfterMs
     this.decision = decision

@@ -22,6 +22,18 @@ describe('rateLimited / @RateLimited', () => {
     assert.deepEqual(calls, ['a', 'a', 'b'], 'the refused call never ran')
   })
 
+  it('a store outage under a closed limit is told apart from a limit reached', async () => {
+    const down = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
+    const limiter = new Limiter({ store: down, policies: { algorithm: 'fixed-window', limit: 2, windowMs: 1000 }, onStoreFailure: 'closed' })
+    const send = rateLimited(async () => 'sent', { limiter, keyPrefix: 'email' })
+    await assert.rejects(send(), (error: unknown) => {
+      assert.ok(error instanceof RateLimitedError)
+      assert.equal(error.decision.degraded, true)
+      assert.match(error.message, /^email is refused: its limit could not be checked \(store store-error\) and fails closed; retry after 1000 ms$/)
+      return true
+    })
+  })
+
   it('decorates a method: Spring-style limit, window, keyPrefix and action', async () => {
     class Mailer {
       sent = 0
