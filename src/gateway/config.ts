@@ -6,6 +6,7 @@
  */
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { dirname, resolve } from 'node:path'
 import { isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import safeRegex from 'safe-regex2'
 import { z } from 'zod'
@@ -350,12 +351,14 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   }
   if (problems.length > 0) throw new ConfigError(file, problems)
   const config = parsed.data
+  // Files the config names are found beside it, wherever the gateway was started from (systemd starts it in /).
+  const beside = (path: string) => resolve(dirname(file), path)
   const limitsResolved = resolveLimits(config, report)
   let tls: GatewayConfig['tls']
   if (config.server.tls !== undefined) {
     const read = (field: 'cert' | 'key') => {
       try {
-        return readFileSync((config.server.tls as { cert: string; key: string })[field])
+        return readFileSync(beside((config.server.tls as { cert: string; key: string })[field]))
       } catch (error) {
         report(['server', 'tls', field], `cannot read: ${(error as Error).message}`)
         return Buffer.alloc(0)
@@ -366,7 +369,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   let jwtPublicKey = config.identity.jwt?.publicKey
   if (config.identity.jwt?.publicKeyFile !== undefined) {
     try {
-      jwtPublicKey = readFileSync(config.identity.jwt.publicKeyFile, 'utf8')
+      jwtPublicKey = readFileSync(beside(config.identity.jwt.publicKeyFile), 'utf8')
     } catch (error) {
       report(['identity', 'jwt', 'publicKeyFile'], `cannot read: ${(error as Error).message}`)
     }
@@ -375,7 +378,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const keysFile = config.identity.apiKey?.keysFile
   if (keysFile !== undefined) {
     try {
-      const listed = readFileSync(keysFile, 'utf8').split(/\r?\n/).map((line) => line.trim()).filter((line) => line !== '' && !line.startsWith('#'))
+      const listed = readFileSync(beside(keysFile), 'utf8').split(/\r?\n/).map((line) => line.trim()).filter((line) => line !== '' && !line.startsWith('#'))
       if (listed.length === 0) report(['identity', 'apiKey', 'keysFile'], `lists no key (${keysFile}): every request would fall through to the next resolver`)
       else apiKeys = listed
     } catch (error) {

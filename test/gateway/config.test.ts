@@ -141,6 +141,9 @@ routes:
       const second = await parseConfig(withFile, 'test.yaml', {})
       assert.deepEqual(second.apiKeys, ['k-alpha'])
       assert.notEqual(second.version, first.version, 'a reload must take the new keys')
+      // A relative path is read beside the config file, not from the working directory.
+      const beside = await parseConfig(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keysFile: api-keys }'), join(dir, 'sluice.yaml'), {})
+      assert.deepEqual(beside.apiKeys, ['k-alpha'])
       const inline = await parseConfig(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keys: [k-1, k-2] }'), 'test.yaml', {})
       assert.deepEqual(inline.apiKeys, ['k-1', 'k-2'])
       const unlisted = await parseConfig(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { header: x-api-key }'), 'test.yaml', {})
