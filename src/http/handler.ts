@@ -316,11 +316,14 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     if (refused !== undefined) binding = refused
     // Only the legacy Reset field is a timestamp.
     const now = headerOptions.legacy === true ? clock() : 0
+    // Failing open, a decision the store could not make carries a fresh key's numbers: they describe nothing, so no fields.
+    const fieldsOf = ({ limiter, decision, key, cost }: (typeof applied)[number]): HeaderList =>
+      decision.degraded && limiter.onStoreFailure === 'open' ? [] : rateLimitHeaders(decision, limiter.policies, headerOptions, key, now, cost)
     let headers: HeaderList
     if (applied.length === 1) {
-      headers = rateLimitHeaders(binding.decision, binding.limiter.policies, headerOptions, binding.key, now, binding.cost)
+      headers = fieldsOf(binding)
     } else {
-      const perRule = applied.map(({ limiter, decision, key, cost }) => rateLimitHeaders(decision, limiter.policies, headerOptions, key, now, cost))
+      const perRule = applied.map(fieldsOf)
       headers = mergeHeaders(perRule, applied.indexOf(binding), headerOptions.standard ?? 'draft-10')
     }
     if (refused === undefined) return { proceed: true, status: 200, headers, body: undefined, waitMs }

@@ -318,7 +318,7 @@ describe('HTTP observers', () => {
 })
 
 describe('HTTP with a failing store', () => {
-  it('fails closed with 503 and Retry-After (the limit was not checked, nobody sent too much); fallback keeps limiting locally', async () => {
+  it('fails closed with 503 and Retry-After (the limit was not checked, nobody sent too much); open allows without RateLimit fields; fallback keeps limiting locally', async () => {
     const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
     const rules = [{ policies: { algorithm: 'fixed-window' as const, limit: 1, windowMs: MINUTE, name: 'p' } }]
     await withServer(nodeServer, { rules, store: down, onStoreFailure: 'closed', onWarning: () => {} }, async (url) => {
@@ -329,6 +329,11 @@ describe('HTTP with a failing store', () => {
       const body = await response.json() as Record<string, unknown>
       assert.equal(body.status, 503)
       assert.match(String(body.detail), /could not be checked \(store store-error\) and fails closed/)
+    })
+    await withServer(nodeServer, { rules, store: down, onStoreFailure: 'open', onWarning: () => {} }, async (url) => {
+      const allowed = [await get(`${url}/`), await get(`${url}/`)]
+      assert.deepEqual(allowed.map((r) => r.status), [200, 200])
+      assert.deepEqual(allowed.map((r) => r.headers.get('ratelimit')), [null, null], 'failing open, nothing was counted: no numbers to announce')
     })
     await withServer(nodeServer, { rules, store: down, onStoreFailure: 'fallback', expectedInstances: 1, onWarning: () => {} }, async (url) => {
       assert.deepEqual([(await get(`${url}/`)).status, (await get(`${url}/`)).status], [200, 429], 'the local share refuses as a limit does')
