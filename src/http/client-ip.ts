@@ -50,6 +50,9 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
   if (forwardingHeader !== 'x-forwarded-for' && forwardingHeader !== 'forwarded') {
     throw new ArgumentError('header', options.header, "must be 'x-forwarded-for' or 'forwarded'")
   }
+  const forwardedChain = forwardingHeader === 'forwarded'
+    ? (header: HeaderReader) => forwardedFor(header('forwarded'))
+    : (header: HeaderReader) => xForwardedFor(header('x-forwarded-for'))
   const trust = options.trustProxy ?? false
   let trusted: (address: Address) => boolean = () => false
   let hops = 0
@@ -83,7 +86,7 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
     if (!hasForwarding) return { key: peerKey(remoteAddress), ignoredForwarding: false }
     if (!trustsAny) return { key: peerKey(remoteAddress), ignoredForwarding: true }
     const peer = parse(remoteAddress)
-    const forwarded = forwardingHeader === 'forwarded' ? forwardedFor(header('forwarded')) : xForwardedFor(header('x-forwarded-for'))
+    const forwarded = forwardedChain(header)
     if (peer === undefined) return { key: undefined, ignoredForwarding: false }
     if (forwarded.length === 0) return { key: keyOf(peer, prefix), ignoredForwarding: false }
     // The chain as the last proxy saw it: the forwarded addresses, then the peer.

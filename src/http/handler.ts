@@ -256,6 +256,10 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     return limiter
   }
 
+  // Failing open, a decision the store could not make carries a fresh key's numbers: they describe nothing, so no fields.
+  const fieldsOf = ({ limiter, decision, key, cost }: { limiter: Limiter; decision: Decision; key: string; cost: number }, now: number): HeaderList =>
+    failedAs(limiter, decision) === 'open' ? [] : rateLimitHeaders(decision, limiter.policies, headerOptions, key, now, cost)
+
   return async function rateLimit(request: HttpRequest): Promise<HttpOutcome> {
     if (typeof options.skip === 'function' ? options.skip(request) : (skip as (path: string) => boolean)(request.path)) return unlimited()
     if (options.deny !== undefined) {
@@ -316,14 +320,11 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     if (refused !== undefined) binding = refused
     // Only the legacy Reset field is a timestamp.
     const now = headerOptions.legacy === true ? clock() : 0
-    // Failing open, a decision the store could not make carries a fresh key's numbers: they describe nothing, so no fields.
-    const fieldsOf = ({ limiter, decision, key, cost }: (typeof applied)[number]): HeaderList =>
-      decision.degraded && limiter.onStoreFailure === 'open' ? [] : rateLimitHeaders(decision, limiter.policies, headerOptions, key, now, cost)
     let headers: HeaderList
     if (applied.length === 1) {
-      headers = fieldsOf(binding)
+      headers = fieldsOf(binding, now)
     } else {
-      const perRule = applied.map(fieldsOf)
+      const perRule = applied.map((entry) => fieldsOf(entry, now))
       headers = mergeHeaders(perRule, applied.indexOf(binding), headerOptions.standard ?? 'draft-10')
     }
     if (refused === undefined) return { proceed: true, status: 200, headers, body: undefined, waitMs }
@@ -331,7 +332,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     if (options.onLimited !== undefined) notify('onLimited', { rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
     const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000))
-    if (decision.degraded && refused.limiter.onStoreFailure === 'closed') {
+    if (failedAs(refused.limiter, decision) === 'closed') {
       // Not over a limit: the limit could not be checked. A 429 would tell the client it sent too much,
       // and hide the outage from whoever watches error rates; its RateLimit numbers would be made up.
       return problem(503, 'Service Unavailable', `The rate limit could not be checked (store ${decision.reason ?? 'unavailable'}) and fails closed. Retry after ${retryAfterSeconds} s.`, [retryAfterHeader(decision)], {
@@ -345,6 +346,11 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       'retry-after': retryAfterSeconds,
     })
   }
+}
+
+/** The failure policy that made a decision the store could not make; undefined for one the store made. */
+function failedAs(limiter: Limiter, decision: Decision): Limiter['onStoreFailure'] | undefined {
+  return decision.degraded ? limiter.onStoreFailure : undefined
 }
 
 /** Where the HTTP layer's warnings go: `onWarning`, else a process warning (code SLUICE_HTTP). */

@@ -89,15 +89,13 @@ function compileHeaders(headers: Record<string, string | true>, what: string): (
   return (request) => checks.every((check) => check(request))
 }
 
-/** A field name as RFC 9110 5.1 allows it (a token). */
-export function isHeaderName(name: unknown): name is string {
-  return isToken(name)
-}
-
-/** RFC 9110 5.6.2: what field names and methods are made of. */
+/** RFC 9110 5.6.2: what field names (5.1) and methods (9.1) are made of. */
 function isToken(value: unknown): value is string {
   return typeof value === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(value)
 }
+
+/** A field name as RFC 9110 5.1 allows it: a token. */
+export const isHeaderName = isToken
 
 function list(value: string | string[]): string[] {
   return Array.isArray(value) ? value : [value]
