@@ -27,7 +27,11 @@ export class ConfigError extends SluiceError {
   }
 }
 
-const show = (value: unknown): string => (value === undefined ? 'nothing' : typeof value === 'string' ? JSON.stringify(value) : JSON.stringify(value) ?? String(value))
+/** A value in a problem, cut short: a file given by mistake (a key list, a certificate) is not echoed into logs. */
+const show = (value: unknown): string => {
+  const text = value === undefined ? 'nothing' : JSON.stringify(value) ?? String(value)
+  return text.length > 80 ? `${text.slice(0, 60)}... (${text.length} characters)` : text
+}
 
 const positiveInt = (what = 'a positive integer') =>
   z.number({ error: (issue) => `expected ${what}, got ${show(issue.input)}` })

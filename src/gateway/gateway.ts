@@ -8,7 +8,8 @@
 import { watch, type FSWatcher } from 'node:fs'
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { createServer as createHttpsServer } from 'node:https'
-import type { AddressInfo } from 'node:net'
+import type { AddressInfo, Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
 import { basename, dirname } from 'node:path'
 import { pino, type Logger } from 'pino'
 import type { Agent } from 'undici'
@@ -21,7 +22,7 @@ import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
-import { createAgent, forward, pathRewriter, respond, Upstreams } from './proxy.ts'
+import { createAgent, forward, pathRewriter, respond, responseOnSocket, Upstreams, type Upgrade } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
@@ -66,6 +67,8 @@ export class Gateway {
   private readonly watcher: FSWatcher | undefined
   private readonly probe: NodeJS.Timeout
   private inFlight = 0
+  /** Upgraded (WebSocket) connections joined to their upstream, closed at shutdown. */
+  private readonly tunnels = new Set<Duplex>()
   private draining = false
   private reloading: Promise<void> = Promise.resolve()
   private storeUp = true
@@ -81,6 +84,12 @@ export class Gateway {
     this.server = runtime.config.tls !== undefined ? createHttpsServer({ cert: runtime.config.tls.cert, key: runtime.config.tls.key }, listener) : createHttpServer(listener)
     // `Expect: 100-continue`: the client sends its body only once the request is allowed, so a refused upload never travels.
     this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res, true) })
+    this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => { this.handleUpgrade(req, socket, head) })
+    // A forward proxy's tunnel: not what a reverse proxy offers (without a listener node would just drop the connection).
+    this.server.on('connect', (req: IncomingMessage, socket: Socket) => {
+      socket.on('error', () => socket.destroy())
+      respond(responseOnSocket(req, socket), problem(405, 'Method Not Allowed', 'CONNECT is not supported: this is a reverse proxy.', []))
+    })
     this.server.headersTimeout = serverConfig.timeouts.headersMs
     this.server.requestTimeout = serverConfig.timeouts.requestMs
     this.server.keepAliveTimeout = serverConfig.timeouts.keepAliveMs
@@ -150,6 +159,8 @@ export class Gateway {
     this.server.closeIdleConnections()
     while (this.inFlight > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
     const abandoned = this.inFlight
+    // A WebSocket may stay open for hours: once the requests are done, its client is left to reconnect elsewhere.
+    for (const side of this.tunnels) side.destroy()
     this.server.closeAllConnections()
     await closed
     await new Promise<void>((resolve) => this.admin.close(() => resolve()))
@@ -188,7 +199,40 @@ export class Gateway {
     this.logger.info({ url: this.url, admin: this.adminUrl, version: this.runtime.config.version, store: this.runtime.store.description, routes: this.runtime.routes.length }, 'sluice gateway listening')
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse, expectsContinue = false): Promise<void> {
+  /**
+   * A request with `Upgrade`, which node hands over with its connection. A
+   * WebSocket upgrade is routed and limited as any request, then joined to the
+   * upstream when the upstream agrees. Other protocols (h2c) are not
+   * upgraded to: the request is answered as plain HTTP/1.1, as RFC 9110 7.8
+   * allows, since an upgraded HTTP/2 connection would carry requests the
+   * gateway never sees.
+   */
+  private handleUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    socket.on('error', () => socket.destroy())
+    const res = responseOnSocket(req, socket)
+    const websocket = /^\s*websocket\s*$/i.test(req.headers.upgrade ?? '')
+    if (!websocket && (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0')) {
+      // node stops parsing at an Upgrade request's head, so its body cannot be read as one.
+      respond(res, problem(400, 'Bad Request', `Upgrade to "${req.headers.upgrade ?? ''}" is not supported; send the request without Upgrade.`, []))
+      return
+    }
+    const upgrade: Upgrade | undefined = websocket
+      ? {
+        protocol: 'websocket',
+        socket,
+        head,
+        onTunnel: (client, upstream) => {
+          for (const side of [client, upstream]) {
+            this.tunnels.add(side)
+            side.once('close', () => this.tunnels.delete(side))
+          }
+        },
+      }
+      : undefined
+    void this.handle(req, res, false, upgrade)
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse, expectsContinue = false, upgrade?: Upgrade): Promise<void> {
     const started = performance.now()
     this.inFlight++
     let finished = false
@@ -198,12 +242,13 @@ export class Gateway {
     const absolute = !(req.url ?? '/').startsWith('/')
     let routeName = '(none)'
     let failure: string | undefined
+    let upgradedStatus: number | undefined
     const done = () => {
       if (finished) return
       finished = true
       this.inFlight--
       const seconds = (performance.now() - started) / 1000
-      const status = res.headersSent ? res.statusCode : 499
+      const status = upgradedStatus ?? (res.headersSent ? res.statusCode : 499)
       this.metrics.request(routeName, status, seconds)
       if (runtime.config.logging.access) {
         this.logger.info({
@@ -248,7 +293,13 @@ export class Gateway {
         timeouts: { headersMs: route.config.timeoutMs ?? runtime.config.server.timeouts.upstreamMs, bodyMs: runtime.config.server.timeouts.upstreamBodyMs },
         protocol: runtime.config.tls !== undefined ? 'https' : 'http',
         extraHeaders: outcome?.headers ?? [],
+        ...(upgrade !== undefined ? { upgrade } : {}),
       })
+      if (forwarded.status === 101) {
+        // The tunnel lives on, outside the requests in flight: the request itself is done.
+        upgradedStatus = 101
+        done()
+      }
       if (forwarded.failure !== undefined && forwarded.failure !== 'client-gone') {
         failure = forwarded.failure
         this.metrics.upstreamFailure(routeName, forwarded.failure)

@@ -4,8 +4,9 @@
  * hop-by-hop headers stay on their hop, `X-Forwarded-*` tell the upstream who
  * asked, and upstream failures become 502 (unreachable, broken) or 504 (too slow).
  */
-import type { IncomingMessage, ServerResponse } from 'node:http'
-import { PassThrough } from 'node:stream'
+import { ServerResponse, type IncomingMessage } from 'node:http'
+import type { Socket } from 'node:net'
+import { PassThrough, type Duplex } from 'node:stream'
 import { Agent, errors, type Dispatcher } from 'undici'
 import { problem, type HttpOutcome } from '../http/handler.ts'
 import type { RouteConfig } from './config.ts'
@@ -115,6 +116,19 @@ export interface ForwardOptions {
   protocol: string
   /** Headers to add to the response (rate-limit fields). */
   extraHeaders: ReadonlyArray<[string, string]>
+  /** A WebSocket upgrade: asked of the upstream, and when it agrees (101), the two connections are joined. */
+  upgrade?: Upgrade
+}
+
+export interface Upgrade {
+  /** The protocol the client asked for (`websocket`). */
+  protocol: string
+  /** The client's connection, handed over by node with the request. */
+  socket: Socket
+  /** Bytes the client sent after the request head, for the upstream. */
+  head: Buffer
+  /** Told of each tunnel opened, to close it at shutdown. */
+  onTunnel: (client: Socket, upstream: Duplex) => void
 }
 
 export function forward(req: IncomingMessage, res: ServerResponse, options: ForwardOptions): Promise<ProxyOutcome> {
@@ -149,7 +163,8 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       path: `${base.path}${options.rewrite(path)}${query}`,
       method: req.method as Dispatcher.HttpMethod,
       headers: requestHeaders(req, options, base.host),
-      body: hasBody ? uploadOf(req) : null,
+      body: hasBody && options.upgrade === undefined ? uploadOf(req) : null,
+      upgrade: options.upgrade?.protocol ?? null,
       headersTimeout: options.timeouts.headersMs,
       bodyTimeout: options.timeouts.bodyMs,
     }, {
@@ -164,6 +179,18 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         // Head, body and end of a small response usually arrive together: one write to the socket, not three.
         res.cork()
         process.nextTick(() => res.uncork())
+      },
+      onRequestUpgrade(_controller, statusCode, headers, upstream) {
+        // 101: from here on the bytes are the upgraded protocol's, and flow untouched both ways.
+        const upgrade = options.upgrade as Upgrade
+        const head = [`HTTP/1.1 ${statusCode} Switching Protocols`, 'Connection: Upgrade']
+        const fields = responseHeaders(headers, options.extraHeaders, KEEP_UPGRADE)
+        for (let i = 0; i < fields.length; i += 2) head.push(`${fields[i]}: ${fields[i + 1]}`)
+        upgrade.socket.write(`${head.join('\r\n')}\r\n\r\n`)
+        if (upgrade.head.length > 0) upstream.write(upgrade.head)
+        tunnel(upgrade.socket, upstream)
+        upgrade.onTunnel(upgrade.socket, upstream)
+        finish({ status: statusCode, failure: undefined })
       },
       onResponseData(paused, chunk) {
         if (!res.write(chunk)) {
@@ -223,12 +250,15 @@ function uploadOf(req: IncomingMessage): PassThrough {
   return upload
 }
 
-function responseHeaders(upstream: Record<string, string | string[] | undefined>, extra: ReadonlyArray<[string, string]>): string[] {
+/** A 101's `Upgrade` names the protocol switched to; its `Connection` is written by the tunnel itself. */
+const KEEP_UPGRADE: ReadonlySet<string> = new Set(['upgrade'])
+
+function responseHeaders(upstream: Record<string, string | string[] | undefined>, extra: ReadonlyArray<[string, string]>, keep: ReadonlySet<string> = NONE): string[] {
   const headers: string[] = []
   const dropped = connectionTokens(upstream.connection)
   for (const name in upstream) {
     const value = upstream[name]
-    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name)) continue
+    if (value === undefined || ((HOP_BY_HOP.has(name) || dropped.has(name)) && !keep.has(name))) continue
     if (Array.isArray(value)) for (const item of value) headers.push(name, item)
     else headers.push(name, value)
   }
@@ -250,6 +280,32 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   if (req.headers.host !== undefined) headers['x-forwarded-host'] = req.headers.host
   headers.host = options.preserveHost && req.headers.host !== undefined ? req.headers.host : upstreamHost
   return headers
+}
+
+/** Joins an upgraded client connection to the upstream's; either side closing or failing closes both. */
+function tunnel(client: Socket, upstream: Duplex): void {
+  const close = () => {
+    client.destroy()
+    upstream.destroy()
+  }
+  client.setTimeout(0)
+  client.setNoDelay(true)
+  for (const side of [client, upstream]) side.once('error', close).once('close', close)
+  upstream.pipe(client)
+  client.pipe(upstream)
+}
+
+/**
+ * A response written on a connection node handed over with its request (an
+ * `Upgrade` or `CONNECT` request has no ServerResponse): the connection
+ * closes once it is sent.
+ */
+export function responseOnSocket(req: IncomingMessage, socket: Socket): ServerResponse {
+  const res = new ServerResponse(req)
+  res.shouldKeepAlive = false
+  res.assignSocket(socket)
+  res.once('finish', () => socket.end())
+  return res
 }
 
 /** Header names a `Connection` field lists: hop-by-hop for this message. */

@@ -66,6 +66,12 @@ routes:
     ])
   })
 
+  it('a wrong file (keys, a certificate) is quoted in a problem only by its first characters, so it does not land in logs', async () => {
+    const secret = `sk_live_${'x'.repeat(200)}`
+    const [problem] = await problems(`${secret}\n`)
+    assert.equal(problem, `(file): expected object, got ${JSON.stringify(secret).slice(0, 60)}... (${secret.length + 2} characters) (line 1)`)
+  })
+
   it('checks what spans sections: duplicate names, costs beyond a limit, unconfigured identities, tiers', async () => {
     const text = `
 identity:
