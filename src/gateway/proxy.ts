@@ -4,7 +4,7 @@
  * hop-by-hop headers stay on their hop, `X-Forwarded-*` tell the upstream who
  * asked, and upstream failures become 502 (unreachable, broken) or 504 (too slow).
  */
-import { ServerResponse, type IncomingMessage } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { PassThrough, type Duplex } from 'node:stream'
 import { Agent, errors, type Dispatcher } from 'undici'
@@ -293,19 +293,6 @@ function tunnel(client: Socket, upstream: Duplex): void {
   for (const side of [client, upstream]) side.once('error', close).once('close', close)
   upstream.pipe(client)
   client.pipe(upstream)
-}
-
-/**
- * A response written on a connection node handed over with its request (an
- * `Upgrade` or `CONNECT` request has no ServerResponse): the connection
- * closes once it is sent.
- */
-export function responseOnSocket(req: IncomingMessage, socket: Socket): ServerResponse {
-  const res = new ServerResponse(req)
-  res.shouldKeepAlive = false
-  res.assignSocket(socket)
-  res.once('finish', () => socket.end())
-  return res
 }
 
 /** Header names a `Connection` field lists: hop-by-hop for this message. */

@@ -3,7 +3,8 @@
  * refused, answers it; `withRateLimit(handler, options)` wraps a request
  * listener for `http.createServer`. Translation only: the pipeline decides.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import { ServerResponse, type IncomingMessage } from 'node:http'
+import type { Socket } from 'node:net'
 import { createRateLimitHandler, warningSink, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
@@ -39,6 +40,52 @@ export function rateLimitNode(
     res.statusCode = outcome.status
     res.end(outcome.body)
     return false
+  }
+}
+
+/**
+ * A response written on a connection node handed over with its request (an
+ * `Upgrade` or `CONNECT` request has no ServerResponse): the connection
+ * closes once it is sent.
+ */
+export function responseOnSocket(req: IncomingMessage, socket: Socket): ServerResponse {
+  const res = new ServerResponse(req)
+  res.shouldKeepAlive = false
+  res.assignSocket(socket)
+  res.once('finish', () => socket.end())
+  return res
+}
+
+/**
+ * For a server's `'upgrade'` event, which request listeners (and so
+ * `withRateLimit` and Express middleware) never see: resolves true when the
+ * WebSocket may be accepted (hand the socket on, e.g. to ws's
+ * `handleUpgrade`), false when it was refused, answered (429 and its fields)
+ * and closed.
+ */
+export function rateLimitUpgrade(options: RateLimitOptions): (req: IncomingMessage, socket: Socket) => Promise<boolean> {
+  const limit = rateLimitNode(options)
+  const warn = warningSink(options)
+  return async function rateLimitUpgradeRequest(req, socket) {
+    // Node leaves an upgraded socket's errors to its owner: a client resetting while it is decided must not crash the process.
+    const onError = () => socket.destroy()
+    socket.on('error', onError)
+    const res = responseOnSocket(req, socket)
+    let proceed: boolean
+    try {
+      proceed = await limit(req, res)
+    } catch (error) {
+      warn(`an upgrade request could not be decided and was answered 500: ${error instanceof Error ? error.message : String(error)}`)
+      res.statusCode = 500
+      res.end()
+      return false
+    }
+    if (proceed) {
+      // Accepted: the socket goes back to its owner as it came, with nothing written on it.
+      res.detachSocket(socket)
+      socket.off('error', onError)
+    }
+    return proceed
   }
 }
 

@@ -1,0 +1,96 @@
+/**
+ * WebSocket upgrades on a node server: request listeners (withRateLimit,
+ * Express) never see them, so `rateLimitUpgrade` limits the server's
+ * 'upgrade' event in front of a real `ws` server.
+ */
+import assert from 'node:assert/strict'
+import { once } from 'node:events'
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { connect } from 'node:net'
+import { after, before, describe, it } from 'node:test'
+import { WebSocket, WebSocketServer } from 'ws'
+import { rateLimitUpgrade } from '../../src/http/adapters/node.ts'
+
+function open(url: string): Promise<WebSocket | { status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url)
+    ws.once('open', () => resolve(ws))
+    ws.once('unexpected-response', (_request, response) => {
+      let body = ''
+      response.setEncoding('utf8')
+      response.on('data', (chunk: string) => { body += chunk })
+      response.on('end', () => {
+        resolve({ status: response.statusCode ?? 0, headers: response.headers, body })
+        ws.terminate()
+      })
+    })
+    ws.once('error', reject)
+  })
+}
+
+describe('rateLimitUpgrade (node server + ws)', () => {
+  let server: Server
+  let url: string
+  let accepted = 0
+  const warnings: string[] = []
+
+  before(async () => {
+    const limitUpgrade = rateLimitUpgrade({
+      rules: [{ name: 'connects', policies: { algorithm: 'sliding-log', name: 'connects', limit: 2, windowMs: 60_000 } }],
+      key: (request) => (request.path === '/broken' ? (() => { throw new Error('key lookup failed') })() : `ip:${request.remoteAddress ?? ''}`),
+      onWarning: (message) => warnings.push(message),
+    })
+    const sockets = new WebSocketServer({ noServer: true })
+    server = createServer((_req, res) => res.end('plain'))
+    server.on('upgrade', (req, socket, head) => {
+      void limitUpgrade(req, socket as import('node:net').Socket).then((proceed) => {
+        if (!proceed) return
+        accepted++
+        sockets.handleUpgrade(req, socket, head, (ws) => ws.on('message', (data) => ws.send(`echo ${String(data)}`)))
+      })
+    })
+    server.listen(0, '127.0.0.1')
+    await once(server, 'listening')
+    url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}`
+  })
+  after(() => server.close())
+
+  it('accepts up to the limit (the sockets work), then answers 429 with its fields and problem body, and closes', async () => {
+    const first = await open(`${url}/chat`)
+    const second = await open(`${url}/chat`)
+    const third = await open(`${url}/chat`)
+    assert.ok(first instanceof WebSocket && second instanceof WebSocket)
+    first.send('hi')
+    assert.equal(String((await once(first, 'message'))[0]), 'echo hi')
+    assert.ok(!(third instanceof WebSocket))
+    assert.equal(third.status, 429)
+    assert.equal(third.headers.ratelimit, '"connects";r=0;t=60')
+    assert.equal(third.headers['retry-after'], '60')
+    assert.deepEqual(JSON.parse(third.body)['violated-policies'], ['connects'])
+    assert.equal(accepted, 2)
+    first.close()
+    second.close()
+  })
+
+  it('a callback that throws is a 500 and a warning, not a crash or a hung client', async () => {
+    const broken = await open(`${url}/broken`)
+    assert.ok(!(broken instanceof WebSocket))
+    assert.equal(broken.status, 500)
+    assert.match(warnings.join('\n'), /key lookup failed/)
+  })
+
+  it('a client that resets while its upgrade is decided does not take the server down', async () => {
+    const { port } = new URL(url)
+    for (let i = 0; i < 20; i++) {
+      const socket = connect(Number(port), '127.0.0.1', () => {
+        socket.write('GET /chat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n')
+        socket.resetAndDestroy()
+      })
+      socket.on('error', () => {})
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    const response = await fetch(url.replace('ws:', 'http:'))
+    assert.equal(await response.text(), 'plain')
+  })
+})
