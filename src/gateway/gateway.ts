@@ -237,9 +237,10 @@ export class Gateway {
     this.inFlight++
     let finished = false
     const runtime = this.runtime
+    // The absolute form (`GET http://host/path`, RFC 9112 3.2.2: a server must accept it) names the host itself.
+    const origin = fromAbsoluteForm(req)
     // nodeRequest normalizes the path (dot segments, empty segments): routes and limits see what the upstream will serve.
     const request = nodeRequest(req) as GatewayRequest
-    const absolute = !(req.url ?? '/').startsWith('/')
     let routeName = '(none)'
     let failure: string | undefined
     let upgradedStatus: number | undefined
@@ -265,9 +266,9 @@ export class Gateway {
     res.once('close', done)
     try {
       if (this.draining) res.setHeader('connection', 'close')
-      if (absolute) {
-        // Absolute-form (proxy) requests and `*`: this is a reverse proxy, not a forward one.
-        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request target must be a path.', []))
+      if (origin === undefined) {
+        // `OPTIONS *`, or an absolute form that is not http(s): nothing a route can name.
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request target must be a path or an http(s) URL.', []))
         return
       }
       const route = runtime.routes.find((candidate) => candidate.matches(request))
@@ -508,6 +509,32 @@ function kindOf(key: string): string {
 }
 
 /** The gateway's own answer, in the upstream's place. */
+/**
+ * Rewrites an absolute-form request to the origin form (path and query) with
+ * the target's authority as its Host, which RFC 9112 3.2.2 says replaces the
+ * Host field sent; from there it is routed, limited and forwarded as if sent
+ * that way. Returns undefined for a target that is neither.
+ */
+function fromAbsoluteForm(req: IncomingMessage): IncomingMessage | undefined {
+  const target = req.url ?? '/'
+  if (target.startsWith('/')) return req
+  // The path is cut from the target as sent (URL would resolve its dots and re-encode it) and normalized like any other.
+  const parts = /^https?:\/\/([^/?#]+)([^#]*)/i.exec(target)
+  if (parts === null) return undefined
+  const [, authority = '', rest = ''] = parts
+  let host: string
+  try {
+    const url = new URL(`http://${authority}`)
+    if (url.username !== '' || url.password !== '') return undefined
+    host = url.host
+  } catch {
+    return undefined
+  }
+  req.url = rest.startsWith('/') ? rest : `/${rest}`
+  req.headers.host = host
+  return req
+}
+
 function answerInstead(res: ServerResponse, expectsContinue: boolean, outcome: HttpOutcome): void {
   // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be reused.
   if (expectsContinue) res.setHeader('connection', 'close')

@@ -67,6 +67,10 @@ routes:
 `
 }
 
+function pick(object: Record<string, unknown>, keys: string[]): Record<string, unknown> {
+  return Object.fromEntries(keys.map((key) => [key, object[key]]))
+}
+
 async function get(url: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: Headers; body: string }> {
   const response = await fetch(url, { headers })
   return { status: response.status, headers: response.headers, body: await response.text() }
@@ -144,7 +148,30 @@ describe('gateway (child process, real upstream)', () => {
     // fetch() and URL would resolve the dots themselves: raw requests carry them to the gateway.
     assert.deepEqual([await raw('/api/hello'), await raw('/api/hello'), await raw('/api/./hello')], [200, 200, 200])
     assert.deepEqual([await raw('/bytes/../api/hello'), await raw('/bytes/%2e%2e/api//hello'), await raw('/api/x/../hello'), await raw('/%61pi/hell%6F')], [429, 429, 429, 429])
-    assert.equal(await raw('http://example.com/api/hello'), 400)
+    // The absolute form is the same request: it meets the same spent limit.
+    assert.equal(await raw('http://example.com/api/hello'), 429)
+  })
+
+  it('takes the absolute form (GET http://host/path, which RFC 9112 says a server must): routed, limited and forwarded by its path, its host replacing Host', async () => {
+    const send = (target: string, method = 'GET') => new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const { hostname, port } = new URL(gateway.url)
+      const req = httpRequest({ host: hostname, port, method, path: target, headers: { 'x-api-key': 'absolute', host: 'ignored.test' } }, (res) => {
+        let body = ''
+        res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk }).on('end', () => resolve({ status: res.statusCode ?? 0, body }))
+      })
+      req.on('error', reject)
+      req.end()
+    })
+    const first = await send('http://Example.TEST:80/api/hello?page=2')
+    assert.equal(first.status, 200)
+    assert.deepEqual(pick(JSON.parse(first.body) as Record<string, unknown>, ['path', 'forwardedHost']), { path: '/hello', forwardedHost: 'example.test' })
+    // Its dots are resolved like any path's, and it spends the same quota (3 an hour for this key).
+    assert.deepEqual([(await send('HTTP://example.test/bytes/../api/hello')).status, (await send('http://example.test/api/./hello')).status, (await send('http://example.test/api/hello')).status], [200, 200, 429])
+    assert.equal((await send('http://example.test/nowhere')).status, 404)
+    for (const target of ['ftp://example.test/api/hello', 'http://user:pw@example.test/api/hello', 'http:///api/hello']) {
+      assert.equal((await send(target)).status, 400, target)
+    }
+    assert.equal((await send('*', 'OPTIONS')).status, 400)
   })
 
   it('speaks Spring Cloud Gateway: replenishRate / burstCapacity as a token bucket', async () => {
