@@ -94,6 +94,13 @@ export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' 
   onDecision?: (event: DecisionEvent) => void
   /** Each request refused with 429 (for logging). Should it throw, the error goes to onWarning and the 429 is sent. */
   onLimited?: (event: DecisionEvent) => void
+  /**
+   * Replaces the refusal's body (and, if given, its status and content type):
+   * an HTML page, or the API's own error shape. The RateLimit fields and
+   * Retry-After stay. Return undefined to send the default problem body;
+   * should it throw, the error goes to onWarning and the default is sent.
+   */
+  limitedResponse?: (event: LimitedEvent) => LimitedResponse | undefined
   /** Misconfiguration noticed at run time (e.g. forwarding headers with no trusted proxy). */
   onWarning?: (message: string) => void
 }
@@ -104,6 +111,21 @@ export interface DecisionEvent {
   decision: Decision
   shadow: boolean
   request: HttpRequest
+}
+
+export interface LimitedEvent extends DecisionEvent {
+  /** The Retry-After the response carries, in seconds. */
+  retryAfterSeconds: number
+  /** The RFC 9457 body sent by default, to reuse or reshape. */
+  problem: Record<string, unknown>
+}
+
+export interface LimitedResponse {
+  /** Default 429; any 4xx or 5xx. */
+  status?: number
+  /** A string is sent as is (`text/plain` unless `contentType` says otherwise); anything else as JSON. */
+  body: unknown
+  contentType?: string
 }
 
 export interface HttpOutcome {
@@ -130,7 +152,7 @@ interface CompiledRule {
 
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
 
-const OPTIONS = new Set(['rules', 'skip', 'caseSensitive', 'allow', 'deny', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onLimited', 'onWarning',
+const OPTIONS = new Set(['rules', 'skip', 'caseSensitive', 'allow', 'deny', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onLimited', 'limitedResponse', 'onWarning',
   'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'observer'])
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs'])
 
@@ -173,7 +195,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   }
   const caseSensitive = options.caseSensitive ?? true
   const skip = typeof options.skip === 'function' ? options.skip : compilePaths(options.skip ?? [], 'skip', caseSensitive)
-  for (const hook of ['allow', 'deny', 'onDecision', 'onLimited', 'onWarning', 'key'] as const) {
+  for (const hook of ['allow', 'deny', 'onDecision', 'onLimited', 'limitedResponse', 'onWarning', 'key'] as const) {
     if (options[hook] !== undefined && typeof options[hook] !== 'function') throw new ArgumentError(hook, options[hook], 'must be a function')
   }
   const emptyKey = options.emptyKey ?? 'anonymous'
@@ -339,13 +361,36 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
         'retry-after': retryAfterSeconds,
       })
     }
-    return problem(429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${retryAfterSeconds} s.`, [...headers, retryAfterHeader(decision)], {
+    const details = [429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${retryAfterSeconds} s.`, {
       'violated-policies': violated,
       limit: decision.limit,
       remaining: decision.remaining,
       'retry-after': retryAfterSeconds,
-    })
+    }] as const
+    const refusal = problem(details[0], details[1], details[2], [...headers, retryAfterHeader(decision)], details[3])
+    if (options.limitedResponse === undefined) return refusal
+    try {
+      const event = { rule: refused.rules, key: refused.key, decision, shadow: false, request, retryAfterSeconds, problem: problemBody(...details) }
+      const custom = options.limitedResponse(event)
+      return custom === undefined ? refusal : customRefusal(custom, [...headers, retryAfterHeader(decision)])
+    } catch (error) {
+      warn(`limitedResponse failed, and the default 429 was sent: ${error instanceof Error ? error.message : String(error)}`)
+      return refusal
+    }
   }
+}
+
+/** A refusal in the application's own shape (limitedResponse), keeping the rate-limit fields. */
+function customRefusal(custom: LimitedResponse, headers: HeaderList): HttpOutcome {
+  if (typeof custom !== 'object' || custom === null) throw new ArgumentError('limitedResponse()', custom, 'must return { status?, body, contentType? } or undefined')
+  const status = custom.status ?? 429
+  if (!Number.isInteger(status) || status < 400 || status > 599) throw new ArgumentError('limitedResponse() status', status, 'must be an integer from 400 to 599')
+  const text = typeof custom.body === 'string'
+  const body = text ? custom.body as string : JSON.stringify(custom.body)
+  if (body === undefined) throw new ArgumentError('limitedResponse() body', custom.body, 'must be a string or a JSON value')
+  const contentType = custom.contentType ?? (text ? 'text/plain; charset=utf-8' : 'application/json')
+  if (typeof contentType !== 'string' || !/^[\x20-\x7e]+$/.test(contentType)) throw new ArgumentError('limitedResponse() contentType', contentType, 'must be a printable ASCII media type')
+  return { proceed: false, status, headers: [...headers, ['Content-Type', contentType]], body, waitMs: 0 }
 }
 
 /** The failure policy that made a decision the store could not make; undefined for one the store made. */
@@ -370,8 +415,12 @@ export function httpStatePrefix(prefix = 'sluice'): string {
 
 /** An RFC 9457 problem response (also the gateway's own 400 / 404 / 502 / 504). */
 export function problem(status: number, title: string, detail: string, headers: HeaderList, extra: Record<string, unknown> = {}): HttpOutcome {
-  const body = JSON.stringify({ type: status === 429 ? QUOTA_EXCEEDED : 'about:blank', title, status, detail, ...extra })
+  const body = JSON.stringify(problemBody(status, title, detail, extra))
   return { proceed: false, status, headers: [...headers, ['Content-Type', 'application/problem+json']], body, waitMs: 0 }
+}
+
+function problemBody(status: number, title: string, detail: string, extra: Record<string, unknown>): Record<string, unknown> {
+  return { type: status === 429 ? QUOTA_EXCEEDED : 'about:blank', title, status, detail, ...extra }
 }
 
 /**

@@ -243,6 +243,42 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: limitedResponse replaces the refusal's body, status and type; the rate-limit fields stay`, async () => {
+    const seen: Array<{ key: string; retryAfterSeconds: number; type: unknown }> = []
+    const options = base([{ name: 'pages', policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'page-views' } }], {
+      key: (request) => request.header('x-client'),
+      limitedResponse: ({ key, retryAfterSeconds, problem, request }) => {
+        seen.push({ key, retryAfterSeconds, type: problem.type })
+        if (request.header('accept') === 'text/html') return { status: 503, body: `<p>Slow down; back in ${retryAfterSeconds} s</p>`, contentType: 'text/html; charset=utf-8' }
+        if (request.header('x-client') === 'default') return undefined
+        if (request.header('x-client') === 'broken') throw new Error('template missing')
+        return { body: { error: { code: 'RATE_LIMITED', retryIn: retryAfterSeconds } } }
+      },
+      onWarning: () => {},
+    })
+    await withServer(start, options, async (url) => {
+      for (const client of ['html', 'json', 'default', 'broken']) assert.equal((await get(url, { 'x-client': client })).status, 200)
+      const html = await get(url, { 'x-client': 'html', accept: 'text/html' })
+      assert.equal(html.status, 503)
+      assert.equal(html.headers.get('content-type'), 'text/html; charset=utf-8')
+      assert.equal(await html.text(), '<p>Slow down; back in 30 s</p>')
+      assert.equal(html.headers.get('retry-after'), '30')
+      assert.equal(html.headers.get('ratelimit'), '"page-views";r=0;t=30')
+      const json = await get(url, { 'x-client': 'json' })
+      assert.equal(json.status, 429)
+      assert.match(json.headers.get('content-type') ?? '', /^application\/json/)
+      assert.deepEqual(await json.json(), { error: { code: 'RATE_LIMITED', retryIn: 30 } })
+      for (const client of ['default', 'broken']) {
+        const fallback = await get(url, { 'x-client': client })
+        assert.equal(fallback.status, 429)
+        assert.match(fallback.headers.get('content-type') ?? '', /^application\/problem\+json/)
+        assert.deepEqual((await fallback.json() as Record<string, unknown>)['violated-policies'], ['page-views'])
+      }
+      assert.deepEqual(seen.map((event) => event.key), ['html', 'json', 'default', 'broken'])
+      assert.deepEqual(seen[0], { key: 'html', retryAfterSeconds: 30, type: 'https://iana.org/assignments/http-problem-types#quota-exceeded' })
+    })
+  })
+
   it(`${adapter}: legacy and draft-6 header shapes`, async () => {
     await withServer(start, base([{ policies: { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, name: 'tb' } }], { headers: { standard: 'draft-6', legacy: true } }), async (url) => {
       const res = await get(url)
