@@ -15,7 +15,7 @@ import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, type ClientIpOptions } from '../http/client-ip.ts'
 import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
-import { compileMatch } from '../http/match.ts'
+import { compileMatch, excludesAll, matchCovers, type MatchOptions } from '../http/match.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -391,6 +391,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   }
   checkReferences(config, report)
   checkCompiles(config, jwtPublicKey, apiKeys, report)
+  checkReachable(config, report)
   if (problems.length > 0) throw new ConfigError(file, problems)
   // Files the config names are part of it: a changed key file is a new version (and a reload takes it).
   const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null])).digest('hex').slice(0, 12)
@@ -488,6 +489,31 @@ function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
 function derivedName(owner: string, limit: string, index: number, policy: string): string {
   const full = `${owner}.${policy}`
   return full.length <= 64 ? full : `${owner}.${limit}.${index}`.slice(0, 64)
+}
+
+/**
+ * Routes and limits that can never match: a route taken by an earlier one
+ * (the first route that matches takes the request), and a route or limit
+ * whose exclude patterns cover every path it names.
+ */
+function checkReachable(config: RawConfig, report: Report): void {
+  const excludesOwnPaths = (match: MatchOptions | undefined) => match?.exclude !== undefined && excludesAll(match, typeof match.exclude === 'string' ? [match.exclude] : match.exclude, config.caseSensitive)
+  config.routes.forEach((route, j) => {
+    if (excludesOwnPaths(route.match)) {
+      report(['routes', j, 'match', 'exclude'], 'excludes every path the route names, so it can never match')
+      return
+    }
+    const earlier = config.routes.findIndex((other, i) => i < j && matchCovers(other.match ?? {}, route.match ?? {}, config.caseSensitive))
+    if (earlier !== -1) {
+      report(['routes', j, ...(route.match !== undefined ? ['match'] : [])], `can never match: routes[${earlier}] (${show(config.routes[earlier]?.name)}) comes first and takes every request this route would; move this route above it, or narrow that one`)
+    }
+    route.limits.forEach((limit, k) => {
+      if (excludesOwnPaths(limit.match)) report(['routes', j, 'limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
+    })
+  })
+  config.limits.forEach((limit, k) => {
+    if (excludesOwnPaths(limit.match)) report(['limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
+  })
 }
 
 function checkReferences(config: RawConfig, report: Report): void {

@@ -11,7 +11,7 @@ import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { Limiter, type LimiterOptions } from '../limiter/limiter.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
-import { compileMatch, compilePaths, type MatchOptions } from './match.ts'
+import { compileMatch, compilePaths, excludesAll, type MatchOptions } from './match.ts'
 import { rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
@@ -254,9 +254,13 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     if (action !== 'reject' && action !== 'queue') throw new ArgumentError(`rule "${name}" action`, action, "must be 'reject' or 'queue'")
     // Checked now against every limiter: a policy that cannot reserve is named at start-up.
     const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
+    const matches = typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
+    if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, [...listOf(rule.match?.exclude), ...(Array.isArray(options.skip) ? options.skip : [])], caseSensitive)) {
+      throw new ArgumentError(`rule "${name}" match`, rule.match?.path ?? '/**', 'can never match: every path it names is excluded (by its exclude or by skip); narrow those, or remove the rule')
+    }
     return {
       name,
-      matches: typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive),
+      matches,
       limiter: limiterFor,
       key: rule.key ?? defaultKey,
       cost: typeof cost === 'function' ? cost : () => cost,
@@ -446,6 +450,10 @@ function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule
     const limit = limitOf(policy)
     if (cost > limit) throw new ArgumentError(`rule "${rule}" cost`, cost, `exceeds the limit ${limit} of policy "${policy.name}", so the rule would refuse every request`)
   }
+}
+
+function listOf(value: string | string[] | undefined): string[] {
+  return value === undefined ? [] : Array.isArray(value) ? value : [value]
 }
 
 function isPromise<T>(value: T | Promise<T>): value is Promise<T> {

@@ -63,6 +63,50 @@ export function compilePaths(patterns: string[], what: string, caseSensitive = t
   return (path) => regexes.some((regex) => regex.test(path))
 }
 
+/**
+ * Whether every request `inner` matches is matched by `outer`: the test that
+ * finds a rule or route that can never match. Conservative: it answers true
+ * only when it is sure (literal patterns and trailing `/**`), so it can miss a
+ * shadowed route but never reports a reachable one.
+ */
+export function matchCovers(outer: MatchOptions, inner: MatchOptions, caseSensitive = true): boolean {
+  if (outer.exclude !== undefined) return false
+  const fold = (text: string) => (caseSensitive ? text : text.toLowerCase())
+  const covered = <T>(outerList: T[] | undefined, innerList: T[] | undefined, covers: (o: T, i: T) => boolean) =>
+    outerList === undefined || (innerList !== undefined && innerList.every((i) => outerList.some((o) => covers(o, i))))
+  const methods = (value: string | string[] | undefined) => {
+    if (value === undefined) return undefined
+    const upper = list(value).map((method) => method.toUpperCase())
+    return upper.includes('GET') ? [...upper, 'HEAD'] : upper
+  }
+  const bareHost = (h: string) => h.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '')
+  const outerHeaders = Object.entries(outer.headers ?? {})
+  return covered(optionalList(outer.path), optionalList(inner.path) ?? ['/**'], (o, i) => patternCovers(fold(o), fold(i))) &&
+    covered(methods(outer.method), methods(inner.method), (o, i) => o === i) &&
+    covered(optionalList(outer.host)?.map(bareHost), optionalList(inner.host)?.map(bareHost), (o, i) => o === i || (o.startsWith('*.') && i.endsWith(o.slice(1)))) &&
+    outerHeaders.every(([name, expected]) => {
+      const given = Object.entries(inner.headers ?? {}).find(([other]) => other.toLowerCase() === name.toLowerCase())?.[1]
+      return given !== undefined && (expected === true || given === expected)
+    })
+}
+
+/** A rule that excludes every path it names (its own `exclude`, or the handler's `skip` patterns). */
+export function excludesAll(match: MatchOptions, excluded: string[], caseSensitive = true): boolean {
+  return excluded.length > 0 && matchCovers({ path: excluded }, { path: match.path }, caseSensitive)
+}
+
+/** Path pattern `outer` matches every path `inner` matches: the same pattern, or `<prefix>/**` above it. */
+function patternCovers(outer: string, inner: string): boolean {
+  if (outer === inner || outer === '/**') return true
+  if (!outer.endsWith('/**')) return false
+  const prefix = outer.slice(0, -3)
+  return !prefix.includes('*') && (inner === prefix || inner.startsWith(`${prefix}/`))
+}
+
+function optionalList(value: string | string[] | undefined): string[] | undefined {
+  return value === undefined ? undefined : list(value)
+}
+
 function compileHost(host: string, what: string): (host: string) => boolean {
   if (typeof host !== 'string' || host === '') throw new ArgumentError(what, host, 'must be host names')
   // `api.example.com.` is the fully qualified spelling of `api.example.com`: one host to DNS and to the servers behind.

@@ -78,12 +78,14 @@ identity:
   order: [jwt]
 routes:
   - name: api
+    match: { path: /a/** }
     upstream: http://127.0.0.1:9
     limits:
       - policies: { algorithm: fixed-window, name: same, limit: 5, windowMs: 1000 }
         cost: 6
       - tiers: { pro: { algorithm: fixed-window, limit: 5, windowMs: 1000 } }
   - name: api
+    match: { path: /b/** }
     upstream: http://127.0.0.1:9
     limits:
       - policies: { algorithm: sliding-log, name: same, limit: 5, windowMs: 1000 }
@@ -98,6 +100,38 @@ routes:
       'routes[1].limits[0].action: queue needs token-bucket, leaky-bucket or fixed-window policies; "same" is sliding-log',
       'identity.order[0]: "jwt" is not configured under identity',
     ])
+  })
+
+  it('finds routes that can never match: taken by an earlier route (first match wins), or excluding all their own paths', async () => {
+    const route = (name: string, match: string) => `  - { name: ${name}, match: ${match}, upstream: "http://127.0.0.1:9" }`
+    const text = `
+limits:
+  - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
+    match: { path: /api/**, exclude: [/**] }
+routes:
+${route('api', '{ path: /api/** }')}
+${route('login', '{ path: /API/login, method: POST }')}
+${route('admin-get', '{ path: /admin/**, method: GET }')}
+${route('admin-head', '{ path: /admin/users, method: HEAD }')}
+${route('admin', '{ path: /admin/** }')}
+${route('eu', '{ host: "*.example.eu", headers: { x-region: eu } }')}
+${route('eu-shop', '{ path: /shop/**, host: shop.example.eu, headers: { X-Region: eu, x-tenant: "true" } }')}
+${route('hidden', '{ path: [/hidden, /hidden/**], exclude: /hidden/** }')}
+${route('wild', '{ path: /files/*/** }')}
+${route('wild-below', '{ path: /files/a/b }')}
+${route('rest', '{ path: /** }')}
+  - { name: never, upstream: "http://127.0.0.1:9" }
+`
+    assert.deepEqual((await problems(text)).map((p) => p.replace(/ \(line \d+\)$/, '')), [
+      'routes[3].match: can never match: routes[2] ("admin-get") comes first and takes every request this route would; move this route above it, or narrow that one',
+      'routes[6].match: can never match: routes[5] ("eu") comes first and takes every request this route would; move this route above it, or narrow that one',
+      'routes[7].match.exclude: excludes every path the route names, so it can never match',
+      'routes[11]: can never match: routes[10] ("rest") comes first and takes every request this route would; move this route above it, or narrow that one',
+      'limits[0].match.exclude: excludes every path the limit names, so it never applies',
+    ])
+    // Case-insensitive matching makes /API/login one of /api/**'s paths.
+    const insensitive = await problems(`caseSensitive: false\nroutes:\n${route('api', '{ path: /api/** }')}\n${route('login', '{ path: /API/login }')}\n`)
+    assert.deepEqual(insensitive.map((p) => p.replace(/ \(line \d+\)$/, '')), ['routes[1].match: can never match: routes[0] ("api") comes first and takes every request this route would; move this route above it, or narrow that one'])
   })
 
   it('lists what only building the gateway would find: path patterns, proxy CIDRs, a JWT key that cannot verify its algorithms', async () => {
@@ -239,8 +273,8 @@ identity:
     const config = await parseConfig(`
 limits: [{ policies: ${policy} }]
 routes:
-  - { name: a, upstream: "http://127.0.0.1:9", limits: [{ policies: ${policy} }] }
-  - { name: b, upstream: "http://127.0.0.1:9", limits: [{ policies: ${policy} }] }
+  - { name: a, match: { path: /a/** }, upstream: "http://127.0.0.1:9", limits: [{ policies: ${policy} }] }
+  - { name: b, match: { path: /b/** }, upstream: "http://127.0.0.1:9", limits: [{ policies: ${policy} }] }
 `, 't.yaml', {})
     assert.deepEqual(config.limitsResolved.map((l) => l.policies.get('')?.[0]?.name), ['global.fixed-window:5/1s', 'a.fixed-window:5/1s', 'b.fixed-window:5/1s'])
   })

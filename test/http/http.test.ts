@@ -304,6 +304,14 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, cost: 10 }] }), /exceeds the limit 5 .* would refuse every request/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { policies }] }), /both have a policy named/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['not-an-ip'] } }), /trustProxy/)
+    // Rules that can never match: every path they name is excluded, by their own exclude or by skip.
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'health', policies, match: { path: '/health' } }], skip: ['/health', '/metrics'] }), /rule "health" match can never match: every path it names is excluded \(by its exclude or by skip\)/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/api/**', exclude: '/api/**' } }] }), /can never match/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { method: 'POST' } }], skip: ['/**'] }), /can never match/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/API/x' } }], skip: ['/api/**'], caseSensitive: false }), /can never match/)
+    // Narrower exclusions, and case that differs under case-sensitive matching, leave the rule reachable.
+    assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/api/**', exclude: '/api/public/**' } }], skip: ['/health'] }))
+    assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/API/x' } }], skip: ['/api/**'] }))
   })
 })
 
