@@ -183,6 +183,11 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       onRequestUpgrade(_controller, statusCode, headers, upstream) {
         // 101: from here on the bytes are the upgraded protocol's, and flow untouched both ways.
         const upgrade = options.upgrade as Upgrade
+        if (upgrade.socket.destroyed) {
+          // The client left while the upstream was agreeing: nothing to join it to.
+          upstream.destroy()
+          return finish({ status: 499, failure: 'client-gone' })
+        }
         const head = [`HTTP/1.1 ${statusCode} Switching Protocols`, 'Connection: Upgrade']
         const fields = responseHeaders(headers, options.extraHeaders, KEEP_UPGRADE)
         for (let i = 0; i < fields.length; i += 2) head.push(`${fields[i]}: ${fields[i + 1]}`)
