@@ -287,15 +287,29 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   return headers
 }
 
-/** Joins an upgraded client connection to the upstream's; either side closing or failing closes both. */
+/** How long a tunnel's side is given to close after its other side has closed. */
+const TUNNEL_LINGER_MS = 10_000
+
+/**
+ * Joins an upgraded client connection to the upstream's. One side closing
+ * ends the other once what is on its way has been written (a WebSocket's last
+ * close frame must arrive); a failure closes both at once.
+ */
 function tunnel(client: Socket, upstream: Duplex): void {
-  const close = () => {
+  const fail = () => {
     client.destroy()
     upstream.destroy()
   }
+  const endAfter = (closed: Duplex, other: Duplex) => closed.once('close', () => {
+    other.end()
+    setTimeout(() => other.destroy(), TUNNEL_LINGER_MS).unref()
+  })
   client.setTimeout(0)
   client.setNoDelay(true)
-  for (const side of [client, upstream]) side.once('error', close).once('close', close)
+  client.once('error', fail)
+  upstream.once('error', fail)
+  endAfter(client, upstream)
+  endAfter(upstream, client)
   upstream.pipe(client)
   client.pipe(upstream)
 }

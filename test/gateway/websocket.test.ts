@@ -35,8 +35,9 @@ routes:
 }
 
 /** Echoes every message with the path it was reached on; refuses upgrades on /private with 401. */
-async function startWebSocketUpstream(): Promise<{ server: Server; url: string; paths: string[] }> {
+async function startWebSocketUpstream(): Promise<{ server: Server; url: string; paths: string[]; closed: string[] }> {
   const paths: string[] = []
+  const closed: string[] = []
   const server = createServer((req, res) => {
     res.setHeader('content-type', 'application/json')
     res.end(JSON.stringify({ path: req.url, upgrade: req.headers.upgrade ?? null }))
@@ -49,12 +50,16 @@ async function startWebSocketUpstream(): Promise<{ server: Server; url: string; 
     }
     paths.push(req.url ?? '')
     sockets.handleUpgrade(req, socket, head, (ws) => {
-      ws.on('message', (data, binary) => ws.send(binary ? data : `${req.url ?? ''} ${String(data)}`, { binary }))
+      ws.on('message', (data, binary) => {
+        if (!binary && String(data) === 'close-me') ws.close(4001, 'bye')
+        else ws.send(binary ? data : `${req.url ?? ''} ${String(data)}`, { binary })
+      })
+      ws.on('close', () => closed.push(req.url ?? ''))
     })
   })
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
-  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, paths }
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, paths, closed }
 }
 
 /** Opens a WebSocket; resolves the open socket, or the HTTP status of a refused upgrade with its headers and body. */
@@ -138,11 +143,16 @@ describe('gateway: WebSocket and other upgrades', () => {
     assert.equal(refused.headers['retry-after'] !== undefined, true)
     assert.equal(JSON.parse(refused.body).status, 429)
     assert.deepEqual(upstream.paths.slice(before), ['/room-2', '/room-3'])
-    // The open ones still work, and closing one end closes the other.
+    // The open ones still work, and closing one end closes the other: a client cut off ends the
+    // upstream's side, and an upstream's close frame reaches the client, code and reason intact.
     assert.equal(await exchange(second.ws, 'still here'), '/room-2 still here')
     second.ws.terminate()
-    third.ws.close()
-    await once(third.ws, 'close')
+    const closing = once(third.ws, 'close') as Promise<[number, Buffer]>
+    third.ws.send('close-me')
+    const [code, reason] = await closing
+    assert.deepEqual([code, String(reason)], [4001, 'bye'])
+    for (let waited = 0; upstream.closed.length < 3 && waited < 2000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20))
+    assert.deepEqual(upstream.closed.slice(-2).sort(), ['/room-2', '/room-3'])
   })
 
   it('passes on the upstream\'s refusal of an upgrade (status, headers, body)', async () => {
