@@ -5,13 +5,14 @@
  * @fastify/rate-limit), in one run. Each server runs in its own process, so the
  * load generator and the server each have a core. On a small machine two
  * processes running the same code differ by 10% or more, so every cell is the
- * median of ROUNDS fresh server processes, the variants taking turns.
+ * median of ROUNDS fresh server processes, the variants taking turns, and
+ * ratios are the median of the ratios within each round.
  *
  * Throughput on a shared small machine moves with whatever else the host runs;
  * the server's own CPU time per request (from /proc, Linux only) moves less,
  * so each row also shows it: what the middleware adds to every request.
  *
- *   npm run bench:http                  (about two minutes)
+ *   npm run bench:http                  (about four minutes)
  *   BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:http
  */
 import { spawn } from 'node:child_process'
@@ -19,10 +20,10 @@ import { readFileSync } from 'node:fs'
 import { createInterface } from 'node:readline'
 import autocannon from 'autocannon'
 import { startRedis } from '../test/support/redis.ts'
-import { emit, QUICK, ratio } from './report.ts'
+import { emit, QUICK } from './report.ts'
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 4))
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3))
+const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 3))
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 5))
 const CONNECTIONS = 50
 
 interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number; cpuUsPerRequest: number | undefined }
@@ -67,6 +68,11 @@ function median(runs: Row[]): Row {
   return { ...row, cpuUsPerRequest: cpu[Math.floor(cpu.length / 2)] }
 }
 
+function medianOf(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.floor(sorted.length / 2)] as number
+}
+
 function cpuCell(row: Row, bare: Row): string {
   if (row.cpuUsPerRequest === undefined || bare.cpuUsPerRequest === undefined) return ''
   const added = row.cpuUsPerRequest - bare.cpuUsPerRequest
@@ -86,14 +92,17 @@ try {
     }
     for (const [limiter, runs] of Object.entries(samples)) rows[limiter] = median(runs)
     const bare = rows.bare as Row
-    const peer = rows.peer as Row
+    // Ratios pair the runs of one round (measured minutes apart at most), then take the median of those.
+    const paired = (limiter: string, against: string, of: (a: Row, b: Row) => number) =>
+      medianOf((samples[limiter] as Row[]).map((run, round) => of(run, (samples[against] as Row[])[round] as Row)))
     for (const [limiter, row] of Object.entries(rows)) {
       const label = limiter === 'peer' ? (framework === 'express' ? 'express-rate-limit' : '@fastify/rate-limit')
         : limiter === 'noop' ? (framework === 'express' ? 'no-op middleware' : 'no-op async hook') : limiter
-      const vsBare = `${(((row.rps - bare.rps) / bare.rps) * 100).toFixed(1)}%`
-      const vsPeer = limiter.startsWith('sluice') ? `${(row.rps / peer.rps).toFixed(2)}x` : ''
+      const vsBare = `${(paired(limiter, 'bare', (a, b) => (a.rps - b.rps) / b.rps) * 100).toFixed(1)}%`
+      const peerRatio = paired(limiter, 'peer', (a, b) => a.rps / b.rps)
+      const vsPeer = limiter.startsWith('sluice') ? `${peerRatio.toFixed(2)}x` : ''
       const cpu = cpuCell(row, bare)
-      table.push([framework, label, Math.round(row.rps), row.p99, vsBare, limiter.startsWith('sluice') ? ratio(row.rps, peer.rps) : '', cpu])
+      table.push([framework, label, Math.round(row.rps), row.p99, vsBare, limiter.startsWith('sluice') ? `${peerRatio.toFixed(2)}x` : '', cpu])
       console.log(`${framework.padEnd(10)}${label.padEnd(20).slice(0, 16)}${row.rps.toFixed(0).padStart(10)}${String(row.p99).padStart(9)}${vsBare.padStart(10)}${vsPeer.padStart(10)}  ${cpu}${row.errors + row.non2xx > 0 ? `  (${row.errors} errors, ${row.non2xx} non-2xx)` : ''}`)
     }
   }
@@ -101,7 +110,7 @@ try {
   console.log(`\n${target}`)
   emit({
     bench: 'http',
-    title: `HTTP middleware: requests/s with autocannon (${CONNECTIONS} connections x ${SECONDS} s), each server in its own process, median of ${ROUNDS}`,
+    title: `HTTP middleware: requests/s with autocannon (${CONNECTIONS} connections x ${SECONDS} s), each server in its own process, median of ${ROUNDS}; "vs" columns: the median of each round's ratio`,
     columns: ['framework', 'limiter', 'req/s', 'p99 ms', 'vs bare', 'vs peer', 'server CPU µs/req (vs bare)'],
     rows: table,
     notes: [target],
