@@ -28,7 +28,7 @@ export type {
   Decision,
   PolicyDecision,
 } from './core/types.ts'
-export { createRateLimitHandler, httpStatePrefix, type RateLimitOptions, type RuleOptions, type KeyResolver, type HttpRequest, type HttpOutcome, type DecisionEvent, type LimitedEvent, type LimitedResponse } from './http/handler.ts'
+export { createRateLimitHandler, httpStatePrefix, rateLimitOf, type RateLimitOptions, type RuleOptions, type KeyResolver, type HttpRequest, type HttpOutcome, type DecisionEvent, type LimitedEvent, type LimitedResponse } from './http/handler.ts'
 export { rateLimitHeaders, retryAfterHeader, windowSeconds, type HeaderOptions, type StandardHeaders } from './http/headers.ts'
 export { clientIpResolver, type ClientIpOptions } from './http/client-ip.ts'
 export { firstOf, apiKey, jwtClaim, jwtVerifier, claimOf, clientIpKey, type ApiKeyOptions, type JwtClaimOptions } from './http/identity.ts'

@@ -137,6 +137,31 @@ export interface HttpOutcome {
   body: string | undefined
   /** Greater than 0 when the request was queued: wait this long, then proceed. */
   waitMs: number
+  /** The binding decision (the refusing one, else the one with the fewest units left); undefined when no rule applied. */
+  decision?: Decision
+}
+
+/**
+ * Where a request's decision is kept: a symbol-keyed property of the request
+ * object itself. (A WeakMap doubled the pipeline's cost: an ephemeron per
+ * request for the garbage collector to trace.)
+ */
+const DECISION = Symbol('sluice.decision')
+
+/**
+ * The decision the rate limiter made for a request that reached the handler
+ * (express-rate-limit's `req.rateLimit`): its `remaining`, `resetAfterMs`,
+ * `policy` and per-policy entries, e.g. to show a quota in the response body.
+ * Pass the request the handler got (node / Express `req`, Fastify `request`,
+ * fetch `Request`); undefined when no rule applied to it.
+ */
+export function rateLimitOf(request: object): Decision | undefined {
+  return (request as { [DECISION]?: Decision })[DECISION]
+}
+
+/** Adapters: keeps an outcome's decision for rateLimitOf(request). */
+export function recordDecision(request: object, outcome: HttpOutcome): void {
+  if (outcome.decision !== undefined) (request as { [DECISION]?: Decision })[DECISION] = outcome.decision
 }
 
 interface CompiledRule {
@@ -353,7 +378,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       const perRule = applied.map((entry) => fieldsOf(entry, now))
       headers = mergeHeaders(perRule, applied.indexOf(binding), headerOptions.standard ?? 'draft-10')
     }
-    if (refused === undefined) return { proceed: true, status: 200, headers, body: undefined, waitMs }
+    if (refused === undefined) return { proceed: true, status: 200, headers, body: undefined, waitMs, decision: binding.decision }
     const { decision } = refused
     if (options.onLimited !== undefined) notify('onLimited', { rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)

@@ -37,6 +37,8 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
         assert.match(await res.text(), /^ok \/api\/items/)
         assert.equal(res.headers.get('ratelimit-policy'), '"per-minute";q=3;w=60')
         assert.equal(res.headers.get('ratelimit'), `"per-minute";r=${2 - i};t=30`)
+        // The handler reads its request's decision with rateLimitOf(request).
+        assert.equal(res.headers.get('x-handler-saw'), `per-minute:${2 - i}`)
       }
       const refused = await get(`${url}/api/items`)
       assert.equal(refused.status, 429)
@@ -51,8 +53,10 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       // `/api/**` covers `/api` itself (POST /orders under /orders/**), not `/apiary`.
       assert.equal((await get(`${url}/api`)).status, 429)
       assert.equal((await get(`${url}/apiary`)).status, 200)
-      // Outside the rule's paths nothing is limited.
-      assert.equal((await get(`${url}/public`)).status, 200)
+      // Outside the rule's paths nothing is limited, and there is no decision to read.
+      const unlimited = await get(`${url}/public`)
+      assert.equal(unlimited.status, 200)
+      assert.equal(unlimited.headers.get('x-handler-saw'), 'none')
     })
   })
 

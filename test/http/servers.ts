@@ -1,6 +1,7 @@
 /** Real servers on loopback for the HTTP suite: one per adapter. */
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { rateLimitOf } from '../../src/http/handler.ts'
 import { withRateLimit as withNode, type RateLimitOptions } from '../../src/http/adapters/node.ts'
 import { withRateLimit as withFetch } from '../../src/http/adapters/fetch.ts'
 import { rateLimit as expressRateLimit } from '../../src/http/adapters/express.ts'
@@ -24,9 +25,15 @@ async function listen(server: Server): Promise<ServerUnderTest> {
   }
 }
 
+/** What the handler learns of its request's decision (rateLimitOf), sent back as a header for the tests. */
+function seen(request: object): string {
+  const decision = rateLimitOf(request)
+  return decision === undefined ? 'none' : `${decision.policy}:${decision.remaining}`
+}
+
 /** node:http with the node adapter. */
 export const nodeServer: StartServer = (options) =>
-  listen(createServer(withNode((req, res) => res.setHeader('Content-Type', 'text/plain').end(`ok ${req.url}`), options)))
+  listen(createServer(withNode((req, res) => res.setHeader('Content-Type', 'text/plain').setHeader('x-handler-saw', seen(req)).end(`ok ${req.url}`), options)))
 
 /**
  * The fetch adapter behind a minimal node:http -> Request / Response bridge (what
@@ -34,7 +41,7 @@ export const nodeServer: StartServer = (options) =>
  */
 export const fetchServer: StartServer = (options) => {
   const handler = withFetch(
-    (request: Request, _remoteAddress: string | undefined) => new Response(`ok ${new URL(request.url).pathname}`, { headers: { 'Content-Type': 'text/plain' } }),
+    (request: Request, _remoteAddress: string | undefined) => new Response(`ok ${new URL(request.url).pathname}`, { headers: { 'Content-Type': 'text/plain', 'x-handler-saw': seen(request) } }),
     options,
     (_request: Request, remoteAddress: string | undefined) => remoteAddress,
   )
@@ -54,7 +61,7 @@ export const fetchServer: StartServer = (options) => {
 export const expressServer: StartServer = (options) => {
   const app = express()
   app.use(expressRateLimit(options))
-  app.use((req, res) => { res.type('text/plain').send(`ok ${req.originalUrl}`) })
+  app.use((req, res) => { res.type('text/plain').set('x-handler-saw', seen(req)).send(`ok ${req.originalUrl}`) })
   return listen(createServer(app))
 }
 
@@ -62,7 +69,7 @@ export const expressServer: StartServer = (options) => {
 export const fastifyServer: StartServer = async (options) => {
   const app = Fastify({ logger: false })
   await app.register(sluiceFastify, options)
-  app.all('/*', async (request, reply) => reply.type('text/plain').send(`ok ${request.url}`))
+  app.all('/*', async (request, reply) => reply.type('text/plain').header('x-handler-saw', seen(request)).send(`ok ${request.url}`))
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as AddressInfo
   return { url: `http://127.0.0.1:${port}`, close: async () => { await app.close() } }

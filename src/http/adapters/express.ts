@@ -21,4 +21,5 @@ export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res
   }
 }
 
+export { rateLimitOf } from '../handler.ts'
 export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'

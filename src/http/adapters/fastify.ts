@@ -3,7 +3,7 @@
  * answered there, allowed ones get the headers on their reply. Warnings go to
  * Fastify's logger unless `onWarning` is given.
  */
-import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitHandler, recordDecision, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -44,6 +44,7 @@ export const sluiceFastify = Object.assign(
     const handle = createRateLimitHandler({ onWarning: (message) => fastify.log.warn(message), ...options })
     fastify.addHook('onRequest', async (request, reply) => {
       const outcome = await handle(fastifyRequest(request))
+      recordDecision(request, outcome)
       for (const [name, value] of outcome.headers) reply.header(name, value)
       if (outcome.proceed && outcome.waitMs > 0) {
         // Queued: proceed after the wait, unless the client hangs up first.
@@ -62,4 +63,5 @@ export const sluiceFastify = Object.assign(
   { [Symbol.for('skip-override')]: true },
 )
 
+export { rateLimitOf } from '../handler.ts'
 export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'

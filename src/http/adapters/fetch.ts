@@ -3,7 +3,7 @@
  * and anything else built on fetch handlers. The runtime's way of telling the
  * client's address is passed in by the caller (Hono: `getConnInfo(c)`).
  */
-import { createRateLimitHandler, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitHandler, recordDecision, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { normalizePath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -29,6 +29,7 @@ export function rateLimitFetch(options: RateLimitOptions): FetchRateLimiter {
   return {
     async check(request, remoteAddress) {
       const outcome = await handle(fetchRequest(request, remoteAddress))
+      recordDecision(request, outcome)
       const headers = new Headers(outcome.headers)
       if (outcome.proceed && outcome.waitMs > 0) {
         // Queued: proceed after the wait, unless the client aborts first (a 499-style empty answer).
@@ -73,4 +74,5 @@ export function withRateLimit<Rest extends unknown[]>(
   }
 }
 
+export { rateLimitOf } from '../handler.ts'
 export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'

@@ -5,7 +5,7 @@
  */
 import { ServerResponse, type IncomingMessage } from 'node:http'
 import type { Socket } from 'node:net'
-import { createRateLimitHandler, warningSink, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitHandler, recordDecision, warningSink, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -34,6 +34,7 @@ export function rateLimitNode(
   const handle = createRateLimitHandler(options)
   return async function rateLimitNodeRequest(req, res) {
     const outcome = await handle(toRequest(req))
+    recordDecision(req, outcome)
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
     if (outcome.proceed && outcome.waitMs > 0) return waitTurn(res, outcome.waitMs)
     if (outcome.proceed) return true
@@ -121,4 +122,5 @@ export function withRateLimit(
   }
 }
 
+export { rateLimitOf } from '../handler.ts'
 export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'
