@@ -296,10 +296,13 @@ export class Gateway {
         extraHeaders: outcome?.headers ?? [],
         ...(upgrade !== undefined ? { upgrade } : {}),
       })
-      if (forwarded.status === 101) {
+      if (forwarded.status === 101 && upgrade !== undefined) {
         // The tunnel lives on, outside the requests in flight: the request itself is done.
         upgradedStatus = 101
         done()
+        const closed = this.metrics.tunnelOpened(routeName)
+        if (upgrade.socket.closed) closed()
+        else upgrade.socket.once('close', closed)
       }
       if (forwarded.failure !== undefined && forwarded.failure !== 'client-gone') {
         failure = forwarded.failure

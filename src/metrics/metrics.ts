@@ -26,6 +26,7 @@ export class GatewayMetrics {
   private readonly requestDuration: Histogram<'route'>
   private readonly configReloads: Counter<'result'>
   private readonly configInfo: Gauge<'version'>
+  private readonly tunnels: Gauge<'route'>
 
   constructor() {
     const registers = [this.registry]
@@ -54,6 +55,7 @@ export class GatewayMetrics {
     })
     this.configReloads = new Counter({ name: 'sluice_config_reloads_total', help: 'Config reloads by result (applied, refused).', labelNames: ['result'], registers })
     this.configInfo = new Gauge({ name: 'sluice_config_info', help: 'The running config version (1 for the current one).', labelNames: ['version'], registers })
+    this.tunnels = new Gauge({ name: 'sluice_tunnels_open', help: 'WebSocket connections joined to their upstream, open now.', labelNames: ['route'], registers })
     this.storeUp.set(1)
   }
 
@@ -76,6 +78,12 @@ export class GatewayMetrics {
   request(route: string, status: number, seconds: number): void {
     this.requests.inc({ route, status: String(status) })
     this.requestDuration.observe({ route }, seconds)
+  }
+
+  /** A WebSocket joined to its upstream; `closed` is to be called when it ends. */
+  tunnelOpened(route: string): () => void {
+    this.tunnels.inc({ route })
+    return () => this.tunnels.dec({ route })
   }
 
   upstreamFailure(route: string, failure: string): void {

@@ -88,6 +88,12 @@ async function exchange(ws: WebSocket, message: string | Buffer): Promise<string
   return binary ? data : data.toString('utf8')
 }
 
+/** The gateway's gauge of open WebSockets on the chat route. */
+async function tunnelsOpen(gateway: RunningGateway): Promise<string | undefined> {
+  const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
+  return /^sluice_tunnels_open\{route="chat"\} (\d+)$/m.exec(text)?.[1]
+}
+
 /** One raw request on a fresh connection; resolves what came back before the gateway closed it. */
 function raw(url: string, text: string): Promise<string> {
   const { hostname, port } = new URL(url)
@@ -121,11 +127,14 @@ describe('gateway: WebSocket and other upgrades', () => {
     assert.ok('ws' in opened, `upgrade refused: ${JSON.stringify(opened)}`)
     assert.equal(opened.headers.ratelimit, '"chat-connects";r=2;t=3600')
     assert.equal(await exchange(opened.ws, 'hello'), '/room-1 hello')
+    assert.equal(await tunnelsOpen(gateway), '1')
     const bytes = Buffer.from(Array.from({ length: 70_000 }, (_, i) => i % 251))
     assert.deepEqual(await exchange(opened.ws, bytes), bytes)
     opened.ws.close()
     await once(opened.ws, 'close')
     assert.deepEqual(upstream.paths, ['/room-1'])
+    for (let waited = 0; (await tunnelsOpen(gateway)) !== '0' && waited < 2000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20))
+    assert.equal(await tunnelsOpen(gateway), '0')
     // Logged when the upgrade is done, not when the connection ends.
     const logged = await gateway.waitForLog((line) => line.msg === 'request' && line.route === 'chat')
     assert.equal(logged.status, 101)
