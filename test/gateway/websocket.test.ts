@@ -12,6 +12,7 @@ import { connect } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import { WebSocket, WebSocketServer } from 'ws'
 import { startGateway, type RunningGateway } from '../support/gateway.ts'
+import { openWebSocket as open } from '../support/websocket.ts'
 
 function config(upstream: string): string {
   return `
@@ -60,26 +61,6 @@ async function startWebSocketUpstream(): Promise<{ server: Server; url: string; 
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, paths, closed }
-}
-
-/** Opens a WebSocket; resolves the open socket, or the HTTP status of a refused upgrade with its headers and body. */
-function open(url: string, headers: Record<string, string> = {}): Promise<{ ws: WebSocket; headers: Record<string, string | string[] | undefined> } | { status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { headers })
-    ws.once('upgrade', (response) => {
-      ws.once('open', () => resolve({ ws, headers: response.headers }))
-    })
-    ws.once('unexpected-response', (_request, response) => {
-      let body = ''
-      response.setEncoding('utf8')
-      response.on('data', (chunk: string) => { body += chunk })
-      response.on('end', () => {
-        resolve({ status: response.statusCode ?? 0, headers: response.headers, body })
-        ws.terminate()
-      })
-    })
-    ws.once('error', reject)
-  })
 }
 
 async function exchange(ws: WebSocket, message: string | Buffer): Promise<string | Buffer> {

@@ -9,25 +9,9 @@ import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { connect } from 'node:net'
 import { after, before, describe, it } from 'node:test'
-import { WebSocket, WebSocketServer } from 'ws'
+import { WebSocketServer } from 'ws'
 import { rateLimitUpgrade } from '../../src/http/adapters/node.ts'
-
-function open(url: string): Promise<WebSocket | { status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url)
-    ws.once('open', () => resolve(ws))
-    ws.once('unexpected-response', (_request, response) => {
-      let body = ''
-      response.setEncoding('utf8')
-      response.on('data', (chunk: string) => { body += chunk })
-      response.on('end', () => {
-        resolve({ status: response.statusCode ?? 0, headers: response.headers, body })
-        ws.terminate()
-      })
-    })
-    ws.once('error', reject)
-  })
-}
+import { openWebSocket } from '../support/websocket.ts'
 
 describe('rateLimitUpgrade (node server + ws)', () => {
   let server: Server
@@ -57,25 +41,25 @@ describe('rateLimitUpgrade (node server + ws)', () => {
   after(() => server.close())
 
   it('accepts up to the limit (the sockets work), then answers 429 with its fields and problem body, and closes', async () => {
-    const first = await open(`${url}/chat`)
-    const second = await open(`${url}/chat`)
-    const third = await open(`${url}/chat`)
-    assert.ok(first instanceof WebSocket && second instanceof WebSocket)
-    first.send('hi')
-    assert.equal(String((await once(first, 'message'))[0]), 'echo hi')
-    assert.ok(!(third instanceof WebSocket))
+    const first = await openWebSocket(`${url}/chat`)
+    const second = await openWebSocket(`${url}/chat`)
+    const third = await openWebSocket(`${url}/chat`)
+    assert.ok('ws' in first && 'ws' in second)
+    first.ws.send('hi')
+    assert.equal(String((await once(first.ws, 'message'))[0]), 'echo hi')
+    assert.ok('status' in third)
     assert.equal(third.status, 429)
     assert.equal(third.headers.ratelimit, '"connects";r=0;t=60')
     assert.equal(third.headers['retry-after'], '60')
     assert.deepEqual(JSON.parse(third.body)['violated-policies'], ['connects'])
     assert.equal(accepted, 2)
-    first.close()
-    second.close()
+    first.ws.close()
+    second.ws.close()
   })
 
   it('a callback that throws is a 500 and a warning, not a crash or a hung client', async () => {
-    const broken = await open(`${url}/broken`)
-    assert.ok(!(broken instanceof WebSocket))
+    const broken = await openWebSocket(`${url}/broken`)
+    assert.ok('status' in broken)
     assert.equal(broken.status, 500)
     assert.match(warnings.join('\n'), /key lookup failed/)
   })
