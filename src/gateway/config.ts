@@ -497,7 +497,7 @@ function derivedName(owner: string, limit: string, index: number, policy: string
  * whose exclude patterns cover every path it names.
  */
 function checkReachable(config: RawConfig, report: Report): void {
-  const excludesOwnPaths = (match: MatchOptions | undefined) => match?.exclude !== undefined && excludesAll(match, typeof match.exclude === 'string' ? [match.exclude] : match.exclude, config.caseSensitive)
+  const excludesOwnPaths = (match: MatchOptions | undefined) => match !== undefined && excludesAll(match, [], config.caseSensitive)
   config.routes.forEach((route, j) => {
     if (excludesOwnPaths(route.match)) {
       report(['routes', j, 'match', 'exclude'], 'excludes every path the route names, so it can never match')

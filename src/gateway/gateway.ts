@@ -238,7 +238,7 @@ export class Gateway {
     let finished = false
     const runtime = this.runtime
     // The absolute form (`GET http://host/path`, RFC 9112 3.2.2: a server must accept it) names the host itself.
-    const origin = fromAbsoluteForm(req)
+    const routable = toOriginForm(req)
     // nodeRequest normalizes the path (dot segments, empty segments): routes and limits see what the upstream will serve.
     const request = nodeRequest(req) as GatewayRequest
     let routeName = '(none)'
@@ -266,7 +266,7 @@ export class Gateway {
     res.once('close', done)
     try {
       if (this.draining) res.setHeader('connection', 'close')
-      if (origin === undefined) {
+      if (!routable) {
         // `OPTIONS *`, or an absolute form that is not http(s): nothing a route can name.
         answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request target must be a path or an http(s) URL.', []))
         return
@@ -511,33 +511,33 @@ function kindOf(key: string): string {
   return colon === -1 ? 'anonymous' : key.slice(0, colon)
 }
 
-/** The gateway's own answer, in the upstream's place. */
 /**
  * Rewrites an absolute-form request to the origin form (path and query) with
  * the target's authority as its Host, which RFC 9112 3.2.2 says replaces the
  * Host field sent; from there it is routed, limited and forwarded as if sent
- * that way. Returns undefined for a target that is neither.
+ * that way. False for a target that is neither a path nor an http(s) URL.
  */
-function fromAbsoluteForm(req: IncomingMessage): IncomingMessage | undefined {
+function toOriginForm(req: IncomingMessage): boolean {
   const target = req.url ?? '/'
-  if (target.startsWith('/')) return req
+  if (target.startsWith('/')) return true
   // The path is cut from the target as sent (URL would resolve its dots and re-encode it) and normalized like any other.
   const parts = /^https?:\/\/([^/?#]+)([^#]*)/i.exec(target)
-  if (parts === null) return undefined
+  if (parts === null) return false
   const [, authority = '', rest = ''] = parts
   let host: string
   try {
     const url = new URL(`http://${authority}`)
-    if (url.username !== '' || url.password !== '') return undefined
+    if (url.username !== '' || url.password !== '') return false
     host = url.host
   } catch {
-    return undefined
+    return false
   }
   req.url = rest.startsWith('/') ? rest : `/${rest}`
   req.headers.host = host
-  return req
+  return true
 }
 
+/** The gateway's own answer, in the upstream's place. */
 function answerInstead(res: ServerResponse, expectsContinue: boolean, outcome: HttpOutcome): void {
   // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be reused.
   if (expectsContinue) res.setHeader('connection', 'close')

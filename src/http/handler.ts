@@ -280,7 +280,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     // Checked now against every limiter: a policy that cannot reserve is named at start-up.
     const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
     const matches = typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
-    if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, [...listOf(rule.match?.exclude), ...(Array.isArray(options.skip) ? options.skip : [])], caseSensitive)) {
+    if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, Array.isArray(options.skip) ? options.skip : [], caseSensitive)) {
       throw new ArgumentError(`rule "${name}" match`, rule.match?.path ?? '/**', 'can never match: every path it names is excluded (by its exclude or by skip); narrow those, or remove the rule')
     }
     return {
@@ -390,18 +390,16 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
         'retry-after': retryAfterSeconds,
       })
     }
-    const details = [429, 'Too Many Requests', `Rate limit exceeded for policy "${decision.policy}". Retry after ${retryAfterSeconds} s.`, {
-      'violated-policies': violated,
-      limit: decision.limit,
-      remaining: decision.remaining,
-      'retry-after': retryAfterSeconds,
-    }] as const
-    const refusal = problem(details[0], details[1], details[2], [...headers, retryAfterHeader(decision)], details[3])
+    const title = 'Too Many Requests'
+    const detail = `Rate limit exceeded for policy "${decision.policy}". Retry after ${retryAfterSeconds} s.`
+    const extra = { 'violated-policies': violated, limit: decision.limit, remaining: decision.remaining, 'retry-after': retryAfterSeconds }
+    const refusalHeaders: HeaderList = [...headers, retryAfterHeader(decision)]
+    const refusal = problem(429, title, detail, refusalHeaders, extra)
     if (options.limitedResponse === undefined) return refusal
     try {
-      const event = { rule: refused.rules, key: refused.key, decision, shadow: false, request, retryAfterSeconds, problem: problemBody(...details) }
+      const event = { rule: refused.rules, key: refused.key, decision, shadow: false, request, retryAfterSeconds, problem: problemBody(429, title, detail, extra) }
       const custom = options.limitedResponse(event)
-      return custom === undefined ? refusal : customRefusal(custom, [...headers, retryAfterHeader(decision)])
+      return custom === undefined ? refusal : customRefusal(custom, refusalHeaders)
     } catch (error) {
       warn(`limitedResponse failed, and the default 429 was sent: ${error instanceof Error ? error.message : String(error)}`)
       return refusal
@@ -475,10 +473,6 @@ function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule
     const limit = limitOf(policy)
     if (cost > limit) throw new ArgumentError(`rule "${rule}" cost`, cost, `exceeds the limit ${limit} of policy "${policy.name}", so the rule would refuse every request`)
   }
-}
-
-function listOf(value: string | string[] | undefined): string[] {
-  return value === undefined ? [] : Array.isArray(value) ? value : [value]
 }
 
 function isPromise<T>(value: T | Promise<T>): value is Promise<T> {

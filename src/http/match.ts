@@ -90,8 +90,9 @@ export function matchCovers(outer: MatchOptions, inner: MatchOptions, caseSensit
     })
 }
 
-/** A rule that excludes every path it names (its own `exclude`, or the handler's `skip` patterns). */
-export function excludesAll(match: MatchOptions, excluded: string[], caseSensitive = true): boolean {
+/** A rule that excludes every path it names: by its own `exclude`, or by `skip` patterns in force around it. */
+export function excludesAll(match: MatchOptions, skip: string[] = [], caseSensitive = true): boolean {
+  const excluded = [...optionalList(match.exclude) ?? [], ...skip]
   return excluded.length > 0 && matchCovers({ path: excluded }, { path: match.path }, caseSensitive)
 }
 
