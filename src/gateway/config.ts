@@ -10,6 +10,7 @@ import { dirname, resolve } from 'node:path'
 import { isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import safeRegex from 'safe-regex2'
 import { z } from 'zod'
+import { REFUNDABLE } from '../algorithms/index.ts'
 import { ArgumentError, PolicyError, SluiceError } from '../core/errors.ts'
 import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
@@ -115,6 +116,8 @@ const limit = z.strictObject({
   shadow: z.boolean().optional(),
   action: z.enum(['reject', 'queue'], { error: (issue) => `expected reject or queue, got ${show(issue.input)}` }).optional(),
   maxWaitMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
+  /** Which responses spend the limit: all, failed (status 400 and up) or succeeded; the others are refunded. */
+  count: z.enum(['all', 'failed', 'succeeded'], { error: (issue) => `expected all, failed or succeeded, got ${show(issue.input)}` }).optional(),
 }).superRefine((value, context) => {
   const scg = value.replenishRate !== undefined || value.burstCapacity !== undefined || value.requestedTokens !== undefined
   const forms = [value.policies !== undefined, value.tiers !== undefined, scg].filter(Boolean).length
@@ -473,6 +476,9 @@ function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
           if (other !== undefined) report(policyPath, `policy name ${show(p.name)} is also used by ${other}; give each policy its own name (it keys the state and the headers)`)
           policyNames.set(p.name, formatPath(policyPath))
           if (cost > limitOf(p)) report([...where, limit.requestedTokens !== undefined ? 'requestedTokens' : 'cost'], `${cost} exceeds the limit ${limitOf(p)} of policy ${show(p.name)}, so every request would be refused`)
+          if (limit.count !== undefined && limit.count !== 'all' && !REFUNDABLE(p)) {
+            report([...where, 'count'], `${limit.count} refunds the responses that do not count, which needs token-bucket or police leaky-bucket policies; ${show(p.name)} is ${p.algorithm}`)
+          }
           if (limit.action === 'queue' && !['token-bucket', 'leaky-bucket', 'fixed-window'].includes(p.algorithm)) {
             report([...where, 'action'], `queue needs token-bucket, leaky-bucket or fixed-window policies; ${show(p.name)} is ${p.algorithm}`)
           }

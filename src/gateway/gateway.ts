@@ -296,6 +296,8 @@ export class Gateway {
         extraHeaders: outcome?.headers ?? [],
         ...(upgrade !== undefined ? { upgrade } : {}),
       })
+      // A client gone before the answer counts as a failure (499), as in the middleware.
+      outcome?.settle?.(forwarded.failure === 'client-gone' ? 499 : forwarded.status)
       if (forwarded.status === 101 && upgrade !== undefined) {
         // The tunnel lives on, outside the requests in flight: the request itself is done.
         upgradedStatus = 101
@@ -491,6 +493,7 @@ function ruleOf(
     shadow: limit.config.shadow ?? config.shadow,
     ...(limit.config.action !== undefined ? { action: limit.config.action } : {}),
     ...(limit.config.maxWaitMs !== undefined ? { maxWaitMs: limit.config.maxWaitMs } : {}),
+    ...(limit.config.count !== undefined ? { count: limit.config.count } : {}),
   }
 }
 

@@ -8,6 +8,7 @@ import { ArgumentError } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
+import { REFUNDABLE } from '../algorithms/index.ts'
 import { Limiter, type LimiterOptions } from '../limiter/limiter.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
@@ -60,6 +61,15 @@ export interface RuleOptions {
   action?: 'reject' | 'queue'
   /** With `queue`: the longest a request waits. Default 10,000 ms. */
   maxWaitMs?: number
+  /**
+   * Which responses the rule counts: `all` (default), `failed` (status 400
+   * and up: a login limit that successful logins do not spend) or `succeeded`.
+   * A request is charged when it arrives, so a burst is held to the limit
+   * exactly; one whose response does not count is refunded when it is sent.
+   * Needs token-bucket or police leaky-bucket policies (the ones that take
+   * units back exactly).
+   */
+  count?: 'all' | 'failed' | 'succeeded'
 }
 
 export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' | 'onStoreFailure' | 'expectedInstances' | 'circuit' | 'blockCache' | 'observer'> {
@@ -139,6 +149,12 @@ export interface HttpOutcome {
   waitMs: number
   /** The binding decision (the refusing one, else the one with the fewest units left); undefined when no rule applied. */
   decision?: Decision
+  /**
+   * Set when a rule counts only some responses (`count`): call it with the
+   * response's status once it is sent (499 for a client that left first),
+   * and the requests that do not count are refunded.
+   */
+  settle?: (status: number) => void
 }
 
 /**
@@ -173,13 +189,14 @@ interface CompiledRule {
   cost: (request: HttpRequest) => number
   shadow: boolean
   maxWaitMs: number
+  count: 'all' | 'failed' | 'succeeded'
 }
 
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
 
 const OPTIONS = new Set(['rules', 'skip', 'caseSensitive', 'allow', 'deny', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onLimited', 'limitedResponse', 'onWarning',
   'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'observer'])
-const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs'])
+const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs', 'count'])
 
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
 export function createRateLimitHandler(options: RateLimitOptions): (request: HttpRequest) => Promise<HttpOutcome> {
@@ -279,6 +296,12 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     if (action !== 'reject' && action !== 'queue') throw new ArgumentError(`rule "${name}" action`, action, "must be 'reject' or 'queue'")
     // Checked now against every limiter: a policy that cannot reserve is named at start-up.
     const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
+    const count = rule.count ?? 'all'
+    if (count !== 'all' && count !== 'failed' && count !== 'succeeded') throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed' or 'succeeded'")
+    const unrefundable = count === 'all' ? undefined : limiters.flatMap((limiter) => limiter.policies).find((policy) => !REFUNDABLE(policy))
+    if (unrefundable !== undefined) {
+      throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket or police leaky-bucket policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
+    }
     const matches = typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
     if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, Array.isArray(options.skip) ? options.skip : [], caseSensitive)) {
       throw new ArgumentError(`rule "${name}" match`, rule.match?.path ?? '/**', 'can never match: every path it names is excluded (by its exclude or by skip); narrow those, or remove the rule')
@@ -291,6 +314,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       cost: typeof cost === 'function' ? cost : () => cost,
       shadow: rule.shadow ?? options.shadow ?? false,
       maxWaitMs,
+      count,
     }
   })
 
@@ -305,6 +329,25 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       combinations.set(id, limiter)
     }
     return limiter
+  }
+
+  const settler = (entries: Array<{ count: CompiledRule['count']; limiter: Limiter; key: string; cost: number; rules: string }>) => {
+    let settled = false
+    return (status: number) => {
+      if (settled) return
+      settled = true
+      const failed = status >= 400
+      for (const { count, limiter, key, cost, rules } of entries) {
+        if ((count === 'failed') === failed) continue
+        const unrefunded = (error: unknown) => warn(`rule "${rules}": a response that does not count (${status}) could not be refunded: ${error instanceof Error ? error.message : String(error)}`)
+        try {
+          if (synchronous) limiter.refundSync(key, cost)
+          else limiter.refund(key, cost).catch(unrefunded)
+        } catch (error) {
+          unrefunded(error)
+        }
+      }
+    }
   }
 
   // Failing open, a decision the store could not make carries a fresh key's numbers: they describe nothing, so no fields.
@@ -342,12 +385,12 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
     } else {
       const byId = new Map<string, typeof matched>()
       for (const entry of matched) {
-        const id = entry.rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${entry.rule.maxWaitMs}\u0000${entry.key}`
+        const id = entry.rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${entry.rule.maxWaitMs}\u0000${entry.rule.count}\u0000${entry.key}`
         byId.set(id, [...(byId.get(id) ?? []), entry])
       }
       groups = byId.values()
     }
-    const applied: Array<{ rules: string; shadow: boolean; limiter: Limiter; decision: Decision; key: string; cost: number }> = []
+    const applied: Array<{ rules: string; shadow: boolean; count: CompiledRule['count']; limiter: Limiter; decision: Decision; key: string; cost: number }> = []
     for (const group of groups) {
       const { key, cost, rule } = group[0] as (typeof matched)[number]
       const limiter = group.length === 1 ? (group[0] as (typeof matched)[number]).limiter : combined(group.map((entry) => entry.limiter))
@@ -355,7 +398,7 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       const decision = synchronous ? limiter.limitSync(key, limitOptions) : await limiter.limit(key, limitOptions)
       const names = group.length === 1 ? rule.name : group.map((entry) => entry.rule.name).join('+')
       if (options.onDecision !== undefined) notify('onDecision', { rule: names, key, decision, shadow: rule.shadow, request })
-      applied.push({ rules: names, shadow: rule.shadow, limiter, decision, key, cost })
+      applied.push({ rules: names, shadow: rule.shadow, count: rule.count, limiter, decision, key, cost })
       if (!decision.allowed && !rule.shadow) break
     }
     if (applied.length === 0) return unlimited()
@@ -378,7 +421,13 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       const perRule = applied.map((entry) => fieldsOf(entry, now))
       headers = mergeHeaders(perRule, applied.indexOf(binding), headerOptions.standard ?? 'draft-10')
     }
-    if (refused === undefined) return { proceed: true, status: 200, headers, body: undefined, waitMs, decision: binding.decision }
+    if (refused === undefined) {
+      const outcome: HttpOutcome = { proceed: true, status: 200, headers, body: undefined, waitMs, decision: binding.decision }
+      // Charged at once (a burst meets the limit exactly); given back once the response shows it does not count.
+      const provisional = applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && !entry.decision.degraded)
+      if (provisional.length > 0) outcome.settle = settler(provisional)
+      return outcome
+    }
     const { decision } = refused
     if (options.onLimited !== undefined) notify('onLimited', { rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)

@@ -206,6 +206,25 @@ export class Limiter {
     return combine(this.syncStore().consumeSync(this.call(key, options)))
   }
 
+  /**
+   * Gives back `units` a call was charged, for a call that should not count
+   * after all (a successful login under a limit on failed ones). Only buckets
+   * take units back exactly: every policy must be a token bucket or a police
+   * leaky bucket. Resolves what a peek then shows; rejects with a
+   * `SluiceError` (ERR_SLUICE_STORE) if the store fails.
+   */
+  async refund(key: string, units: number): Promise<Decision> {
+    const call = this.refundCall(key, units)
+    if (this.local !== undefined) return combine(this.local.consumeSync(call))
+    const outcome = await this.circuit.run(() => this.store.consume(call))
+    if (!outcome.ok) throw new SluiceError('ERR_SLUICE_STORE', `refund to "${call.key}" failed: ${outcome.reason}`, { cause: outcome.error })
+    return combine(outcome.value)
+  }
+
+  refundSync(key: string, units: number): Decision {
+    return combine(this.syncStore().consumeSync(this.refundCall(key, units)))
+  }
+
   /** The decision a call of cost 1 would get, without changing any state. */
   peek(key: string): Promise<Decision> {
     return this.decide(key, PEEK)
@@ -392,6 +411,20 @@ export class Limiter {
       if (options.maxWaitMs !== undefined) maxWaitMs = checkMaxWait(options.maxWaitMs, this.policies)
     }
     return { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost, maxWaitMs, now: this.now() }
+  }
+
+  private refundCall(key: string, units: number): StoreCall {
+    for (const policy of this.policies) {
+      if (!REFUNDABLE(policy)) {
+        throw new ArgumentError('refund', policy.name, `needs token-bucket or police leaky-bucket policies, whose units can be given back exactly; "${policy.name}" is ${policy.algorithm}`)
+      }
+    }
+    if (this.shards > 1) throw new ArgumentError('refund', key, 'is not available with shards: the units were charged to one shard of several')
+    if (!Number.isSafeInteger(units) || units < 1) throw new ArgumentError('units', units, 'must be a positive integer')
+    const call: StoreCall = { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost: -checkCost(units, this.policies), maxWaitMs: 0, now: this.now() }
+    // A refund can free a key the cache holds as blocked.
+    this.blocked?.forget(call.key)
+    return call
   }
 
   private peekCall(key: string): StoreCall {

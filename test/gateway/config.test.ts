@@ -102,6 +102,28 @@ routes:
     ])
   })
 
+  it('count: failed or succeeded needs policies that take units back', async () => {
+    const text = `
+routes:
+  - name: login
+    upstream: http://127.0.0.1:9
+    limits:
+      - count: failed
+        policies: { algorithm: sliding-window, name: logins, limit: 5, windowMs: 60000 }
+      - count: failed
+        replenishRate: 1
+        burstCapacity: 5
+      - count: sometimes
+        policies: { algorithm: token-bucket, name: tb, capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }
+`
+    assert.deepEqual(await problems(text), [
+      'routes[0].limits[2].count: expected all, failed or succeeded, got "sometimes" (line 11)',
+    ])
+    assert.deepEqual(await problems(text.replace('count: sometimes', 'count: succeeded')), [
+      'routes[0].limits[0].count: failed refunds the responses that do not count, which needs token-bucket or police leaky-bucket policies; "logins" is sliding-window (line 6)',
+    ])
+  })
+
   it('finds routes that can never match: taken by an earlier route (first match wins), or excluding all their own paths', async () => {
     const route = (name: string, match: string) => `  - { name: ${name}, match: ${match}, upstream: "http://127.0.0.1:9" }`
     const text = `

@@ -64,6 +64,14 @@ routes:
     match: { path: /pool/** }
     upstream: [${upstream}/hello/a, http://127.0.0.1:${downPort}, ${upstream}/hello/c]
     stripPrefix: /pool
+  - name: counted
+    match: { path: /counted/** }
+    upstream: ${upstream}
+    stripPrefix: /counted
+    limits:
+      - count: failed
+        key: [ip]
+        policies: { algorithm: token-bucket, name: failures, capacity: 2, refillTokens: 1, refillIntervalMs: 3600000 }
 `
 }
 
@@ -135,7 +143,7 @@ describe('gateway (child process, real upstream)', () => {
     // /status reads the watched key without charging it.
     const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>>; routes: unknown[] }
     assert.equal(status.watched['apikey:alpha']?.['api-hour']?.remaining, 0)
-    assert.equal(status.routes.length, 6)
+    assert.equal(status.routes.length, 7)
   })
 
   it('routes and limits the normalized path: dot segments and encoded letters cannot slip past a route\'s limits', async () => {
@@ -183,6 +191,17 @@ describe('gateway (child process, real upstream)', () => {
     // caseSensitive: false (for upstreams that route /LOGIN as /login): another spelling meets the same limit.
     assert.equal((await fetch(`${gateway.url}/Login`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
     assert.equal((await fetch(`${gateway.url}/login`, { headers: { 'x-api-key': 'scg' } })).status, 404, 'GET /login matches no route')
+  })
+
+  it('count: failed spends a limit on the upstream\'s failed answers only', async () => {
+    const statuses = async (path: string, times: number) => {
+      const seen: number[] = []
+      for (let i = 0; i < times; i++) seen.push((await get(`${gateway.url}/counted${path}`)).status)
+      return seen
+    }
+    assert.deepEqual(await statuses('/hello', 5), [200, 200, 200, 200, 200])
+    assert.deepEqual(await statuses('/missing', 3), [404, 404, 429])
+    assert.deepEqual(await statuses('/hello', 1), [429])
   })
 
   it('answers 502 when the upstream is down and 504 when it is too slow', async () => {

@@ -283,6 +283,26 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: count: 'failed' spends the limit on failed responses only (a login limit successful logins do not spend), exactly under a burst`, async () => {
+    const options = base([
+      { name: 'login', match: { path: '/login' }, count: 'failed', policies: { algorithm: 'token-bucket', name: 'failed-logins', capacity: 3, refillTokens: 1, refillIntervalMs: 3_600_000 } },
+      { name: 'signup', match: { path: '/signup' }, count: 'succeeded', policies: { algorithm: 'leaky-bucket', name: 'signups', capacity: 2, leakTokens: 1, leakIntervalMs: 3_600_000 } },
+    ])
+    await withServer(start, options, async (url) => {
+      const login = (status: number) => get(`${url}/login`, { 'x-status': String(status) })
+      // Successful logins are refunded: any number of them.
+      for (let i = 0; i < 6; i++) assert.equal((await login(200)).status, 200)
+      // Failures spend it: 3, then refused, and then a correct password is refused too (the lockout holds).
+      assert.deepEqual([(await login(401)).status, (await login(401)).status, (await login(401)).status], [401, 401, 401])
+      assert.equal((await login(200)).status, 429)
+      // A burst is held to what is left, whatever its responses turn out to be.
+      const signups = await Promise.all(Array.from({ length: 6 }, () => get(`${url}/signup`, { 'x-status': '500', 'x-delay-ms': '150' })))
+      assert.deepEqual(signups.map((res) => res.status).sort(), [429, 429, 429, 429, 500, 500])
+      // Failed signups were refunded once answered; successful ones count.
+      assert.deepEqual([(await get(`${url}/signup`, { 'x-status': '201' })).status, (await get(`${url}/signup`, { 'x-status': '201' })).status, (await get(`${url}/signup`)).status], [201, 201, 429])
+    })
+  })
+
   it(`${adapter}: legacy and draft-6 header shapes`, async () => {
     await withServer(start, base([{ policies: { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, name: 'tb' } }], { headers: { standard: 'draft-6', legacy: true } }), async (url) => {
       const res = await get(url)
@@ -308,6 +328,9 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, cost: 10 }] }), /exceeds the limit 5 .* would refuse every request/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { policies }] }), /both have a policy named/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['not-an-ip'] } }), /trustProxy/)
+    // Counting only some responses refunds the others: only buckets take units back exactly.
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'login', policies, count: 'failed' }] }), /rule "login" count needs token-bucket or police leaky-bucket policies, .* "fixed-window:5\/1s" is fixed-window/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }, count: 'errors' as never }] }), /count must be 'all', 'failed' or 'succeeded'/)
     // Rules that can never match: every path they name is excluded, by their own exclude or by skip.
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'health', policies, match: { path: '/health' } }], skip: ['/health', '/metrics'] }), /rule "health" match can never match: every path it names is excluded \(by its exclude or by skip\)/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/api/**', exclude: '/api/**' } }] }), /can never match/)

@@ -31,9 +31,25 @@ function seen(request: object): string {
   return decision === undefined ? 'none' : `${decision.policy}:${decision.remaining}`
 }
 
+/** The status a test asks the handler for (`x-status`), 200 by default. */
+function statusAsked(header: string | string[] | undefined): number {
+  return typeof header === 'string' ? Number(header) : 200
+}
+
+/** A pause a test asks the handler for (`x-delay-ms`), to keep requests in flight together. */
+function delayAsked(header: string | string[] | undefined): Promise<void> {
+  const ms = typeof header === 'string' ? Number(header) : 0
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
 /** node:http with the node adapter. */
 export const nodeServer: StartServer = (options) =>
-  listen(createServer(withNode((req, res) => res.setHeader('Content-Type', 'text/plain').setHeader('x-handler-saw', seen(req)).end(`ok ${req.url}`), options)))
+  listen(createServer(withNode((req, res) => {
+    void delayAsked(req.headers['x-delay-ms']).then(() => {
+      res.statusCode = statusAsked(req.headers['x-status'])
+      res.setHeader('Content-Type', 'text/plain').setHeader('x-handler-saw', seen(req)).end(`ok ${req.url}`)
+    })
+  }, options)))
 
 /**
  * The fetch adapter behind a minimal node:http -> Request / Response bridge (what
@@ -41,7 +57,10 @@ export const nodeServer: StartServer = (options) =>
  */
 export const fetchServer: StartServer = (options) => {
   const handler = withFetch(
-    (request: Request, _remoteAddress: string | undefined) => new Response(`ok ${new URL(request.url).pathname}`, { headers: { 'Content-Type': 'text/plain', 'x-handler-saw': seen(request) } }),
+    async (request: Request, _remoteAddress: string | undefined) => {
+      await delayAsked(request.headers.get('x-delay-ms') ?? undefined)
+      return new Response(`ok ${new URL(request.url).pathname}`, { status: statusAsked(request.headers.get('x-status') ?? undefined), headers: { 'Content-Type': 'text/plain', 'x-handler-saw': seen(request) } })
+    },
     options,
     (_request: Request, remoteAddress: string | undefined) => remoteAddress,
   )
@@ -61,7 +80,10 @@ export const fetchServer: StartServer = (options) => {
 export const expressServer: StartServer = (options) => {
   const app = express()
   app.use(expressRateLimit(options))
-  app.use((req, res) => { res.type('text/plain').set('x-handler-saw', seen(req)).send(`ok ${req.originalUrl}`) })
+  app.use(async (req, res) => {
+    await delayAsked(req.headers['x-delay-ms'])
+    res.status(statusAsked(req.headers['x-status'])).type('text/plain').set('x-handler-saw', seen(req)).send(`ok ${req.originalUrl}`)
+  })
   return listen(createServer(app))
 }
 
@@ -69,7 +91,10 @@ export const expressServer: StartServer = (options) => {
 export const fastifyServer: StartServer = async (options) => {
   const app = Fastify({ logger: false })
   await app.register(sluiceFastify, options)
-  app.all('/*', async (request, reply) => reply.type('text/plain').header('x-handler-saw', seen(request)).send(`ok ${request.url}`))
+  app.all('/*', async (request, reply) => {
+    await delayAsked(request.headers['x-delay-ms'])
+    return reply.code(statusAsked(request.headers['x-status'])).type('text/plain').header('x-handler-saw', seen(request)).send(`ok ${request.url}`)
+  })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as AddressInfo
   return { url: `http://127.0.0.1:${port}`, close: async () => { await app.close() } }

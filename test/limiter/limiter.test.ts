@@ -80,6 +80,28 @@ describe('Limiter', () => {
     assert.equal(decisions.filter((d) => d.allowed).length, 100)
   })
 
+  it('refund gives units back to bucket policies (never beyond capacity), and names a policy that cannot take them', async () => {
+    let now = 0
+    const limiter = new Limiter({
+      policies: [
+        { algorithm: 'token-bucket', capacity: 3, refillTokens: 1, refillIntervalMs: 60_000, name: 'tokens' },
+        { algorithm: 'leaky-bucket', capacity: 4, leakTokens: 1, leakIntervalMs: 60_000, name: 'leaky' },
+      ],
+      clock: () => now,
+    })
+    assert.deepEqual([1, 2, 3, 4].map(() => limiter.limitSync('k').allowed), [true, true, true, false])
+    now = 1000
+    const refunded = limiter.refundSync('k', 2)
+    assert.deepEqual(refunded.policies.map((p) => [p.policy, p.remaining]), [['tokens', 2], ['leaky', 3]])
+    assert.deepEqual([1, 2, 3].map(() => limiter.limitSync('k').allowed), [true, true, false])
+    assert.equal((await limiter.refund('k', 3)).remaining, 3, 'the token bucket is full again, not over')
+    assert.equal((await limiter.refund('k', 3)).remaining, 3)
+    assert.throws(() => limiter.refundSync('k', 0), /units must be a positive integer/)
+    assert.throws(() => limiter.refundSync('k', 5), /exceeds the limit 3 of policy "tokens"/)
+    const windows = new Limiter({ policies: [perMinute, per10s] })
+    await assert.rejects(windows.refund('k', 1), /refund needs token-bucket or police leaky-bucket policies, .* "minute" is sliding-log/)
+  })
+
   it('limitSync refuses a store that cannot decide synchronously', () => {
     const asyncOnly = { consume: new MemoryStore().consume, reset: () => Promise.resolve() }
     const limiter = new Limiter({ policies: per10s, store: asyncOnly })

@@ -16,6 +16,7 @@ interface FastifyRequestLike {
   raw: { socket: { remoteAddress?: string | undefined } }
 }
 interface FastifyReplyLike {
+  raw: { statusCode: number; writableFinished: boolean; once(event: 'close', listener: () => void): unknown }
   header(name: string, value: string): unknown
   code(status: number): FastifyReplyLike
   send(body: unknown): unknown
@@ -45,6 +46,8 @@ export const sluiceFastify = Object.assign(
     fastify.addHook('onRequest', async (request, reply) => {
       const outcome = await handle(fastifyRequest(request))
       recordDecision(request, outcome)
+      const settle = outcome.settle
+      if (settle !== undefined) reply.raw.once('close', () => settle(reply.raw.writableFinished ? reply.raw.statusCode : 499))
       for (const [name, value] of outcome.headers) reply.header(name, value)
       if (outcome.proceed && outcome.waitMs > 0) {
         // Queued: proceed after the wait, unless the client hangs up first.

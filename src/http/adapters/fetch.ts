@@ -20,8 +20,12 @@ export function fetchRequest(request: Request, remoteAddress: string | undefined
 }
 
 export interface FetchRateLimiter {
-  /** A refusal (429 / 403 response), or undefined with the headers to add to the handler's response. */
-  check(request: Request, remoteAddress?: string): Promise<{ response: Response | undefined; headers: Headers }>
+  /**
+   * A refusal (429 / 403 response), or undefined with the headers to add to
+   * the handler's response, and `settle(status)` to call with its status when
+   * a rule counts only some responses (`count`).
+   */
+  check(request: Request, remoteAddress?: string): Promise<{ response: Response | undefined; headers: Headers; settle?: (status: number) => void }>
 }
 
 export function rateLimitFetch(options: RateLimitOptions): FetchRateLimiter {
@@ -37,9 +41,12 @@ export function rateLimitFetch(options: RateLimitOptions): FetchRateLimiter {
           request.signal.addEventListener('abort', abort, { once: true })
           return () => request.signal.removeEventListener('abort', abort)
         })
-        if (!waited) return { response: new Response(null, { status: 499, headers }), headers }
+        if (!waited) {
+          outcome.settle?.(499)
+          return { response: new Response(null, { status: 499, headers }), headers }
+        }
       }
-      if (outcome.proceed) return { response: undefined, headers }
+      if (outcome.proceed) return { response: undefined, headers, ...(outcome.settle !== undefined ? { settle: outcome.settle } : {}) }
       return { response: new Response(outcome.body, { status: outcome.status, headers }), headers }
     },
   }
@@ -56,9 +63,16 @@ export function withRateLimit<Rest extends unknown[]>(
 ): (request: Request, ...rest: Rest) => Promise<Response> {
   const limiter = rateLimitFetch(options)
   return async function rateLimitedFetch(request, ...rest) {
-    const { response, headers } = await limiter.check(request, remoteAddress(request, ...rest))
+    const { response, headers, settle } = await limiter.check(request, remoteAddress(request, ...rest))
     if (response !== undefined) return response
-    const upstream = await handler(request, ...rest)
+    let upstream: Response
+    try {
+      upstream = await handler(request, ...rest)
+    } catch (error) {
+      settle?.(500)
+      throw error
+    }
+    settle?.(upstream.status)
     // No headers for a network error (status 0) or a protocol switch (101): Response cannot be rebuilt with
     // those statuses, and a WebSocket upgrade (Deno) must stay the very object the runtime handed out.
     if (upstream.status < 200) return upstream

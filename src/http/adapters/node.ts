@@ -35,6 +35,8 @@ export function rateLimitNode(
   return async function rateLimitNodeRequest(req, res) {
     const outcome = await handle(toRequest(req))
     recordDecision(req, outcome)
+    const settle = outcome.settle
+    if (settle !== undefined) res.once('close', () => settle(res.writableFinished ? res.statusCode : 499))
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
     if (outcome.proceed && outcome.waitMs > 0) return waitTurn(res, outcome.waitMs)
     if (outcome.proceed) return true
