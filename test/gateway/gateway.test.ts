@@ -190,6 +190,8 @@ describe('gateway (child process, real upstream)', () => {
     assert.deepEqual(statuses, [200, 200, 429])
     // caseSensitive: false (for upstreams that route /LOGIN as /login): another spelling meets the same limit.
     assert.equal((await fetch(`${gateway.url}/Login`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
+    // A path parameter (Tomcat and Spring route /login;jsessionid=1 as /login) meets it too.
+    assert.equal((await fetch(`${gateway.url}/login;jsessionid=1`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
     assert.equal((await fetch(`${gateway.url}/login`, { headers: { 'x-api-key': 'scg' } })).status, 404, 'GET /login matches no route')
   })
 
