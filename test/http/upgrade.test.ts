@@ -1,7 +1,8 @@
 /**
- * WebSocket upgrades on a node server: request listeners (withRateLimit,
+ * WebSocket upgrades: on a node server, request listeners (withRateLimit,
  * Express) never see them, so `rateLimitUpgrade` limits the server's
- * 'upgrade' event in front of a real `ws` server.
+ * 'upgrade' event in front of a real `ws` server; Fastify runs its onRequest
+ * hooks for @fastify/websocket routes, so the plugin covers them.
  */
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
@@ -10,6 +11,9 @@ import type { AddressInfo } from 'node:net'
 import { connect } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import { WebSocketServer } from 'ws'
+import Fastify from 'fastify'
+import fastifyWebsocket from '@fastify/websocket'
+import { sluiceFastify } from '../../src/http/adapters/fastify.ts'
 import { rateLimitUpgrade } from '../../src/http/adapters/node.ts'
 import { openWebSocket } from '../support/websocket.ts'
 
@@ -76,5 +80,31 @@ describe('rateLimitUpgrade (node server + ws)', () => {
     await new Promise((resolve) => setTimeout(resolve, 100))
     const response = await fetch(url.replace('ws:', 'http:'))
     assert.equal(await response.text(), 'plain')
+  })
+})
+
+describe('sluiceFastify with @fastify/websocket', () => {
+  it('limits WebSocket connections on websocket routes: past the limit the upgrade gets the 429', async () => {
+    const app = Fastify({ logger: false })
+    await app.register(fastifyWebsocket)
+    await app.register(sluiceFastify, { rules: [{ name: 'connects', policies: { algorithm: 'fixed-window', name: 'connects', limit: 2, windowMs: 60_000 } }] })
+    app.get('/chat', { websocket: true }, (socket) => { socket.on('message', (data: Buffer) => socket.send(`echo ${String(data)}`)) })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const url = `ws://127.0.0.1:${(app.server.address() as AddressInfo).port}/chat`
+      const first = await openWebSocket(url)
+      const second = await openWebSocket(url)
+      const refused = await openWebSocket(url)
+      assert.ok('ws' in first && 'ws' in second)
+      first.ws.send('hi')
+      assert.equal(String((await once(first.ws, 'message'))[0]), 'echo hi')
+      assert.ok('status' in refused)
+      assert.equal(refused.status, 429)
+      assert.match(String(refused.headers.ratelimit), /^"connects";r=0;t=\d+$/)
+      first.ws.close()
+      second.ws.close()
+    } finally {
+      await app.close()
+    }
   })
 })
