@@ -27,7 +27,7 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
   for (const [name, value] of Object.entries(match)) {
     if (!MATCH_OPTIONS.has(name) && value !== undefined) throw new ArgumentError(`${what}.${name}`, value, `is not a match option (known: ${[...MATCH_OPTIONS].join(', ')})`)
   }
-  const paths = match.path === undefined ? () => true : withPathParameters(compilePaths(list(match.path), `${what}.path`, caseSensitive))
+  const paths = match.path === undefined ? () => true : alsoAsRouted(compilePaths(list(match.path), `${what}.path`, caseSensitive))
   const excluded = match.exclude === undefined ? () => false : compilePaths(list(match.exclude), `${what}.exclude`, caseSensitive)
   const methods = match.method === undefined ? undefined : new Set(list(match.method).map((method) => {
     if (!isToken(method)) throw new ArgumentError(`${what}.method`, method, 'must be HTTP methods, such as GET or POST')
@@ -45,15 +45,16 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
 }
 
 /**
- * A path pattern also matches the path with its `;parameters` cut from each
- * segment (`/login;jsessionid=1`, `/api;x/login`): Tomcat, Jetty and Spring
- * route those as `/login` and `/api/login`, so without this a limit in front
- * of them could be walked around. It only widens what a rule matches (never
- * what it excludes or skips): a non-Java upstream serves such a path as
- * another one, which then meets the limit as well.
+ * A path pattern also matches the path as servers that read more into it
+ * would route it: with its `;parameters` cut from each segment
+ * (`/login;jsessionid=1`, `/api;x/login`: Tomcat, Jetty and Spring route
+ * those as `/login` and `/api/login`), and with `\` as `/` (IIS). Without
+ * this, a limit in front of them could be walked around. It only widens what
+ * a rule matches (never what it excludes or skips): another upstream serves
+ * such a path as another one, which then meets the limit as well.
  */
-function withPathParameters(matches: (path: string) => boolean): (path: string) => boolean {
-  return (path) => matches(path) || (path.includes(';') && matches(normalizePath(path.replace(/;[^/]*/g, ''))))
+function alsoAsRouted(matches: (path: string) => boolean): (path: string) => boolean {
+  return (path) => matches(path) || (/[;\\]/.test(path) && matches(normalizePath(path.replace(/\\/g, '/').replace(/;[^/]*/g, ''))))
 }
 
 /**
