@@ -29,12 +29,10 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
   }
   const paths = match.path === undefined ? () => true : alsoAsRouted(compilePaths(list(match.path), `${what}.path`, caseSensitive))
   const excluded = match.exclude === undefined ? () => false : compilePaths(list(match.exclude), `${what}.exclude`, caseSensitive)
-  const methods = match.method === undefined ? undefined : new Set(list(match.method).map((method) => {
+  for (const method of match.method === undefined ? [] : list(match.method)) {
     if (!isToken(method)) throw new ArgumentError(`${what}.method`, method, 'must be HTTP methods, such as GET or POST')
-    return method.toUpperCase()
-  }))
-  // Express, Fastify and Spring answer HEAD with the GET handler: a limit on GET must cost HEAD the same.
-  if (methods?.has('GET') === true) methods.add('HEAD')
+  }
+  const methods = match.method === undefined ? undefined : new Set(methodNames(match.method))
   const hosts = match.host === undefined ? undefined : list(match.host).map((h) => compileHost(h, `${what}.host`))
   const headers = match.headers === undefined ? undefined : compileHeaders(match.headers, `${what}.headers`)
   return (request) =>
@@ -88,12 +86,7 @@ export function matchCovers(outer: MatchOptions, inner: MatchOptions, caseSensit
   const fold = (text: string) => (caseSensitive ? text : text.toLowerCase())
   const covered = <T>(outerList: T[] | undefined, innerList: T[] | undefined, covers: (o: T, i: T) => boolean) =>
     outerList === undefined || (innerList !== undefined && innerList.every((i) => outerList.some((o) => covers(o, i))))
-  const methods = (value: string | string[] | undefined) => {
-    if (value === undefined) return undefined
-    const upper = list(value).map((method) => method.toUpperCase())
-    return upper.includes('GET') ? [...upper, 'HEAD'] : upper
-  }
-  const bareHost = (h: string) => h.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '')
+  const methods = (value: string | string[] | undefined) => (value === undefined ? undefined : methodNames(value))
   const outerHeaders = Object.entries(outer.headers ?? {})
   return covered(optionalList(outer.path), optionalList(inner.path) ?? ['/**'], (o, i) => patternCovers(fold(o), fold(i))) &&
     covered(methods(outer.method), methods(inner.method), (o, i) => o === i) &&
@@ -122,16 +115,25 @@ function optionalList(value: string | string[] | undefined): string[] | undefine
   return value === undefined ? undefined : list(value)
 }
 
+/** Upper-case method names; `GET` brings `HEAD`, since Express, Fastify and Spring answer HEAD with the GET handler. */
+function methodNames(value: string | string[]): string[] {
+  const upper = list(value).map((method) => method.toUpperCase())
+  return upper.includes('GET') ? [...upper, 'HEAD'] : upper
+}
+
+/** A host as compared: lower case, without port, and without the trailing dot of a fully qualified name (one host to DNS and to the servers behind). */
+function bareHost(host: string): string {
+  return host.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '')
+}
+
 function compileHost(host: string, what: string): (host: string) => boolean {
   if (typeof host !== 'string' || host === '') throw new ArgumentError(what, host, 'must be host names')
-  // `api.example.com.` is the fully qualified spelling of `api.example.com`: one host to DNS and to the servers behind.
-  const bare = (h: string) => h.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '')
-  const wanted = bare(host)
+  const wanted = bareHost(host)
   if (wanted.startsWith('*.')) {
     const suffix = wanted.slice(1)
-    return (candidate) => bare(candidate).endsWith(suffix)
+    return (candidate) => bareHost(candidate).endsWith(suffix)
   }
-  return (candidate) => bare(candidate) === wanted
+  return (candidate) => bareHost(candidate) === wanted
 }
 
 function compileHeaders(headers: Record<string, string | true>, what: string): (request: HttpRequest) => boolean {

@@ -3,7 +3,9 @@
  * answered there, allowed ones get the headers on their reply. Warnings go to
  * Fastify's logger unless `onWarning` is given.
  */
+import type { ServerResponse } from 'node:http'
 import { createRateLimitHandler, recordDecision, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { settleWhenSent } from './node.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -16,7 +18,7 @@ interface FastifyRequestLike {
   raw: { socket: { remoteAddress?: string | undefined } }
 }
 interface FastifyReplyLike {
-  raw: { statusCode: number; writableFinished: boolean; once(event: 'close', listener: () => void): unknown }
+  raw: ServerResponse
   header(name: string, value: string): unknown
   code(status: number): FastifyReplyLike
   send(body: unknown): unknown
@@ -46,8 +48,7 @@ export const sluiceFastify = Object.assign(
     fastify.addHook('onRequest', async (request, reply) => {
       const outcome = await handle(fastifyRequest(request))
       recordDecision(request, outcome)
-      const settle = outcome.settle
-      if (settle !== undefined) reply.raw.once('close', () => settle(reply.raw.writableFinished ? reply.raw.statusCode : 499))
+      settleWhenSent(reply.raw, outcome.settle)
       for (const [name, value] of outcome.headers) reply.header(name, value)
       if (outcome.proceed && outcome.waitMs > 0) {
         // Queued: proceed after the wait, unless the client hangs up first.

@@ -35,8 +35,7 @@ export function rateLimitNode(
   return async function rateLimitNodeRequest(req, res) {
     const outcome = await handle(toRequest(req))
     recordDecision(req, outcome)
-    const settle = outcome.settle
-    if (settle !== undefined) res.once('close', () => settle(res.writableFinished ? res.statusCode : 499))
+    settleWhenSent(res, outcome.settle)
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
     if (outcome.proceed && outcome.waitMs > 0) return waitTurn(res, outcome.waitMs)
     if (outcome.proceed) return true
@@ -44,6 +43,11 @@ export function rateLimitNode(
     res.end(outcome.body)
     return false
   }
+}
+
+/** Tells a rule that counts only some responses (`count`) the status sent: 499 for a client gone first. */
+export function settleWhenSent(res: ServerResponse, settle: ((status: number) => void) | undefined): void {
+  if (settle !== undefined) res.once('close', () => settle(res.writableFinished ? res.statusCode : 499))
 }
 
 /**
