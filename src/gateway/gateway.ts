@@ -15,7 +15,7 @@ import { pino, type Logger } from 'pino'
 import type { Agent } from 'undici'
 import { Limiter } from '../limiter/limiter.ts'
 import { nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
-import { createRateLimitHandler, httpStatePrefix, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
+import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
 import { compileMatch } from '../http/match.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
@@ -44,7 +44,7 @@ interface CompiledRoute {
 interface Runtime {
   config: GatewayConfig
   routes: CompiledRoute[]
-  decide: ((request: HttpRequest) => Promise<HttpOutcome>) | undefined
+  decide: ((request: HttpRequest) => HttpOutcome | Promise<HttpOutcome>) | undefined
   store: OpenedStore
 }
 
@@ -278,7 +278,9 @@ export class Gateway {
       }
       routeName = route.config.name
       request.route = routeName
-      const outcome = runtime.decide === undefined ? undefined : await runtime.decide(request)
+      // Decided at once on the memory store: awaited only when it is a promise (each await is a tick per request).
+      const decided = runtime.decide?.(request)
+      const outcome = isPromise(decided) ? await decided : decided
       if (outcome !== undefined && !outcome.proceed) {
         answerInstead(res, expectsContinue, outcome)
         return
@@ -444,7 +446,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     rewrite: pathRewriter(route),
   }))
   const failure = config.store.type === 'redis' ? config.store : undefined
-  const decide = rules.length === 0 ? undefined : createRateLimitHandler({
+  const decide = rules.length === 0 ? undefined : createRateLimitPipeline({
     rules,
     store: store.store,
     prefix: config.prefix,

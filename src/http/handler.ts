@@ -200,6 +200,18 @@ const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost
 
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
 export function createRateLimitHandler(options: RateLimitOptions): (request: HttpRequest) => Promise<HttpOutcome> {
+  const pipeline = createRateLimitPipeline(options)
+  return async function rateLimit(request) {
+    return pipeline(request)
+  }
+}
+
+/**
+ * The pipeline as adapters run it: the outcome itself when every step could
+ * answer at once (the in-process store and synchronous callbacks), else a
+ * promise of it. A callback that throws synchronously throws here.
+ */
+export function createRateLimitPipeline(options: RateLimitOptions): (request: HttpRequest) => HttpOutcome | Promise<HttpOutcome> {
   if (typeof options !== 'object' || options === null || !Array.isArray(options.rules) || options.rules.length === 0) {
     throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules')
   }
@@ -354,57 +366,95 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   const fieldsOf = ({ limiter, decision, key, cost }: { limiter: Limiter; decision: Decision; key: string; cost: number }, now: number): HeaderList =>
     failedAs(limiter, decision) === 'open' ? [] : rateLimitHeaders(decision, limiter.policies, headerOptions, key, now, cost)
 
-  return async function rateLimit(request: HttpRequest): Promise<HttpOutcome> {
-    if (typeof options.skip === 'function' ? options.skip(request) : (skip as (path: string) => boolean)(request.path)) return unlimited()
-    if (options.deny !== undefined) {
-      const denied = options.deny(request)
-      if (isPromise(denied) ? await denied : denied) return problem(403, 'Forbidden', 'This client is not allowed to use this API.', [])
+  // The pipeline runs synchronously as long as every step answers at once (in-process store,
+  // synchronous resolvers): no promise, no microtask per request. A step that returns a
+  // promise continues the rest of the pipeline from there, once it settles.
+  type Matched = { rule: CompiledRule; limiter: Limiter; key: string; cost: number }
+  type Applied = { rules: string; shadow: boolean; count: CompiledRule['count']; limiter: Limiter; decision: Decision; key: string; cost: number }
+
+  const resolveRule = (request: HttpRequest, rule: CompiledRule): Matched | HttpOutcome | Promise<Matched | HttpOutcome> => {
+    const resolved = rule.key(request)
+    return isPromise(resolved) ? resolved.then((key) => withKey(request, rule, key)) : withKey(request, rule, resolved)
+  }
+  const withKey = (request: HttpRequest, rule: CompiledRule, resolvedKey: string | undefined): Matched | HttpOutcome | Promise<Matched> => {
+    let key = resolvedKey
+    if (key === undefined || key === '') {
+      if (emptyKey === 'forbid') return problem(403, 'Forbidden', 'The request carries no identity this API accepts.', [])
+      key = 'anonymous'
     }
-    if (options.allow !== undefined) {
-      const allowed = options.allow(request)
-      if (isPromise(allowed) ? await allowed : allowed) return unlimited()
-    }
-    // Every matching rule, with its key, limiter (tier), cost and wait.
-    const matched: Array<{ rule: CompiledRule; limiter: Limiter; key: string; cost: number }> = []
-    for (const rule of rules) {
+    const chosen = rule.limiter(request)
+    if (isPromise(chosen)) return chosen.then((limiter) => ({ rule, limiter, key, cost: rule.cost(request) }))
+    return { rule, limiter: chosen, key, cost: rule.cost(request) }
+  }
+  /** Every matching rule from `from` on, with its key, limiter (tier) and cost; or the 403 of a request with no identity. */
+  const matchRules = (request: HttpRequest, from: number, matched: Matched[]): Matched[] | HttpOutcome | Promise<Matched[] | HttpOutcome> => {
+    for (let i = from; i < rules.length; i++) {
+      const rule = rules[i] as CompiledRule
       if (!rule.matches(request)) continue
-      // Resolvers are often synchronous: await only real promises (each await is a tick per request).
-      const resolved = rule.key(request)
-      let key = isPromise(resolved) ? await resolved : resolved
-      if (key === undefined || key === '') {
-        if (emptyKey === 'forbid') return problem(403, 'Forbidden', 'The request carries no identity this API accepts.', [])
-        key = 'anonymous'
+      const entry = resolveRule(request, rule)
+      if (isPromise(entry)) {
+        return entry.then((settled) => {
+          if (!('rule' in settled)) return settled
+          matched.push(settled)
+          return matchRules(request, i + 1, matched)
+        })
       }
-      const chosen = rule.limiter(request)
-      matched.push({ rule, limiter: isPromise(chosen) ? await chosen : chosen, key, cost: rule.cost(request) })
+      if (!('rule' in entry)) return entry
+      matched.push(entry)
     }
+    return matched
+  }
+  const limitMatched = (request: HttpRequest, matched: Matched[] | HttpOutcome): HttpOutcome | Promise<HttpOutcome> => {
+    if (!Array.isArray(matched)) return matched
+    if (matched.length === 0) return unlimited()
     // Enforcing rules that share key, cost and wait are one all-or-nothing store call; the rest go one by one, in order.
-    let groups: Iterable<typeof matched>
-    if (matched.length <= 1) {
-      groups = matched.length === 0 ? [] : [matched]
+    let groups: Iterable<Matched[]>
+    if (matched.length === 1) {
+      groups = [matched]
     } else {
-      const byId = new Map<string, typeof matched>()
+      const byId = new Map<string, Matched[]>()
       for (const entry of matched) {
         const id = entry.rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${entry.rule.maxWaitMs}\u0000${entry.rule.count}\u0000${entry.key}`
         byId.set(id, [...(byId.get(id) ?? []), entry])
       }
       groups = byId.values()
     }
-    const applied: Array<{ rules: string; shadow: boolean; count: CompiledRule['count']; limiter: Limiter; decision: Decision; key: string; cost: number }> = []
+    if (!synchronous) return limitGroups(request, groups)
+    const applied: Applied[] = []
     for (const group of groups) {
-      const { key, cost, rule } = group[0] as (typeof matched)[number]
-      const limiter = group.length === 1 ? (group[0] as (typeof matched)[number]).limiter : combined(group.map((entry) => entry.limiter))
-      const limitOptions = cost === 1 && rule.maxWaitMs === 0 ? undefined : { cost, maxWaitMs: rule.maxWaitMs }
-      const decision = synchronous ? limiter.limitSync(key, limitOptions) : await limiter.limit(key, limitOptions)
-      const names = group.length === 1 ? rule.name : group.map((entry) => entry.rule.name).join('+')
-      if (options.onDecision !== undefined) notify('onDecision', { rule: names, key, decision, shadow: rule.shadow, request })
-      applied.push({ rules: names, shadow: rule.shadow, count: rule.count, limiter, decision, key, cost })
-      if (!decision.allowed && !rule.shadow) break
+      const { limiter, limitOptions } = groupCall(group)
+      if (!record(request, group, limiter, limiter.limitSync((group[0] as Matched).key, limitOptions), applied)) break
     }
+    return respond(request, applied)
+  }
+  const limitGroups = async (request: HttpRequest, groups: Iterable<Matched[]>): Promise<HttpOutcome> => {
+    const applied: Applied[] = []
+    for (const group of groups) {
+      const { limiter, limitOptions } = groupCall(group)
+      if (!record(request, group, limiter, await limiter.limit((group[0] as Matched).key, limitOptions), applied)) break
+    }
+    return respond(request, applied)
+  }
+  const groupCall = (group: Matched[]) => {
+    const { cost, rule } = group[0] as Matched
+    return {
+      limiter: group.length === 1 ? (group[0] as Matched).limiter : combined(group.map((entry) => entry.limiter)),
+      limitOptions: cost === 1 && rule.maxWaitMs === 0 ? undefined : { cost, maxWaitMs: rule.maxWaitMs },
+    }
+  }
+  /** Notes a group's decision; false when it refused the request, so later groups are not charged. */
+  const record = (request: HttpRequest, group: Matched[], limiter: Limiter, decision: Decision, applied: Applied[]): boolean => {
+    const { key, cost, rule } = group[0] as Matched
+    const names = group.length === 1 ? rule.name : group.map((entry) => entry.rule.name).join('+')
+    if (options.onDecision !== undefined) notify('onDecision', { rule: names, key, decision, shadow: rule.shadow, request })
+    applied.push({ rules: names, shadow: rule.shadow, count: rule.count, limiter, decision, key, cost })
+    return decision.allowed || rule.shadow
+  }
+  const respond = (request: HttpRequest, applied: Applied[]): HttpOutcome => {
     if (applied.length === 0) return unlimited()
     // The rule whose numbers single-valued fields carry: the refusing one, else the one with the fewest units left.
-    let refused: (typeof applied)[number] | undefined
-    let binding = applied[0] as (typeof applied)[number]
+    let refused: Applied | undefined
+    let binding = applied[0] as Applied
     let waitMs = 0
     for (const entry of applied) {
       if (!entry.decision.allowed && !entry.shadow) refused ??= entry
@@ -453,6 +503,25 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
       warn(`limitedResponse failed, and the default 429 was sent: ${error instanceof Error ? error.message : String(error)}`)
       return refusal
     }
+  }
+  const afterAllow = (request: HttpRequest): HttpOutcome | Promise<HttpOutcome> => {
+    const matched = matchRules(request, 0, [])
+    return isPromise(matched) ? matched.then((settled) => limitMatched(request, settled)) : limitMatched(request, matched)
+  }
+  const afterDeny = (request: HttpRequest): HttpOutcome | Promise<HttpOutcome> => {
+    if (options.allow === undefined) return afterAllow(request)
+    const allowed = options.allow(request)
+    if (isPromise(allowed)) return allowed.then((yes) => (yes ? unlimited() : afterAllow(request)))
+    return allowed ? unlimited() : afterAllow(request)
+  }
+  const forbidden = () => problem(403, 'Forbidden', 'This client is not allowed to use this API.', [])
+
+  return function rateLimitPipeline(request: HttpRequest): HttpOutcome | Promise<HttpOutcome> {
+    if (typeof options.skip === 'function' ? options.skip(request) : (skip as (path: string) => boolean)(request.path)) return unlimited()
+    if (options.deny === undefined) return afterDeny(request)
+    const denied = options.deny(request)
+    if (isPromise(denied)) return denied.then((yes) => (yes ? forbidden() : afterDeny(request)))
+    return denied ? forbidden() : afterDeny(request)
   }
 }
 
@@ -524,7 +593,7 @@ function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule
   }
 }
 
-function isPromise<T>(value: T | Promise<T>): value is Promise<T> {
+export function isPromise<T>(value: T | Promise<T>): value is Promise<T> {
   return typeof (value as Promise<T> | undefined)?.then === 'function'
 }
 

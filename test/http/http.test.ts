@@ -7,6 +7,7 @@ import { request as httpRequest } from 'node:http'
 import { after, before, describe, it } from 'node:test'
 import { createRateLimitHandler, MemoryStore, RedisStore, type Store } from '../../src/index.ts'
 import type { RateLimitOptions } from '../../src/http/adapters/node.ts'
+import { createRateLimitPipeline, type HttpOutcome } from '../../src/http/handler.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { expressServer, fastifyServer, fetchServer, nodeServer, type StartServer } from './servers.ts'
 
@@ -249,6 +250,49 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: callbacks that answer with promises (an identity lookup, a tier from a database, allow and deny lists) decide as synchronous ones do`, async () => {
+    const later = <T>(value: T) => new Promise<T>((resolve) => setTimeout(() => resolve(value), 1))
+    const options = base([
+      { name: 'tiered', match: { path: '/api/**' }, tiers: { of: (request) => later(request.header('x-tier')), default: 'FREE', policies: { FREE: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'free' }, PRO: { algorithm: 'fixed-window', limit: 2, windowMs: MINUTE, name: 'pro' } } } },
+      // A second rule after an asynchronous one: it is still applied, in order.
+      { name: 'all', policies: { algorithm: 'fixed-window', limit: 4, windowMs: MINUTE, name: 'everything' } },
+    ], {
+      key: (request) => later(request.header('x-client')),
+      allow: (request) => later(request.header('x-client') === 'internal'),
+      deny: (request) => later(request.header('x-client') === 'banned'),
+      emptyKey: 'forbid',
+    })
+    await withServer(start, options, async (url) => {
+      const call = (client: string | undefined, path = '/api/items', tier?: string) => get(`${url}${path}`, { ...(client ? { 'x-client': client } : {}), ...(tier ? { 'x-tier': tier } : {}) })
+      assert.equal((await call('banned')).status, 403)
+      assert.equal((await call(undefined)).status, 403, 'no identity, and emptyKey forbids')
+      for (let i = 0; i < 3; i++) assert.equal((await call('internal')).status, 200)
+      const first = await call('a')
+      assert.equal(first.status, 200)
+      assert.equal(first.headers.get('ratelimit'), '"free";r=0;t=30, "everything";r=3;t=30')
+      assert.equal((await call('a')).status, 429)
+      assert.deepEqual([(await call('b', '/api/items', 'PRO')).status, (await call('b', '/api/items', 'PRO')).status, (await call('b', '/api/items', 'PRO')).status], [200, 200, 429])
+      assert.deepEqual([(await call('b', '/public')).status, (await call('b', '/public')).status, (await call('b', '/public')).status], [200, 200, 429], 'the second rule counted the two PRO requests it allowed')
+    })
+  })
+
+  it(`${adapter}: a callback that throws, at once or in its promise, answers 500; the server stays up`, async () => {
+    const options = base([{ policies: { algorithm: 'fixed-window', limit: 5, windowMs: MINUTE, name: 'five' } }], {
+      key: (request) => {
+        const client = request.header('x-client')
+        if (client === 'throws') throw new Error('lookup table missing')
+        if (client === 'rejects') return Promise.reject(new Error('identity service down'))
+        return client
+      },
+      onWarning: () => {},
+    })
+    await withServer(start, options, async (url) => {
+      assert.equal((await get(url, { 'x-client': 'throws' })).status, 500)
+      assert.equal((await get(url, { 'x-client': 'rejects' })).status, 500)
+      assert.equal((await get(url, { 'x-client': 'fine' })).status, 200)
+    })
+  })
+
   it(`${adapter}: limitedResponse replaces the refusal's body, status and type; the rate-limit fields stay`, async () => {
     const seen: Array<{ key: string; retryAfterSeconds: number; type: unknown }> = []
     const options = base([{ name: 'pages', policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'page-views' } }], {
@@ -341,6 +385,23 @@ describe('HTTP configuration', () => {
     // Narrower exclusions, and case that differs under case-sensitive matching, leave the rule reachable.
     assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/api/**', exclude: '/api/public/**' } }], skip: ['/health'] }))
     assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/API/x' } }], skip: ['/api/**'] }))
+  })
+})
+
+describe('HTTP pipeline', () => {
+  it('decides in the same tick on the memory store with synchronous callbacks, and hands back a promise once a callback returns one', async () => {
+    const request = { method: 'GET', path: '/', host: 'localhost', header: () => undefined, remoteAddress: '127.0.0.1' }
+    const policies = { algorithm: 'fixed-window' as const, limit: 1, windowMs: MINUTE, name: 'one' }
+    const decide = createRateLimitPipeline({ rules: [{ policies }], clock: fixedClock })
+    const first = decide(request)
+    assert.ok(!(first instanceof Promise), 'the memory store and synchronous callbacks answer at once')
+    assert.deepEqual([(first as HttpOutcome).proceed, (decide(request) as HttpOutcome).status], [true, 429])
+    const lookedUp = createRateLimitPipeline({ rules: [{ policies }], clock: fixedClock, key: async () => 'user:1' })
+    const pending = lookedUp(request)
+    assert.ok(pending instanceof Promise)
+    assert.deepEqual([(await pending).proceed, (await lookedUp(request)).status], [true, 429])
+    const redisLike = createRateLimitPipeline({ rules: [{ policies }], clock: fixedClock, store: { consume: (call) => Promise.resolve(new MemoryStore().consumeSync(call)), reset: () => Promise.resolve() } })
+    assert.ok(redisLike(request) instanceof Promise, 'a store that answers later is awaited')
   })
 })
 

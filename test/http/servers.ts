@@ -69,7 +69,8 @@ export const fetchServer: StartServer = (options) => {
     for (const [name, value] of Object.entries(req.headers)) if (typeof value === 'string') headers.set(name, value)
     const target = req.url ?? '/'
     const request = new Request(target.startsWith('/') ? `http://${req.headers.host ?? 'localhost'}${target}` : target, { method: req.method ?? 'GET', headers })
-    const response = await handler(request, req.socket.remoteAddress)
+    // As fetch runtimes (Deno.serve, Bun.serve, Hono) answer a handler that throws: 500.
+    const response = await handler(request, req.socket.remoteAddress).catch(() => new Response(null, { status: 500 }))
     res.statusCode = response.status
     response.headers.forEach((value, name) => res.setHeader(name, value))
     res.end(Buffer.from(await response.arrayBuffer()))

@@ -7,17 +7,25 @@
  * `app.use('/api', ...)`), a rule for `/api/login` still sees `/api/login`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { RateLimitOptions } from '../handler.ts'
-import { nodeRequest, rateLimitNode } from './node.ts'
+import { isPromise, type RateLimitOptions } from '../handler.ts'
+import { nodeLimiter, nodeRequest } from './node.ts'
 
 type Next = (error?: unknown) => void
 
 export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res: ServerResponse, next: Next) => void {
   // Express routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
   // Mounting rewrites req.url to the part below the mount point; originalUrl is what the client asked for.
-  const limit = rateLimitNode({ caseSensitive: false, ...options }, (req) => nodeRequest(req, (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url))
+  const limit = nodeLimiter({ caseSensitive: false, ...options }, (req) => nodeRequest(req, (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url))
   return function sluiceRateLimit(req, res, next) {
-    limit(req, res).then((proceed) => (proceed ? next() : undefined), next)
+    let proceed: boolean | Promise<boolean>
+    try {
+      proceed = limit(req, res)
+    } catch (error) {
+      next(error)
+      return
+    }
+    if (isPromise(proceed)) proceed.then((yes) => (yes ? next() : undefined), next)
+    else if (proceed) next()
   }
 }
 

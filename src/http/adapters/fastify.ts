@@ -4,7 +4,7 @@
  * Fastify's logger unless `onWarning` is given.
  */
 import type { ServerResponse } from 'node:http'
-import { createRateLimitHandler, recordDecision, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitPipeline, isPromise, recordDecision, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { settleWhenSent } from './node.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
@@ -24,7 +24,7 @@ interface FastifyReplyLike {
   send(body: unknown): unknown
 }
 interface FastifyInstanceLike {
-  addHook(name: 'onRequest', hook: (request: FastifyRequestLike, reply: FastifyReplyLike) => Promise<unknown>): unknown
+  addHook(name: 'onRequest', hook: (request: FastifyRequestLike, reply: FastifyReplyLike, done: (error?: Error) => void) => void): unknown
   log: { warn(message: string): void }
 }
 
@@ -41,26 +41,36 @@ export function fastifyRequest(request: FastifyRequestLike): HttpRequest {
   }
 }
 
+// Fastify's error handler wants an Error; a callback may reject with anything.
+const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)))
+
 /** `fastify.register(sluiceFastify, options)`: applies to every route of the instance, not only its children. */
 export const sluiceFastify = Object.assign(
   async function sluiceFastify(fastify: FastifyInstanceLike, options: RateLimitOptions): Promise<void> {
-    const handle = createRateLimitHandler({ onWarning: (message) => fastify.log.warn(message), ...options })
-    fastify.addHook('onRequest', async (request, reply) => {
-      const outcome = await handle(fastifyRequest(request))
+    const decide = createRateLimitPipeline({ onWarning: (message) => fastify.log.warn(message), ...options })
+    const apply = (request: FastifyRequestLike, reply: FastifyReplyLike, outcome: HttpOutcome, done: (error?: Error) => void): void => {
       recordDecision(request, outcome)
       settleWhenSent(reply.raw, outcome.settle)
       for (const [name, value] of outcome.headers) reply.header(name, value)
-      if (outcome.proceed && outcome.waitMs > 0) {
+      if (!outcome.proceed) {
+        reply.code(outcome.status).send(outcome.body)
+      } else if (outcome.waitMs > 0) {
         // Queued: proceed after the wait, unless the client hangs up first.
         const socket = request.raw.socket as unknown as { once(e: 'close', f: () => void): void; off(e: 'close', f: () => void): void }
-        const waited = await waitUnlessAborted(outcome.waitMs, (abort) => {
+        waitUnlessAborted(outcome.waitMs, (abort) => {
           socket.once('close', abort)
           return () => socket.off('close', abort)
-        })
-        if (!waited) return reply.code(499).send(undefined)
+        }).then((waited) => (waited ? done() : reply.code(499).send(undefined)), (error: unknown) => done(asError(error)))
+      } else {
+        done()
       }
-      if (!outcome.proceed) return reply.code(outcome.status).send(outcome.body)
-      return undefined
+    }
+    // A callback hook, not an async one: a decision made at once (the memory store) goes on
+    // in the same tick, with no promise to settle per request.
+    fastify.addHook('onRequest', (request, reply, done) => {
+      const outcome = decide(fastifyRequest(request))
+      if (isPromise(outcome)) outcome.then((settled) => apply(request, reply, settled, done)).catch((error: unknown) => done(asError(error)))
+      else apply(request, reply, outcome, done)
     })
   },
   // What fastify-plugin sets: the hook covers the routes of the instance that registers it.

@@ -5,7 +5,7 @@
  */
 import { ServerResponse, type IncomingMessage } from 'node:http'
 import type { Socket } from 'node:net'
-import { createRateLimitHandler, recordDecision, warningSink, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitPipeline, isPromise, recordDecision, warningSink, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -31,9 +31,23 @@ export function rateLimitNode(
   options: RateLimitOptions,
   toRequest: (req: IncomingMessage) => HttpRequest = nodeRequest,
 ): (req: IncomingMessage, res: ServerResponse) => Promise<boolean> {
-  const handle = createRateLimitHandler(options)
+  const limit = nodeLimiter(options, toRequest)
   return async function rateLimitNodeRequest(req, res) {
-    const outcome = await handle(toRequest(req))
+    return limit(req, res)
+  }
+}
+
+/**
+ * rateLimitNode for the adapters: the answer itself when the pipeline decided
+ * at once (the memory store), so a request goes on in the same tick; else a
+ * promise of it. A callback of the options that throws at once throws here.
+ */
+export function nodeLimiter(
+  options: RateLimitOptions,
+  toRequest: (req: IncomingMessage) => HttpRequest = nodeRequest,
+): (req: IncomingMessage, res: ServerResponse) => boolean | Promise<boolean> {
+  const decide = createRateLimitPipeline(options)
+  const apply = (req: IncomingMessage, res: ServerResponse, outcome: HttpOutcome): boolean | Promise<boolean> => {
     recordDecision(req, outcome)
     settleWhenSent(res, outcome.settle)
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
@@ -42,6 +56,10 @@ export function rateLimitNode(
     res.statusCode = outcome.status
     res.end(outcome.body)
     return false
+  }
+  return function limitNodeRequest(req, res) {
+    const outcome = decide(toRequest(req))
+    return isPromise(outcome) ? outcome.then((settled) => apply(req, res, settled)) : apply(req, res, outcome)
   }
 }
 
@@ -113,18 +131,27 @@ export function withRateLimit(
   listener: (req: IncomingMessage, res: ServerResponse) => unknown,
   options: RateLimitOptions,
 ): (req: IncomingMessage, res: ServerResponse) => void {
-  const limit = rateLimitNode(options)
+  const limit = nodeLimiter(options)
   const warn = warningSink(options)
+  // A callback of the options threw (key, cost, tiers.of, allow, deny), or a bug did: say which, and answer rather than hang the client.
+  const failed = (res: ServerResponse, error: unknown) => {
+    warn(`a request could not be decided and was answered 500: ${error instanceof Error ? error.message : String(error)}`)
+    if (!res.headersSent) res.statusCode = 500
+    res.end()
+  }
   return function rateLimitedListener(req, res) {
-    limit(req, res).then(
-      (proceed) => (proceed ? listener(req, res) : undefined),
-      (error: unknown) => {
-        // A callback of the options threw (key, cost, tiers.of, allow, deny), or a bug did: say which, and answer rather than hang the client.
-        warn(`a request could not be decided and was answered 500: ${error instanceof Error ? error.message : String(error)}`)
-        if (!res.headersSent) res.statusCode = 500
-        res.end()
-      },
-    )
+    let proceed: boolean | Promise<boolean>
+    try {
+      proceed = limit(req, res)
+    } catch (error) {
+      failed(res, error)
+      return
+    }
+    if (!isPromise(proceed)) {
+      if (proceed) listener(req, res)
+      return
+    }
+    proceed.then((yes) => (yes ? listener(req, res) : undefined), (error: unknown) => failed(res, error))
   }
 }
 
