@@ -330,6 +330,9 @@ export function createRateLimitPipeline(options: RateLimitOptions): (request: Ht
     }
   })
 
+  // Whether any rule counts only some responses: only then can an allowed request need a refund later.
+  const counting = rules.some((rule) => rule.count !== 'all')
+
   // Limiters over the union of several rules' policies, one per combination that occurs.
   const combinations = new Map<string, Limiter>()
   const ids = new Map<Limiter, number>()
@@ -422,26 +425,23 @@ export function createRateLimitPipeline(options: RateLimitOptions): (request: Ht
     if (!synchronous) return limitGroups(request, groups)
     const applied: Applied[] = []
     for (const group of groups) {
-      const { limiter, limitOptions } = groupCall(group)
-      if (!record(request, group, limiter, limiter.limitSync((group[0] as Matched).key, limitOptions), applied)) break
+      const limiter = groupLimiter(group)
+      const { key, cost, rule } = group[0] as Matched
+      if (!record(request, group, limiter, limiter.limitSync(key, limitOptions(cost, rule)), applied)) break
     }
     return respond(request, applied)
   }
   const limitGroups = async (request: HttpRequest, groups: Iterable<Matched[]>): Promise<HttpOutcome> => {
     const applied: Applied[] = []
     for (const group of groups) {
-      const { limiter, limitOptions } = groupCall(group)
-      if (!record(request, group, limiter, await limiter.limit((group[0] as Matched).key, limitOptions), applied)) break
+      const limiter = groupLimiter(group)
+      const { key, cost, rule } = group[0] as Matched
+      if (!record(request, group, limiter, await limiter.limit(key, limitOptions(cost, rule)), applied)) break
     }
     return respond(request, applied)
   }
-  const groupCall = (group: Matched[]) => {
-    const { cost, rule } = group[0] as Matched
-    return {
-      limiter: group.length === 1 ? (group[0] as Matched).limiter : combined(group.map((entry) => entry.limiter)),
-      limitOptions: cost === 1 && rule.maxWaitMs === 0 ? undefined : { cost, maxWaitMs: rule.maxWaitMs },
-    }
-  }
+  const groupLimiter = (group: Matched[]): Limiter => (group.length === 1 ? (group[0] as Matched).limiter : combined(group.map((entry) => entry.limiter)))
+  const limitOptions = (cost: number, rule: CompiledRule) => (cost === 1 && rule.maxWaitMs === 0 ? undefined : { cost, maxWaitMs: rule.maxWaitMs })
   /** Notes a group's decision; false when it refused the request, so later groups are not charged. */
   const record = (request: HttpRequest, group: Matched[], limiter: Limiter, decision: Decision, applied: Applied[]): boolean => {
     const { key, cost, rule } = group[0] as Matched
@@ -474,8 +474,10 @@ export function createRateLimitPipeline(options: RateLimitOptions): (request: Ht
     if (refused === undefined) {
       const outcome: HttpOutcome = { proceed: true, status: 200, headers, body: undefined, waitMs, decision: binding.decision }
       // Charged at once (a burst meets the limit exactly); given back once the response shows it does not count.
-      const provisional = applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && !entry.decision.degraded)
-      if (provisional.length > 0) outcome.settle = settler(provisional)
+      if (counting) {
+        const provisional = applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && !entry.decision.degraded)
+        if (provisional.length > 0) outcome.settle = settler(provisional)
+      }
       return outcome
     }
     const { decision } = refused
