@@ -29,12 +29,14 @@ interface FastifyInstanceLike {
 }
 
 export function fastifyRequest(request: FastifyRequestLike): HttpRequest {
+  // Fastify's `headers` is a getter: read it once, not once per header the pipeline asks for.
+  const headers = request.headers
   return {
     method: request.method,
     path: requestPath(request.url),
-    host: typeof request.headers.host === 'string' ? request.headers.host : request.hostname,
+    host: typeof headers.host === 'string' ? headers.host : request.hostname,
     header: (name) => {
-      const value = request.headers[name]
+      const value = headers[name]
       return Array.isArray(value) ? value.join(', ') : value
     },
     remoteAddress: request.raw.socket.remoteAddress,
