@@ -13,7 +13,7 @@ import { Limiter, type LimiterOptions } from '../limiter/limiter.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import { compileMatch, compilePaths, excludesAll, type MatchOptions } from './match.ts'
-import { rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
+import { checkHeaderOptions, rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
 export interface HttpRequest {
@@ -256,6 +256,7 @@ export function createRateLimitPipeline(options: RateLimitOptions): (request: Ht
   if (emptyKey !== 'anonymous' && emptyKey !== 'forbid') throw new ArgumentError('emptyKey', emptyKey, "must be 'anonymous' or 'forbid'")
   const clock = options.clock ?? Date.now
   const headerOptions = options.headers ?? {}
+  checkHeaderOptions(headerOptions)
   const seenPolicyNames = new Map<string, string>()
   const statePrefix = httpStatePrefix(options.prefix)
   // An in-process store decides at once: no promise to await per request.

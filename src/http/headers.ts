@@ -11,6 +11,8 @@
  */
 import { createHash } from 'node:crypto'
 import { serializeByteSequence, serializeDictionary, serializeItem, serializeList, serializeString, type Item } from 'structured-headers'
+import { ArgumentError } from '../core/errors.ts'
+import { checkOptions } from '../core/options.ts'
 import type { Decision, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 
 export type StandardHeaders = 'draft-10' | 'draft-8' | 'draft-7' | 'draft-6'
@@ -36,6 +38,22 @@ export interface HeaderOptions {
 }
 
 export type HeaderList = Array<[name: string, value: string]>
+
+const HEADER_OPTIONS = new Set(['standard', 'legacy', 'partitionKey', 'springCloudGateway'])
+const STANDARDS: ReadonlyArray<StandardHeaders | false> = ['draft-10', 'draft-8', 'draft-7', 'draft-6', false]
+
+/** Refuses header options that would silently send other fields than meant (a misspelt standard or option). */
+export function checkHeaderOptions(options: unknown, argument = 'headers'): asserts options is HeaderOptions {
+  checkOptions(argument, 'a headers option', options, HEADER_OPTIONS)
+  const { standard } = options as HeaderOptions
+  if (standard !== undefined && !STANDARDS.includes(standard)) {
+    throw new ArgumentError(`${argument}.standard`, standard, "must be 'draft-10', 'draft-8', 'draft-7', 'draft-6' or false")
+  }
+  for (const flag of ['legacy', 'partitionKey', 'springCloudGateway'] as const) {
+    const value = (options as HeaderOptions)[flag]
+    if (value !== undefined && typeof value !== 'boolean') throw new ArgumentError(`${argument}.${flag}`, value, 'must be true or false')
+  }
+}
 
 /** The window a policy's quota refers to, in whole seconds (at least 1). */
 export function windowSeconds(policy: ResolvedPolicy): number {

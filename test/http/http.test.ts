@@ -373,6 +373,10 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { method: 'GET POST' } }] }), /match\.method.*must be HTTP methods/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, cost: 10 }] }), /exceeds the limit 5 .* would refuse every request/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { policies }] }), /both have a policy named/)
+    // A misspelt header style would silently send other fields, or none.
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { standard: 'draft-99' as never } }), /headers\.standard must be 'draft-10', 'draft-8', 'draft-7', 'draft-6' or false \(got "draft-99"\)/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { legacyHeaders: true } as never }), /legacyHeaders is not a headers option/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { legacy: 'yes' as never } }), /headers\.legacy must be true or false/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['not-an-ip'] } }), /trustProxy/)
     // Counting only some responses refunds the others: only buckets take units back exactly.
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'login', policies, count: 'failed' }] }), /rule "login" count needs token-bucket or police leaky-bucket policies, .* "fixed-window:5\/1s" is fixed-window/)
