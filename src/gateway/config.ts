@@ -142,6 +142,14 @@ const upstreamUrl = z.string({ error: (issue) => `expected an http:// or https:/
   }
 })
 
+/** Which rate-limit fields responses carry. */
+const headerStyle = z.strictObject({
+  standard: z.union([z.enum(['draft-10', 'draft-8', 'draft-7', 'draft-6']), z.literal(false)], { error: (issue) => `expected draft-10, draft-8, draft-7, draft-6 or false, got ${show(issue.input)}` }).optional(),
+  legacy: z.boolean().optional(),
+  partitionKey: z.boolean().optional(),
+  springCloudGateway: z.boolean().optional(),
+})
+
 const route = z.strictObject({
   name,
   match: match.optional(),
@@ -164,6 +172,8 @@ const route = z.strictObject({
   preserveHost: z.boolean().optional(),
   /** Longest wait for the upstream's response headers; then 504. */
   timeoutMs: milliseconds.optional(),
+  /** This route's header style, over the top-level `headers` (e.g. Spring Cloud Gateway's fields on the routes moved from it). */
+  headers: headerStyle.optional(),
   limits: z.array(limit).default([]),
 })
 
@@ -261,12 +271,7 @@ export const configSchema = z.strictObject({
   prefix: z.string().regex(/^[\x21-\x7a\x7c\x7e]{1,48}$/).default('sluice'),
   identity: identity.default({}),
   tiers: tiers.optional(),
-  headers: z.strictObject({
-    standard: z.union([z.enum(['draft-10', 'draft-8', 'draft-7', 'draft-6']), z.literal(false)], { error: (issue) => `expected draft-10, draft-8, draft-7, draft-6 or false, got ${show(issue.input)}` }).optional(),
-    legacy: z.boolean().optional(),
-    partitionKey: z.boolean().optional(),
-    springCloudGateway: z.boolean().optional(),
-  }).default({}),
+  headers: headerStyle.default({}),
   /** Every limit in shadow mode: decide, count and log, never refuse. */
   shadow: z.boolean().default(false),
   /** Path patterns match case-sensitively; false for upstreams that route case-insensitively (Express's default, ASP.NET). */

@@ -446,6 +446,8 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     rewrite: pathRewriter(route),
   }))
   const failure = config.store.type === 'redis' ? config.store : undefined
+  // A route's own header style, over the top-level one.
+  const routeHeaders = new Map(config.routes.filter((route) => route.headers !== undefined).map((route) => [route.name, { ...config.headers, ...route.headers }]))
   const decide = rules.length === 0 ? undefined : createRateLimitPipeline({
     rules,
     store: store.store,
@@ -466,7 +468,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
       if (request.outcome === undefined || request.outcome === 'allowed') request.outcome = outcome
     },
     onWarning: (message) => logger.warn(message),
-  })
+  }, routeHeaders.size === 0 ? {} : { headersFor: (request) => routeHeaders.get((request as GatewayRequest).route) })
   return { config, routes, decide, store }
 }
 

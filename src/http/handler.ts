@@ -206,12 +206,18 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
   }
 }
 
+/** What the gateway adds to the options, beyond the middleware's. */
+export interface PipelineExtras {
+  /** The header style for this request (the gateway's per-route `headers`), checked by the caller; default `options.headers`. */
+  headersFor?: (request: HttpRequest) => HeaderOptions | undefined
+}
+
 /**
  * The pipeline as adapters run it: the outcome itself when every step could
  * answer at once (the in-process store and synchronous callbacks), else a
  * promise of it. A callback that throws synchronously throws here.
  */
-export function createRateLimitPipeline(options: RateLimitOptions): (request: HttpRequest) => HttpOutcome | Promise<HttpOutcome> {
+export function createRateLimitPipeline(options: RateLimitOptions, extras: PipelineExtras = {}): (request: HttpRequest) => HttpOutcome | Promise<HttpOutcome> {
   if (typeof options !== 'object' || options === null || !Array.isArray(options.rules) || options.rules.length === 0) {
     throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules')
   }
@@ -367,8 +373,8 @@ export function createRateLimitPipeline(options: RateLimitOptions): (request: Ht
   }
 
   // Failing open, a decision the store could not make carries a fresh key's numbers: they describe nothing, so no fields.
-  const fieldsOf = ({ limiter, decision, key, cost }: { limiter: Limiter; decision: Decision; key: string; cost: number }, now: number): HeaderList =>
-    failedAs(limiter, decision) === 'open' ? [] : rateLimitHeaders(decision, limiter.policies, headerOptions, key, now, cost)
+  const fieldsOf = ({ limiter, decision, key, cost }: { limiter: Limiter; decision: Decision; key: string; cost: number }, style: HeaderOptions, now: number): HeaderList =>
+    failedAs(limiter, decision) === 'open' ? [] : rateLimitHeaders(decision, limiter.policies, style, key, now, cost)
 
   // The pipeline runs synchronously as long as every step answers at once (in-process store,
   // synchronous resolvers): no promise, no microtask per request. A step that returns a
@@ -464,13 +470,14 @@ export function createRateLimitPipeline(options: RateLimitOptions): (request: Ht
     }
     if (refused !== undefined) binding = refused
     // Only the legacy Reset field is a timestamp.
-    const now = headerOptions.legacy === true ? clock() : 0
+    const style = extras.headersFor?.(request) ?? headerOptions
+    const now = style.legacy === true ? clock() : 0
     let headers: HeaderList
     if (applied.length === 1) {
-      headers = fieldsOf(binding, now)
+      headers = fieldsOf(binding, style, now)
     } else {
-      const perRule = applied.map((entry) => fieldsOf(entry, now))
-      headers = mergeHeaders(perRule, applied.indexOf(binding), headerOptions.standard ?? 'draft-10')
+      const perRule = applied.map((entry) => fieldsOf(entry, style, now))
+      headers = mergeHeaders(perRule, applied.indexOf(binding), style.standard ?? 'draft-10')
     }
     if (refused === undefined) {
       const outcome: HttpOutcome = { proceed: true, status: 200, headers, body: undefined, waitMs, decision: binding.decision }

@@ -54,6 +54,9 @@ routes:
           - { algorithm: leaky, capacity: 5 }
       - replenishRate: 0
         burstCapacity: 2
+  - name: moved
+    upstream: http://127.0.0.1:8081
+    headers: { standard: draft-99 }
 `
     assert.deepEqual(await problems(text), [
       'server.listen: expected "host:port" or a port number, got "127.0.0.1:99999" (line 2)',
@@ -63,6 +66,7 @@ routes:
       'routes[0].limits[0].policies[0].capacity: must be a positive integer (got -5) (line 12)',
       'routes[0].limits[0].policies[1].algorithm: must be one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket (got "leaky") (line 15)',
       'routes[0].limits[1].replenishRate: expected a positive integer, got 0 (line 16)',
+      'routes[1].headers.standard: expected draft-10, draft-8, draft-7, draft-6 or false, got "draft-99" (line 20)',
     ])
   })
 

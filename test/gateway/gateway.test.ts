@@ -44,6 +44,8 @@ routes:
   - name: login
     match: { path: /login, method: POST }
     upstream: ${upstream}
+    # Moved from Spring Cloud Gateway: its clients read its fields, on this route only.
+    headers: { springCloudGateway: true }
     limits:
       - name: brute-force
         replenishRate: 1
@@ -127,6 +129,7 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal(hello.forwardedHost, new URL(gateway.url).host)
     assert.equal(alpha[0]?.headers.get('ratelimit-policy'), '"api-hour";q=3;w=3600')
     assert.equal(alpha[0]?.headers.get('ratelimit'), '"api-hour";r=2;t=3600')
+    assert.equal(alpha[0]?.headers.get('x-ratelimit-replenish-rate'), null, 'Spring Cloud Gateway fields only on the route that asks for them')
     const refused = alpha[3]
     assert.equal(refused?.headers.get('content-type'), 'application/problem+json')
     // A small body the gateway writes itself goes with its length, not chunked.
@@ -182,12 +185,16 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal((await send('*', 'OPTIONS')).status, 400)
   })
 
-  it('speaks Spring Cloud Gateway: replenishRate / burstCapacity as a token bucket', async () => {
-    const statuses = []
+  it('speaks Spring Cloud Gateway: replenishRate / burstCapacity as a token bucket, with its fields on its route', async () => {
+    const responses = []
     for (let i = 0; i < 3; i++) {
-      statuses.push((await fetch(`${gateway.url}/login`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status)
+      responses.push(await fetch(`${gateway.url}/login`, { method: 'POST', headers: { 'x-api-key': 'scg' } }))
     }
-    assert.deepEqual(statuses, [200, 200, 429])
+    assert.deepEqual(responses.map((r) => r.status), [200, 200, 429])
+    const fields = (r: Response) => ['x-ratelimit-remaining', 'x-ratelimit-replenish-rate', 'x-ratelimit-burst-capacity', 'x-ratelimit-requested-tokens', 'ratelimit'].map((name) => r.headers.get(name))
+    // The route's style is over the top-level one: the draft-10 fields stay beside Spring Cloud Gateway's.
+    assert.deepEqual(fields(responses[0] as Response), ['1', '1', '2', '1', '"login.token-bucket:2@1/1s";r=1;t=1'])
+    assert.deepEqual(fields(responses[2] as Response), ['0', '1', '2', '1', '"login.token-bucket:2@1/1s";r=0;t=1'])
     // caseSensitive: false (for upstreams that route /LOGIN as /login): another spelling meets the same limit.
     assert.equal((await fetch(`${gateway.url}/Login`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
     // A path parameter (Tomcat and Spring route /login;jsessionid=1 as /login) meets it too.
