@@ -172,6 +172,12 @@ const route = z.strictObject({
   preserveHost: z.boolean().optional(),
   /** Longest wait for the upstream's response headers; then 504. */
   timeoutMs: milliseconds.optional(),
+  /** Active health checks: GET `path` on each upstream every `intervalMs`; one that fails is passed over until one passes. */
+  healthCheck: z.strictObject({
+    path: z.string().regex(/^\/[^\s?#]*$/, { error: (issue) => `expected a path starting with "/", got ${show(issue.input)}` }),
+    intervalMs: milliseconds.default(5000),
+    timeoutMs: milliseconds.default(2000),
+  }).optional(),
   /** This route's header style, over the top-level `headers` (e.g. Spring Cloud Gateway's fields on the routes moved from it). */
   headers: headerStyle.optional(),
   limits: z.array(limit).default([]),

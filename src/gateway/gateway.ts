@@ -97,6 +97,7 @@ export class Gateway {
     this.metrics.configLoaded(runtime.config.version, undefined)
     this.probe = setInterval(() => { void this.probeStore() }, 1000)
     this.probe.unref()
+    this.checkUpstreams(runtime)
     this.watcher = options.watchFile === false ? undefined : this.watchConfig(runtime.config.file)
   }
 
@@ -154,6 +155,7 @@ export class Gateway {
     this.draining = true
     this.watcher?.close()
     clearInterval(this.probe)
+    for (const route of this.runtime.routes) route.upstreams.stop()
     const deadline = Date.now() + this.runtime.config.server.timeouts.shutdownMs
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()))
     this.server.closeIdleConnections()
@@ -361,12 +363,29 @@ export class Gateway {
     // Keep listeners and timeouts as they are: changing them needs a restart.
     next.config = { ...next.config, server: current.config.server, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: current.config.tls }
     this.runtime = next
+    for (const route of current.routes) route.upstreams.stop()
+    this.checkUpstreams(next)
     this.metrics.configLoaded(config.version, current.config.version)
     this.logger.info({ version: config.version, previous: current.config.version, ...(fixed.length > 0 ? { needsRestart: fixed } : {}) }, 'config reloaded')
     if (!sameStore) {
       // Requests in flight may still be deciding on the old store: close it once they are done.
       const old = current.store
       setTimeout(() => { void old.close() }, current.config.server.timeouts.shutdownMs).unref()
+    }
+  }
+
+  /** Starts the active health checks of the routes that ask for them. */
+  private checkUpstreams(runtime: Runtime): void {
+    for (const route of runtime.routes) {
+      const check = route.config.healthCheck
+      if (check === undefined) continue
+      const name = route.config.name
+      route.upstreams.startHealthChecks(check, this.agent, (upstream, healthy, reason) => {
+        this.metrics.upstreamHealth(name, upstream, healthy)
+        if (healthy) this.logger.info({ route: name, upstream }, 'upstream passes its health check again')
+        else this.logger.warn({ route: name, upstream, reason }, 'upstream failed its health check; passed over until it passes')
+      })
+      for (const upstream of route.upstreams.urls) this.metrics.upstreamHealth(name, upstream, true)
     }
   }
 

@@ -32,7 +32,26 @@ export interface ProxyOutcome {
 /** How long an upstream that refused a connection is passed over (nginx's fail_timeout). */
 const DOWN_MS = 10_000
 
-export interface UpstreamBase { origin: string; path: string; host: string; downUntil: number }
+export interface UpstreamBase {
+  origin: string
+  path: string
+  host: string
+  downUntil: number
+  /** False from a failed health check until one passes (only with a route's healthCheck). */
+  healthy: boolean
+}
+
+/** A route's active health check: GET `path` on each upstream every `intervalMs`. */
+export interface HealthCheck {
+  path: string
+  intervalMs: number
+  timeoutMs: number
+}
+
+const urlOf = (base: UpstreamBase) => `${base.origin}${base.path}`
+
+/** What the gateway hears of health checks: an upstream (by its URL) that failed one, or passed again. */
+export type HealthListener = (origin: string, healthy: boolean, reason: string) => void
 
 /**
  * One route's upstreams, taken in turn, over a shared keep-alive pool. One that
@@ -41,27 +60,81 @@ export interface UpstreamBase { origin: string; path: string; host: string; down
 export class Upstreams {
   private next = 0
   private readonly bases: UpstreamBase[]
+  private checking: NodeJS.Timeout | undefined
 
   /** `onDown` hears of an upstream newly passed over (not of each request that finds it still down). */
   constructor(route: RouteConfig, private readonly onDown: (origin: string) => void = () => {}) {
     const urls = Array.isArray(route.upstream) ? route.upstream : [route.upstream]
     this.bases = urls.map((url) => {
       const parsed = new URL(url)
-      return { origin: parsed.origin, path: parsed.pathname.replace(/\/$/, ''), host: parsed.host, downUntil: 0 }
+      return { origin: parsed.origin, path: parsed.pathname.replace(/\/$/, ''), host: parsed.host, downUntil: 0, healthy: true }
     })
+  }
+
+  /**
+   * Starts the route's active health checks: an upstream whose check fails
+   * (a status other than 2xx or 3xx, no answer within timeoutMs, no
+   * connection) is passed over until one passes. Requests themselves only
+   * notice an upstream that refuses connections; a check also finds one that
+   * answers 503 or hangs. Until stop().
+   */
+  startHealthChecks(check: HealthCheck, dispatcher: Dispatcher, onChange: HealthListener): void {
+    this.stop()
+    const probe = async (base: UpstreamBase): Promise<void> => {
+      let reason: string
+      try {
+        const response = await dispatcher.request({
+          origin: base.origin,
+          path: `${base.path}${check.path}`,
+          method: 'GET',
+          headers: { host: base.host, 'user-agent': 'sluice-health-check' },
+          headersTimeout: check.timeoutMs,
+          bodyTimeout: check.timeoutMs,
+        })
+        await response.body.dump()
+        reason = response.statusCode < 400 ? '' : `status ${response.statusCode}`
+      } catch (error) {
+        reason = error instanceof errors.HeadersTimeoutError || error instanceof errors.BodyTimeoutError ? `no answer within ${check.timeoutMs} ms` : (error as Error).message
+      }
+      const healthy = reason === ''
+      if (healthy !== base.healthy && this.checking !== undefined) {
+        base.healthy = healthy
+        onChange(urlOf(base), healthy, reason)
+      }
+    }
+    let running = false
+    const round = () => {
+      // A round still waiting for a slow upstream is not stacked on.
+      if (running) return
+      running = true
+      void Promise.all(this.bases.map(probe)).finally(() => { running = false })
+    }
+    this.checking = setInterval(round, check.intervalMs).unref()
+    round()
+  }
+
+  /** Stops the health checks (a reload replaced the route, or the gateway is closing). */
+  stop(): void {
+    clearInterval(this.checking)
+    this.checking = undefined
   }
 
   get size(): number {
     return this.bases.length
   }
 
-  /** Round-robin over the upstreams not marked down (over all of them when every one is). */
+  /** Each upstream as configured (its origin and base path): how health checks name it. */
+  get urls(): string[] {
+    return this.bases.map(urlOf)
+  }
+
+  /** Round-robin over the upstreams not marked down nor failing their health check (over all of them when every one is). */
   pick(): UpstreamBase {
     const count = this.bases.length
     const now = count > 1 ? Date.now() : Number.POSITIVE_INFINITY
     for (let offset = 0; offset < count; offset++) {
       const base = this.bases[(this.next + offset) % count] as UpstreamBase
-      if (base.downUntil <= now) {
+      if (base.downUntil <= now && base.healthy) {
         this.next = (this.next + offset + 1) % count
         return base
       }

@@ -27,6 +27,7 @@ export class GatewayMetrics {
   private readonly configReloads: Counter<'result'>
   private readonly configInfo: Gauge<'version'>
   private readonly tunnels: Gauge<'route'>
+  private readonly upstreamHealthy: Gauge<'route' | 'upstream'>
 
   constructor() {
     const registers = [this.registry]
@@ -56,6 +57,7 @@ export class GatewayMetrics {
     this.configReloads = new Counter({ name: 'sluice_config_reloads_total', help: 'Config reloads by result (applied, refused).', labelNames: ['result'], registers })
     this.configInfo = new Gauge({ name: 'sluice_config_info', help: 'The running config version (1 for the current one).', labelNames: ['version'], registers })
     this.tunnels = new Gauge({ name: 'sluice_tunnels_open', help: 'WebSocket connections joined to their upstream, open now.', labelNames: ['route'], registers })
+    this.upstreamHealthy = new Gauge({ name: 'sluice_upstream_healthy', help: "1 while an upstream passes its route's health check, 0 while it fails it (routes with healthCheck only).", labelNames: ['route', 'upstream'], registers })
     this.storeUp.set(1)
   }
 
@@ -84,6 +86,10 @@ export class GatewayMetrics {
   tunnelOpened(route: string): () => void {
     this.tunnels.inc({ route })
     return () => this.tunnels.dec({ route })
+  }
+
+  upstreamHealth(route: string, upstream: string, healthy: boolean): void {
+    this.upstreamHealthy.set({ route, upstream }, healthy ? 1 : 0)
   }
 
   upstreamFailure(route: string, failure: string): void {
