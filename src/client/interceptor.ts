@@ -7,6 +7,7 @@
 import type { Dispatcher } from 'undici'
 import type { HeaderLookup } from './headers.ts'
 import type { Trip } from './client.ts'
+import { asError } from '../core/errors.ts'
 import { sleep } from './sleep.ts'
 
 /** What the client lends the interceptor: the two halves of a trip. */
@@ -132,6 +133,6 @@ export class InterceptedRequest<P extends { abandon(): void }> {
   private fail(error: unknown): void {
     if (this.finished) return
     this.finished = true
-    this.handler.onResponseError?.(this.controller, error instanceof Error ? error : new Error(String(error)))
+    this.handler.onResponseError?.(this.controller, asError(error))
   }
 }

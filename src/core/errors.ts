@@ -6,6 +6,16 @@
 import type { Decision } from './types.ts'
 
 
+/** What was thrown, as an Error: callbacks and stores may throw anything. */
+export function asError(thrown: unknown): Error {
+  return thrown instanceof Error ? thrown : new Error(String(thrown))
+}
+
+/** What was thrown, for a warning or a log line. */
+export function messageOf(thrown: unknown): string {
+  return thrown instanceof Error ? thrown.message : String(thrown)
+}
+
 /** Base class of every error sluice throws; `code` is stable and documented. */
 export class SluiceError extends Error {
   readonly code: string

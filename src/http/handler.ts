@@ -4,7 +4,7 @@
  * translate their request into `HttpRequest` and apply the `HttpOutcome`.
  */
 import type { Clock } from '../core/clock.ts'
-import { ArgumentError } from '../core/errors.ts'
+import { ArgumentError, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
@@ -234,7 +234,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     try {
       options[hook]?.(event)
     } catch (error) {
-      warn(`${hook} threw, and the request went on: ${error instanceof Error ? error.message : String(error)}`)
+      warn(`${hook} threw, and the request went on: ${messageOf(error)}`)
     }
   }
   const resolveIp = clientIpResolver(options.clientIp)
@@ -361,7 +361,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       const failed = status >= 400
       for (const { count, limiter, key, cost, rules } of entries) {
         if ((count === 'failed') === failed) continue
-        const unrefunded = (error: unknown) => warn(`rule "${rules}": a response that does not count (${status}) could not be refunded: ${error instanceof Error ? error.message : String(error)}`)
+        const unrefunded = (error: unknown) => warn(`rule "${rules}": a response that does not count (${status}) could not be refunded: ${messageOf(error)}`)
         try {
           if (synchronous) limiter.refundSync(key, cost)
           else limiter.refund(key, cost).catch(unrefunded)
@@ -510,7 +510,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       const custom = options.limitedResponse(event)
       return custom === undefined ? refusal : customRefusal(custom, refusalHeaders)
     } catch (error) {
-      warn(`limitedResponse failed, and the default 429 was sent: ${error instanceof Error ? error.message : String(error)}`)
+      warn(`limitedResponse failed, and the default 429 was sent: ${messageOf(error)}`)
       return refusal
     }
   }

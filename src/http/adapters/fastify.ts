@@ -6,6 +6,7 @@
 import type { ServerResponse } from 'node:http'
 import { createRateLimitPipeline, isPromise, recordDecision, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { settleWhenSent } from './node.ts'
+import { asError } from '../../core/errors.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -42,9 +43,6 @@ export function fastifyRequest(request: FastifyRequestLike): HttpRequest {
     remoteAddress: request.raw.socket.remoteAddress,
   }
 }
-
-// Fastify's error handler wants an Error; a callback may reject with anything.
-const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)))
 
 /** `fastify.register(sluiceFastify, options)`: applies to every route of the instance, not only its children. */
 export const sluiceFastify = Object.assign(

@@ -6,6 +6,7 @@
 import { ServerResponse, type IncomingMessage } from 'node:http'
 import type { Socket } from 'node:net'
 import { createRateLimitPipeline, isPromise, recordDecision, warningSink, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { messageOf } from '../../core/errors.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -100,7 +101,7 @@ export function rateLimitUpgrade(options: RateLimitOptions): (req: IncomingMessa
     try {
       proceed = await limit(req, res)
     } catch (error) {
-      warn(`an upgrade request could not be decided and was answered 500: ${error instanceof Error ? error.message : String(error)}`)
+      warn(`an upgrade request could not be decided and was answered 500: ${messageOf(error)}`)
       res.statusCode = 500
       res.end()
       return false
@@ -135,7 +136,7 @@ export function withRateLimit(
   const warn = warningSink(options)
   // A callback of the options threw (key, cost, tiers.of, allow, deny), or a bug did: say which, and answer rather than hang the client.
   const failed = (res: ServerResponse, error: unknown) => {
-    warn(`a request could not be decided and was answered 500: ${error instanceof Error ? error.message : String(error)}`)
+    warn(`a request could not be decided and was answered 500: ${messageOf(error)}`)
     if (!res.headersSent) res.statusCode = 500
     res.end()
   }

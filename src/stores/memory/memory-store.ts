@@ -5,7 +5,7 @@
  */
 import { evaluate, NO_WAIT, step, type AlgorithmState, type Transition } from '../../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../../core/clock.ts'
-import { ArgumentError } from '../../core/errors.ts'
+import { ArgumentError, asError } from '../../core/errors.ts'
 import { checkOptions } from '../../core/options.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import type { StoreCall, SyncStore } from '../store.ts'
@@ -110,7 +110,7 @@ export class MemoryStore implements SyncStore {
     try {
       return Promise.resolve(this.consumeSync(call))
     } catch (error) {
-      return Promise.reject(error instanceof Error ? error : new Error(String(error)))
+      return Promise.reject(asError(error))
     }
   }
 
