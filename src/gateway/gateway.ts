@@ -364,7 +364,7 @@ export class Gateway {
     next.config = { ...next.config, server: current.config.server, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: current.config.tls }
     this.runtime = next
     for (const route of current.routes) route.upstreams.stop()
-    this.checkUpstreams(next)
+    this.checkUpstreams(next, current)
     this.metrics.configLoaded(config.version, current.config.version)
     this.logger.info({ version: config.version, previous: current.config.version, ...(fixed.length > 0 ? { needsRestart: fixed } : {}) }, 'config reloaded')
     if (!sameStore) {
@@ -374,18 +374,25 @@ export class Gateway {
     }
   }
 
-  /** Starts the active health checks of the routes that ask for them. */
-  private checkUpstreams(runtime: Runtime): void {
+  /**
+   * Starts the active health checks of the routes that ask for them. After a
+   * reload, a route checked on the same path as before keeps what its checks
+   * found; the gauge keeps no series for upstreams no longer configured.
+   */
+  private checkUpstreams(runtime: Runtime, previous?: Runtime): void {
+    this.metrics.forgetUpstreamHealth()
     for (const route of runtime.routes) {
       const check = route.config.healthCheck
       if (check === undefined) continue
       const name = route.config.name
+      const before = previous?.routes.find((candidate) => candidate.config.name === name)
+      if (before !== undefined && before.config.healthCheck?.path === check.path) route.upstreams.inheritHealth(before.upstreams)
       route.upstreams.startHealthChecks(check, this.agent, (upstream, healthy, reason) => {
         this.metrics.upstreamHealth(name, upstream, healthy)
         if (healthy) this.logger.info({ route: name, upstream }, 'upstream passes its health check again')
         else this.logger.warn({ route: name, upstream, reason }, 'upstream failed its health check; passed over until it passes')
       })
-      for (const upstream of route.upstreams.urls) this.metrics.upstreamHealth(name, upstream, true)
+      for (const upstream of route.upstreams.urls) this.metrics.upstreamHealth(name, upstream, route.upstreams.isHealthy(upstream))
     }
   }
 

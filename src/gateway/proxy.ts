@@ -113,6 +113,22 @@ export class Upstreams {
     round()
   }
 
+  /**
+   * Takes over what `previous` (the same route before a reload, checked on the
+   * same path) knew of each upstream both list: one failing its check stays
+   * passed over until a check passes, rather than getting requests again
+   * because the file changed.
+   */
+  inheritHealth(previous: Upstreams): void {
+    const known = new Map(previous.bases.map((base) => [urlOf(base), base.healthy]))
+    for (const base of this.bases) base.healthy = known.get(urlOf(base)) ?? true
+  }
+
+  /** Whether the upstream at `url` passes its health check (true for routes without one). */
+  isHealthy(url: string): boolean {
+    return this.bases.find((base) => urlOf(base) === url)?.healthy ?? true
+  }
+
   /** Stops the health checks (a reload replaced the route, or the gateway is closing). */
   stop(): void {
     clearInterval(this.checking)

@@ -92,6 +92,11 @@ export class GatewayMetrics {
     this.upstreamHealthy.set({ route, upstream }, healthy ? 1 : 0)
   }
 
+  /** Drops every upstream's health series (a reload sets those of the routes it keeps again). */
+  forgetUpstreamHealth(): void {
+    this.upstreamHealthy.reset()
+  }
+
   upstreamFailure(route: string, failure: string): void {
     this.upstreamFailures.inc({ route, failure })
   }

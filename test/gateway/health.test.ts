@@ -7,7 +7,7 @@ import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import parsePrometheus from 'parse-prometheus-text-format'
-import { startGateway, type RunningGateway } from '../support/gateway.ts'
+import { startGateway, type LogLine, type RunningGateway } from '../support/gateway.ts'
 
 /** An upstream answering its name; `/healthz` answers `health` (a status, or 'hang' for no answer). */
 async function upstream(name: string): Promise<{ url: string; server: Server; health: number | 'hang' }> {
@@ -86,5 +86,33 @@ routes:
     b.health = 500
     await gateway.waitForLog((line) => line.msg.startsWith('upstream failed its health check') && line.upstream === b.url && line.reason === 'status 500')
     assert.equal(await answers(4), 'aabb')
+  })
+
+  it('a reload keeps what the checks found, and the gauge drops upstreams no longer configured', async () => {
+    a.health = 200
+    b.health = 'hang'
+    const since = gateway.logs.length
+    const newSince = (predicate: (line: LogLine) => boolean) => gateway.waitForLog((line) => gateway.logs.indexOf(line) >= since && predicate(line))
+    await newSince((line) => line.msg === 'upstream passes its health check again' && line.upstream === a.url)
+    assert.equal(await answers(4), 'aaaa')
+
+    // The new file's checks take 2 s to find b hanging again: until then b stays passed over, as before the reload.
+    const config = (upstreams: string) => `
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+logging: { access: false }
+routes:
+  - name: pool
+    upstream: [${upstreams}]
+    healthCheck: { path: /healthz, intervalMs: 100, timeoutMs: 2000 }
+`
+    gateway.writeConfig(config(`${a.url}, ${b.url}`))
+    const reloaded = await newSince((line) => line.msg === 'config reloaded')
+    assert.equal(await answers(4), 'aaaa')
+    assert.deepEqual(await healthGauge(), { a: '1', b: '0' })
+
+    gateway.writeConfig(config(a.url))
+    await newSince((line) => line.msg === 'config reloaded' && line.version !== reloaded.version)
+    assert.deepEqual(await healthGauge(), { a: '1' }, 'no series left for b')
   })
 })
