@@ -319,6 +319,29 @@ export interface GatewayConfig extends RawConfig {
   apiKeys: string[] | undefined
 }
 
+/**
+ * The parser's errors, one per line (a single slip in a flow collection makes
+ * the parser report each token after it). In `{ }` and `[ ]`, `${NAME}`
+ * unquoted is YAML syntax (`$` then a mapping), so a line with a reference says
+ * how to write it.
+ */
+function yamlProblems(errors: ReadonlyArray<{ message: string; pos: [number, number] }>, text: string, lineOf: (offset: number) => number | undefined): string[] {
+  const lines = text.split('\n')
+  const seen = new Set<number | undefined>()
+  const problems: string[] = []
+  for (const error of errors) {
+    const line = lineOf(error.pos[0])
+    if (seen.has(line)) continue
+    seen.add(line)
+    const source = line === undefined ? '' : lines[line - 1] ?? ''
+    const hint = /\$\{[A-Za-z_]/.test(source) && /[{[]/.test(source.slice(0, source.indexOf('${')))
+      ? '; inside { } or [ ], quote a reference: "${NAME}"'
+      : ''
+    problems.push(`YAML: ${error.message.split('\n')[0] as string} (line ${line ?? '?'})${hint}`)
+  }
+  return problems
+}
+
 /** Reads, checks and resolves a config file; throws a ConfigError listing every problem. */
 export async function loadConfig(file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
   let text: string
@@ -334,9 +357,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const lineCounter = new LineCounter()
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
   const lineOf = (offset: number | undefined) => (offset === undefined ? undefined : lineCounter.linePos(offset).line)
-  if (doc.errors.length > 0) {
-    throw new ConfigError(file, doc.errors.map((error) => `YAML: ${error.message.split('\n')[0] as string} (line ${lineOf(error.pos[0]) ?? '?'})`))
-  }
+  if (doc.errors.length > 0) throw new ConfigError(file, yamlProblems(doc.errors, text, lineOf))
   const problems: string[] = []
   // A value whose variable is missing is reported once, for the variable, not again by the schema.
   const unset = new Set<string>()

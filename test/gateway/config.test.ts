@@ -309,6 +309,11 @@ routes:
     const found = await problems('routes:\n  - name: a\n   upstream: [\n')
     assert.equal(found.length > 0, true)
     assert.match(found[0] as string, /^YAML: .* \(line \d\)$/)
+    // An unquoted reference in a flow mapping is `$` and then a mapping: one problem for the line, saying what to write.
+    const unquoted = minimal('      - policies: { algorithm: token-bucket, capacity: ${CAP}, refillTokens: 1, refillIntervalMs: 1000 }')
+    assert.deepEqual(await problems(unquoted, { CAP: '5' }), ['YAML: Unexpected flow-map-start at node end (line 7); inside { } or [ ], quote a reference: "${NAME}"'])
+    const quoted = await parseConfig(unquoted.replace('${CAP}', '"${CAP}"'), 't.yaml', { CAP: '5' })
+    assert.deepEqual(quoted.limitsResolved[0]?.policies.get('')?.[0], { algorithm: 'token-bucket', name: 'api.token-bucket:5@1/1s', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 })
   })
 
   it('the committed JSON Schema is current, accepts the example and rejects a wrong file', () => {
