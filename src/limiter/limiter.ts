@@ -421,7 +421,11 @@ export class Limiter {
     }
     if (this.shards > 1) throw new ArgumentError('refund', key, 'is not available with shards: the units were charged to one shard of several')
     if (!Number.isSafeInteger(units) || units < 1) throw new ArgumentError('units', units, 'must be a positive integer')
-    const call: StoreCall = { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost: -checkCost(units, this.policies), maxWaitMs: 0, now: this.now() }
+    for (const policy of this.policies) {
+      const limit = limitOf(policy)
+      if (units > limit) throw new ArgumentError('units', units, `exceeds the capacity ${limit} of policy "${policy.name}": more than one call could have been charged`)
+    }
+    const call: StoreCall = { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost: -units, maxWaitMs: 0, now: this.now() }
     // A refund can free a key the cache holds as blocked.
     this.blocked?.forget(call.key)
     return call
