@@ -76,7 +76,7 @@ export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' 
   /** Ordered rules; a request is subject to every rule that matches it. */
   rules: RuleOptions[]
   /** Requests never limited: path patterns (health checks, metrics), or a predicate. */
-  skip?: string[] | ((request: HttpRequest) => boolean)
+  skip?: string | string[] | ((request: HttpRequest) => boolean)
   /**
    * Whether path patterns (rules, skip) match case-sensitively, as the
    * application routes. Default true; `sluice/express` defaults to false,
@@ -322,7 +322,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket or police leaky-bucket policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
     }
     const matches = typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
-    if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, Array.isArray(options.skip) ? options.skip : [], caseSensitive)) {
+    if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, typeof options.skip === 'function' || options.skip === undefined ? [] : options.skip, caseSensitive)) {
       throw new ArgumentError(`rule "${name}" match`, rule.match?.path ?? '/**', 'can never match: every path it names is excluded (by its exclude or by skip); narrow those, or remove the rule')
     }
     return {

@@ -60,8 +60,9 @@ function alsoAsRouted(matches: (path: string) => boolean): (path: string) => boo
  * everything below it, as in Spring's path patterns); `**` within a segment
  * anything; `*` anything within one segment; everything else literal.
  */
-export function compilePaths(patterns: string[], what: string, caseSensitive = true): (path: string) => boolean {
-  const regexes = patterns.map((pattern) => {
+export function compilePaths(patterns: string | readonly string[], what: string, caseSensitive = true): (path: string) => boolean {
+  if (typeof patterns !== 'string' && !Array.isArray(patterns)) throw new ArgumentError(what, patterns, 'must be path patterns starting with "/" (one, or a list)')
+  const regexes = (typeof patterns === 'string' ? [patterns] : patterns).map((pattern) => {
     if (typeof pattern !== 'string' || !pattern.startsWith('/')) throw new ArgumentError(what, pattern, 'must be path patterns starting with "/"')
     const source = pattern.split(/(\/\*\*(?=\/|$)|\*\*|\*)/).map((part) => {
       if (part === '/**') return '(?:/.*)?'
@@ -98,8 +99,8 @@ export function matchCovers(outer: MatchOptions, inner: MatchOptions, caseSensit
 }
 
 /** A rule that excludes every path it names: by its own `exclude`, or by `skip` patterns in force around it. */
-export function excludesAll(match: MatchOptions, skip: string[] = [], caseSensitive = true): boolean {
-  const excluded = [...optionalList(match.exclude) ?? [], ...skip]
+export function excludesAll(match: MatchOptions, skip: string | string[] = [], caseSensitive = true): boolean {
+  const excluded = [...optionalList(match.exclude) ?? [], ...list(skip)]
   return excluded.length > 0 && matchCovers({ path: excluded }, { path: match.path }, caseSensitive)
 }
 

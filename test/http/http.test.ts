@@ -389,6 +389,15 @@ describe('HTTP configuration', () => {
     // Narrower exclusions, and case that differs under case-sensitive matching, leave the rule reachable.
     assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/api/**', exclude: '/api/public/**' } }], skip: ['/health'] }))
     assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/API/x' } }], skip: ['/api/**'] }))
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], skip: 5 as never }), /^ArgumentError: skip must be path patterns starting with "\/" \(one, or a list\) \(got 5\)/)
+  })
+
+  it('skip takes one pattern as well as a list', async () => {
+    const handler = createRateLimitHandler({ rules: [{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 } }], skip: '/health/**' })
+    const request = (path: string) => ({ method: 'GET', path, host: 'h', header: () => undefined, remoteAddress: '203.0.113.9' })
+    const statuses = []
+    for (const path of ['/health', '/health/live', '/health', '/x', '/x']) statuses.push((await handler(request(path))).status)
+    assert.deepEqual(statuses, [200, 200, 200, 200, 429])
   })
 })
 
