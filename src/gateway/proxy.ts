@@ -226,6 +226,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
   const path = options.path
   const query = queryAt === -1 ? '' : url.slice(queryAt)
   const hasBody = req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined
+  const replayable = !hasBody && options.upgrade === undefined && IDEMPOTENT.has(req.method ?? '')
   // undici's low-level dispatch: the body goes straight into `res` with
   // backpressure, and the controller it hands over aborts the upstream request
   // when the client leaves. (Measured on small responses: request() + pipeline
@@ -307,12 +308,17 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           options.upstreams.markDown(base)
           const next = triesLeft > 0 && !hasBody ? options.upstreams.pick() : base
           if (next !== base) return send(next, triesLeft - 1)
+        } else if (isClosedBeforeAnswer(error) && triesLeft > 0 && replayable) {
+          // The upstream took the request and closed without a word (it crashed, or dropped an idle connection as it arrived):
+          // a request that changes nothing if done twice may go to the next upstream, as nginx's proxy_next_upstream does.
+          const next = options.upstreams.pick()
+          if (next !== base) return send(next, triesLeft - 1)
         }
         const timeout = isTimeout(error)
         const failed = timeout ? 504 : 502
         const answer = timeout
           ? problem(504, 'Gateway Timeout', 'The upstream did not answer in time.', [...options.extraHeaders, ['Connection', 'close']])
-          : problem(502, 'Bad Gateway', 'The upstream could not be reached.', [...options.extraHeaders, ['Connection', 'close']])
+          : problem(502, 'Bad Gateway', isClosedBeforeAnswer(error) ? 'The upstream closed the connection without answering.' : 'The upstream could not be reached.', [...options.extraHeaders, ['Connection', 'close']])
         respond(res, answer)
         finish({ status: failed, failure: timeout ? 'timeout' : 'unreachable' })
       },
@@ -407,6 +413,16 @@ function tunnel(client: Socket, upstream: Duplex): void {
 function connectionTokens(value: string | string[] | undefined): ReadonlySet<string> {
   if (value === undefined) return NONE
   return new Set(String(value).split(',').map((token) => token.trim().toLowerCase()).filter((token) => token !== ''))
+}
+
+/** RFC 9110 9.2.2: methods whose effect is the same done once or twice (TRACE aside: nothing to retry it for). */
+const IDEMPOTENT: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE'])
+
+/** The upstream's connection closed or was reset after the request went out and before any answer. */
+function isClosedBeforeAnswer(error: unknown): boolean {
+  if (error instanceof errors.SocketError) return true
+  const code = (error as { code?: unknown } | undefined)?.code
+  return code === 'ECONNRESET' || code === 'EPIPE'
 }
 
 /** The upstream could not be connected to: it never saw the request. */

@@ -1,6 +1,7 @@
 /**
- * Active upstream health checks, end to end: the gateway in a child process in
- * front of two real upstreams whose health endpoint the test turns bad and good.
+ * A route's upstreams, end to end: the gateway in a child process in front of
+ * two real upstreams that the test turns bad and good (their health endpoint
+ * failing, their connections dropped).
  */
 import assert from 'node:assert/strict'
 import { createServer, type Server } from 'node:http'
@@ -9,12 +10,25 @@ import { after, before, describe, it } from 'node:test'
 import parsePrometheus from 'parse-prometheus-text-format'
 import { startGateway, type LogLine, type RunningGateway } from '../support/gateway.ts'
 
-/** An upstream answering its name; `/healthz` answers `health` (a status, or 'hang' for no answer). */
-async function upstream(name: string): Promise<{ url: string; server: Server; health: number | 'hang' }> {
-  const state: { url: string; server: Server; health: number | 'hang' } = { url: '', server: createServer(), health: 200 }
+interface Upstream {
+  url: string
+  server: Server
+  /** What `/healthz` answers: a status, or 'hang' for no answer. */
+  health: number | 'hang'
+  /** Close the connection on every request, answering nothing. */
+  drop: boolean
+}
+
+/** An upstream answering its name. */
+async function upstream(name: string): Promise<Upstream> {
+  const state: Upstream = { url: '', server: createServer(), health: 200, drop: false }
   state.server.on('request', (req, res) => {
     if (req.url === '/healthz') {
       if (state.health !== 'hang') res.writeHead(state.health).end()
+      return
+    }
+    if (state.drop) {
+      req.socket.destroy()
       return
     }
     res.end(name)
@@ -114,5 +128,60 @@ routes:
     gateway.writeConfig(config(a.url))
     await newSince((line) => line.msg === 'config reloaded' && line.version !== reloaded.version)
     assert.deepEqual(await healthGauge(), { a: '1' }, 'no series left for b')
+  })
+})
+
+describe('gateway: an upstream that drops the request', () => {
+  let a: Upstream
+  let b: Upstream
+  let gateway: RunningGateway
+
+  before(async () => {
+    a = await upstream('a')
+    b = await upstream('b')
+    a.drop = true
+    gateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+logging: { access: false }
+routes:
+  - name: pool
+    match: { path: /pool/** }
+    upstream: [${a.url}, ${b.url}]
+    stripPrefix: /pool
+  - name: alone
+    match: { path: /alone/** }
+    upstream: ${a.url}
+    stripPrefix: /alone
+`)
+  })
+
+  after(async () => {
+    await gateway?.stop()
+    for (const side of [a, b]) {
+      side?.server.closeAllConnections()
+      side?.server.close()
+    }
+  })
+
+  const send = async (method: string, path: string, body?: string) => {
+    const response = await fetch(`${gateway.url}${path}`, { method, ...(body !== undefined ? { body } : {}) })
+    return `${response.status} ${await response.text()}`.trim()
+  }
+
+  it('sends a request that changes nothing done twice (and has no body) to the next upstream; others get 502', async () => {
+    // a closes every connection it is sent a request on: requests that may be repeated go on to b.
+    for (const method of ['GET', 'GET', 'HEAD', 'DELETE', 'PUT', 'OPTIONS']) {
+      assert.match(await send(method, '/pool/x'), /^200( b)?$/, method)
+    }
+    // POST, PATCH, or a body that was streamed to a and cannot be sent again: a's failure is the client's 502.
+    for (const [method, body] of [['POST', undefined], ['PATCH', undefined], ['PUT', 'data']] as const) {
+      const answers = [await send(method, '/pool/x', body), await send(method, '/pool/x', body)].map((answer) => answer.slice(0, 3)).sort()
+      assert.deepEqual(answers, ['200', '502'], `${method}${body !== undefined ? ' with a body' : ''}`)
+    }
+    // With no other upstream to go to, it is a 502, once, that says what happened.
+    const alone = await fetch(`${gateway.url}/alone/x`)
+    assert.equal(alone.status, 502)
+    assert.equal((await alone.json() as { detail: string }).detail, 'The upstream closed the connection without answering.')
   })
 })
