@@ -48,6 +48,7 @@ async function status(gateway: Gateway): Promise<Record<string, unknown>> {
       ...(limit.config.action === 'queue' ? { action: 'queue', maxWaitMs: limit.config.maxWaitMs ?? 10_000 } : {}),
       policies: Object.fromEntries([...limit.policies].map(([tier, list]) => [tier === '' ? 'all' : tier, list])),
     }))
+  const upstreams = gateway.upstreamStates()
   return {
     version: config.version,
     file: config.file,
@@ -59,6 +60,7 @@ async function status(gateway: Gateway): Promise<Record<string, unknown>> {
       name: route.name,
       match: route.match ?? {},
       upstream: route.upstream,
+      upstreams: upstreams[route.name] ?? [],
       limits: policiesOf(route.name),
     })),
     watched: await gateway.watched(),

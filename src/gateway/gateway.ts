@@ -172,6 +172,11 @@ export class Gateway {
     this.logger.info({ abandoned }, abandoned === 0 ? 'sluice gateway stopped; every request finished' : 'sluice gateway stopped; requests cut at the shutdown deadline')
   }
 
+  /** Each route's upstreams and what the gateway knows of them (for /status). */
+  upstreamStates(): Record<string, ReturnType<Upstreams['states']>> {
+    return Object.fromEntries(this.runtime.routes.map((route) => [route.config.name, route.upstreams.states(route.config.healthCheck !== undefined)]))
+  }
+
   /** Remaining quota of each watched key under each policy, read without charging. */
   async watched(): Promise<Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>>> {
     const { config, store } = this.runtime

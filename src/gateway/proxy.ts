@@ -139,6 +139,19 @@ export class Upstreams {
     return this.bases.length
   }
 
+  /**
+   * Each upstream's state now: `passedOverUntil` while it refuses connections
+   * (passed over for DOWN_MS), `healthy` where the route has a health check.
+   */
+  states(checked: boolean): Array<{ url: string; healthy?: boolean; passedOverUntil?: string }> {
+    const now = Date.now()
+    return this.bases.map((base) => ({
+      url: urlOf(base),
+      ...(checked ? { healthy: base.healthy } : {}),
+      ...(base.downUntil > now ? { passedOverUntil: new Date(base.downUntil).toISOString() } : {}),
+    }))
+  }
+
   /** Each upstream as configured (its origin and base path): how health checks name it. */
   get urls(): string[] {
     return this.bases.map(urlOf)

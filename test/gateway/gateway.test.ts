@@ -233,6 +233,12 @@ describe('gateway (child process, real upstream)', () => {
     assert.deepEqual(paths, ['/hello/a/', '/hello/c/', '/hello/a/', '/hello/c/'])
     const warned = await gateway.waitForLog((l) => l.msg === 'upstream cannot be connected to; passed over for 10 s')
     assert.deepEqual([warned.route, warned.upstream], ['pool', `http://127.0.0.1:${downPort}`])
+    // /status says which upstream is passed over, and until when.
+    const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { routes: Array<{ name: string; upstreams: Array<{ url: string; passedOverUntil?: string }> }> }
+    const pool = status.routes.find((route) => route.name === 'pool')?.upstreams ?? []
+    assert.deepEqual(pool.map((upstream) => [upstream.url.replace(/:\d+/, ':PORT'), upstream.passedOverUntil !== undefined]), [['http://127.0.0.1:PORT/hello/a', false], ['http://127.0.0.1:PORT', true], ['http://127.0.0.1:PORT/hello/c', false]])
+    const until = Date.parse(pool[1]?.passedOverUntil ?? '') - Date.now()
+    assert.ok(until > 5_000 && until <= 10_000, `passed over for the next ${until} ms`)
     // Marked down for a while: a request with a body (which cannot be replayed) goes to a live upstream too.
     const posted = await fetch(`${gateway.url}/pool/x`, { method: 'POST', body: 'payload' })
     assert.equal(posted.status, 200)

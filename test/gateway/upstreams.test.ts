@@ -86,6 +86,8 @@ routes:
     // b still answers requests: only the check tells that it should not get them.
     assert.equal(await answers(4), 'aaaa')
     assert.deepEqual(await healthGauge(), { a: '1', b: '0' })
+    const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { routes: Array<{ name: string; upstreams: unknown }> }
+    assert.deepEqual(status.routes.find((route) => route.name === 'pool')?.upstreams, [{ url: a.url, healthy: true }, { url: b.url, healthy: false }])
 
     b.health = 200
     await gateway.waitForLog((line) => line.msg === 'upstream passes its health check again' && line.upstream === b.url)
