@@ -38,32 +38,44 @@ async function upstream(name: string): Promise<Upstream> {
   return state
 }
 
-describe('gateway: active upstream health checks', () => {
-  let a: Awaited<ReturnType<typeof upstream>>
-  let b: Awaited<ReturnType<typeof upstream>>
-  let gateway: RunningGateway
-
-  before(async () => {
-    a = await upstream('a')
-    b = await upstream('b')
-    gateway = await startGateway(`
+/** A gateway config with these routes (YAML lines). */
+const withRoutes = (routes: string) => `
 server: { listen: 127.0.0.1:0 }
 admin: { listen: 127.0.0.1:0 }
 logging: { access: false }
 routes:
+${routes}
+`
+
+/** Upstreams a and b, and a gateway in front of them; `stop()` ends all three. */
+async function setUp(routes: (a: Upstream, b: Upstream) => string): Promise<{ a: Upstream; b: Upstream; gateway: RunningGateway; stop: () => Promise<void> }> {
+  const a = await upstream('a')
+  const b = await upstream('b')
+  const gateway = await startGateway(withRoutes(routes(a, b)))
+  const stop = async () => {
+    await gateway.stop()
+    for (const side of [a, b]) {
+      side.server.closeAllConnections()
+      side.server.close()
+    }
+  }
+  return { a, b, gateway, stop }
+}
+
+describe('gateway: active upstream health checks', () => {
+  let a: Upstream
+  let b: Upstream
+  let gateway: RunningGateway
+  let stop: () => Promise<void>
+
+  before(async () => {
+    ({ a, b, gateway, stop } = await setUp((a, b) => `
   - name: pool
     upstream: [${a.url}, ${b.url}]
-    healthCheck: { path: /healthz, intervalMs: 100, timeoutMs: 300 }
-`)
+    healthCheck: { path: /healthz, intervalMs: 100, timeoutMs: 300 }`))
   })
 
-  after(async () => {
-    await gateway?.stop()
-    for (const side of [a, b]) {
-      side?.server.closeAllConnections()
-      side?.server.close()
-    }
-  })
+  after(() => stop?.())
 
   const answers = async (count: number) => {
     const seen: string[] = []
@@ -113,15 +125,10 @@ routes:
     assert.equal(await answers(4), 'aaaa')
 
     // The new file's checks take 2 s to find b hanging again: until then b stays passed over, as before the reload.
-    const config = (upstreams: string) => `
-server: { listen: 127.0.0.1:0 }
-admin: { listen: 127.0.0.1:0 }
-logging: { access: false }
-routes:
+    const config = (upstreams: string) => withRoutes(`
   - name: pool
     upstream: [${upstreams}]
-    healthCheck: { path: /healthz, intervalMs: 100, timeoutMs: 2000 }
-`
+    healthCheck: { path: /healthz, intervalMs: 100, timeoutMs: 2000 }`)
     gateway.writeConfig(config(`${a.url}, ${b.url}`))
     const reloaded = await newSince((line) => line.msg === 'config reloaded')
     assert.equal(await answers(4), 'aaaa')
@@ -134,19 +141,12 @@ routes:
 })
 
 describe('gateway: an upstream that drops the request', () => {
-  let a: Upstream
-  let b: Upstream
   let gateway: RunningGateway
+  let stop: () => Promise<void>
 
   before(async () => {
-    a = await upstream('a')
-    b = await upstream('b')
-    a.drop = true
-    gateway = await startGateway(`
-server: { listen: 127.0.0.1:0 }
-admin: { listen: 127.0.0.1:0 }
-logging: { access: false }
-routes:
+    let a: Upstream
+    ({ a, gateway, stop } = await setUp((a, b) => `
   - name: pool
     match: { path: /pool/** }
     upstream: [${a.url}, ${b.url}]
@@ -154,17 +154,11 @@ routes:
   - name: alone
     match: { path: /alone/** }
     upstream: ${a.url}
-    stripPrefix: /alone
-`)
+    stripPrefix: /alone`))
+    a.drop = true
   })
 
-  after(async () => {
-    await gateway?.stop()
-    for (const side of [a, b]) {
-      side?.server.closeAllConnections()
-      side?.server.close()
-    }
-  })
+  after(() => stop?.())
 
   const send = async (method: string, path: string, body?: string) => {
     const response = await fetch(`${gateway.url}${path}`, { method, ...(body !== undefined ? { body } : {}) })
