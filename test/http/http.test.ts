@@ -77,7 +77,9 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       if (adapter === 'express') spellings.push('/API/Login')
       const statuses = []
       for (const path of spellings) statuses.push(await raw(path))
-      assert.deepEqual(statuses, spellings.map(() => 429), spellings.join(' '))
+      // Hono's node server refuses a target with a backslash itself (400): never served either.
+      const refusedByRuntime = (path: string) => adapter === 'fetch' && path.includes('\\')
+      assert.deepEqual(statuses, spellings.map((path) => (refusedByRuntime(path) ? 400 : 429)), spellings.join(' '))
       assert.equal(await raw('/api/logout'), 200)
       // Only unreserved characters are decoded: an encoded slash is another path.
       assert.equal(await raw('/api%2Flogin'), 200)

@@ -8,6 +8,9 @@ import { rateLimit as expressRateLimit } from '../../src/http/adapters/express.t
 import { sluiceFastify } from '../../src/http/adapters/fastify.ts'
 import express from 'express'
 import Fastify from 'fastify'
+import { Hono } from 'hono'
+import type { ContentfulStatusCode } from 'hono/utils/http-status'
+import { createAdaptorServer, type Http2Bindings, type HttpBindings } from '@hono/node-server'
 
 export interface ServerUnderTest {
   url: string
@@ -52,29 +55,18 @@ export const nodeServer: StartServer = (options) =>
   }, options)))
 
 /**
- * The fetch adapter behind a minimal node:http -> Request / Response bridge (what
- * Hono's node server does), passing the socket address as the runtime would.
+ * A Hono app served by @hono/node-server, its fetch handler wrapped by the
+ * fetch adapter, which learns the client's address from the node request the
+ * server hands Hono (`env.incoming`).
  */
 export const fetchServer: StartServer = (options) => {
-  const handler = withFetch(
-    async (request: Request, _remoteAddress: string | undefined) => {
-      await delayAsked(request.headers.get('x-delay-ms') ?? undefined)
-      return new Response(`ok ${new URL(request.url).pathname}`, { status: statusAsked(request.headers.get('x-status') ?? undefined), headers: { 'Content-Type': 'text/plain', 'x-handler-saw': seen(request) } })
-    },
-    options,
-    (_request: Request, remoteAddress: string | undefined) => remoteAddress,
-  )
-  return listen(createServer(async (req, res) => {
-    const headers = new Headers()
-    for (const [name, value] of Object.entries(req.headers)) if (typeof value === 'string') headers.set(name, value)
-    const target = req.url ?? '/'
-    const request = new Request(target.startsWith('/') ? `http://${req.headers.host ?? 'localhost'}${target}` : target, { method: req.method ?? 'GET', headers })
-    // As fetch runtimes (Deno.serve, Bun.serve, Hono) answer a handler that throws: 500.
-    const response = await handler(request, req.socket.remoteAddress).catch(() => new Response(null, { status: 500 }))
-    res.statusCode = response.status
-    response.headers.forEach((value, name) => res.setHeader(name, value))
-    res.end(Buffer.from(await response.arrayBuffer()))
-  }))
+  const app = new Hono<{ Bindings: HttpBindings }>()
+  app.all('*', async (c) => {
+    await delayAsked(c.req.header('x-delay-ms'))
+    return c.text(`ok ${c.req.path}`, statusAsked(c.req.header('x-status')) as ContentfulStatusCode, { 'x-handler-saw': seen(c.req.raw) })
+  })
+  const fetch = withFetch((request: Request, env: HttpBindings | Http2Bindings) => app.fetch(request, env), options, (_request, env) => env.incoming.socket.remoteAddress)
+  return listen(createAdaptorServer({ fetch }) as Server)
 }
 
 /** An Express app with the middleware in front of every route. */
