@@ -2,7 +2,8 @@
  * Forwards one request to an upstream with undici and streams the answer back:
  * bodies flow both ways with backpressure (nothing is buffered whole),
  * hop-by-hop headers stay on their hop, `X-Forwarded-*` tell the upstream who
- * asked, and upstream failures become 502 (unreachable, broken) or 504 (too slow).
+ * asked, and upstream failures become 502 (unreachable, closed without an
+ * answer) or 504 (too slow); a response cut short is cut short for the client too.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
@@ -26,7 +27,7 @@ export interface UpstreamTimeouts {
 export interface ProxyOutcome {
   status: number
   /** Why the upstream could not answer, when it could not. */
-  failure: 'unreachable' | 'timeout' | 'broken' | 'client-gone' | undefined
+  failure: 'unreachable' | 'closed' | 'timeout' | 'broken' | 'client-gone' | undefined
 }
 
 /** How long an upstream that refused a connection is passed over (nginx's fail_timeout). */
@@ -328,12 +329,12 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           if (next !== base) return send(next, triesLeft - 1)
         }
         const timeout = isTimeout(error)
-        const failed = timeout ? 504 : 502
+        const closed = !timeout && isClosedBeforeAnswer(error)
         const answer = timeout
           ? problem(504, 'Gateway Timeout', 'The upstream did not answer in time.', [...options.extraHeaders, ['Connection', 'close']])
-          : problem(502, 'Bad Gateway', isClosedBeforeAnswer(error) ? 'The upstream closed the connection without answering.' : 'The upstream could not be reached.', [...options.extraHeaders, ['Connection', 'close']])
+          : problem(502, 'Bad Gateway', closed ? 'The upstream closed the connection without answering.' : 'The upstream could not be reached.', [...options.extraHeaders, ['Connection', 'close']])
         respond(res, answer)
-        finish({ status: failed, failure: timeout ? 'timeout' : 'unreachable' })
+        finish({ status: timeout ? 504 : 502, failure: timeout ? 'timeout' : closed ? 'closed' : 'unreachable' })
       },
     })
     send(options.upstreams.pick(), options.upstreams.size - 1)

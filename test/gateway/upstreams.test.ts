@@ -179,5 +179,9 @@ describe('gateway: an upstream that drops the request', () => {
     const alone = await fetch(`${gateway.url}/alone/x`)
     assert.equal(alone.status, 502)
     assert.equal((await alone.json() as { detail: string }).detail, 'The upstream closed the connection without answering.')
+    // Counted once per request that failed, by what happened: the requests b answered after a's failure are not.
+    const families = parsePrometheus(await (await fetch(`${gateway.adminUrl}/metrics`)).text()) as Array<{ name: string; metrics: Array<{ labels: Record<string, string>; value: string }> }>
+    const failures = families.find((family) => family.name === 'sluice_upstream_failures_total')?.metrics ?? []
+    assert.deepEqual(failures.map((metric) => [metric.labels.route, metric.labels.failure, metric.value]).sort(), [['alone', 'closed', '1'], ['pool', 'closed', '3']])
   })
 })
