@@ -397,7 +397,7 @@ export class Gateway {
         if (healthy) this.logger.info({ route: name, upstream }, 'upstream passes its health check again')
         else this.logger.warn({ route: name, upstream, reason }, 'upstream failed its health check; passed over until it passes')
       })
-      for (const upstream of route.upstreams.urls) this.metrics.upstreamHealth(name, upstream, route.upstreams.isHealthy(upstream))
+      for (const { url, healthy } of route.upstreams.states(true)) this.metrics.upstreamHealth(name, url, healthy ?? true)
     }
   }
 

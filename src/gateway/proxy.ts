@@ -125,11 +125,6 @@ export class Upstreams {
     for (const base of this.bases) base.healthy = known.get(urlOf(base)) ?? true
   }
 
-  /** Whether the upstream at `url` passes its health check (true for routes without one). */
-  isHealthy(url: string): boolean {
-    return this.bases.find((base) => urlOf(base) === url)?.healthy ?? true
-  }
-
   /** Stops the health checks (a reload replaced the route, or the gateway is closing). */
   stop(): void {
     clearInterval(this.checking)
@@ -151,11 +146,6 @@ export class Upstreams {
       ...(checked ? { healthy: base.healthy } : {}),
       ...(base.downUntil > now ? { passedOverUntil: new Date(base.downUntil).toISOString() } : {}),
     }))
-  }
-
-  /** Each upstream as configured (its origin and base path): how health checks name it. */
-  get urls(): string[] {
-    return this.bases.map(urlOf)
   }
 
   /** Round-robin over the upstreams not marked down nor failing their health check (over all of them when every one is). */
@@ -318,18 +308,18 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           res.destroy()
           return finish({ status, failure: 'broken' })
         }
+        const closed = isClosedBeforeAnswer(error)
         if (isConnectFailure(error)) {
           options.upstreams.markDown(base)
           const next = triesLeft > 0 && !hasBody ? options.upstreams.pick() : base
           if (next !== base) return send(next, triesLeft - 1)
-        } else if (isClosedBeforeAnswer(error) && triesLeft > 0 && replayable) {
+        } else if (closed && triesLeft > 0 && replayable) {
           // The upstream took the request and closed without a word (it crashed, or dropped an idle connection as it arrived):
           // a request that changes nothing if done twice may go to the next upstream, as nginx's proxy_next_upstream does.
           const next = options.upstreams.pick()
           if (next !== base) return send(next, triesLeft - 1)
         }
         const timeout = isTimeout(error)
-        const closed = !timeout && isClosedBeforeAnswer(error)
         const answer = timeout
           ? problem(504, 'Gateway Timeout', 'The upstream did not answer in time.', [...options.extraHeaders, ['Connection', 'close']])
           : problem(502, 'Bad Gateway', closed ? 'The upstream closed the connection without answering.' : 'The upstream could not be reached.', [...options.extraHeaders, ['Connection', 'close']])

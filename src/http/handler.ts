@@ -254,7 +254,10 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     throw new ArgumentError('caseSensitive', options.caseSensitive, 'must be a boolean')
   }
   const caseSensitive = options.caseSensitive ?? true
-  const skip = typeof options.skip === 'function' ? options.skip : compilePaths(options.skip ?? [], 'skip', caseSensitive)
+  // Path patterns, once: they decide skipping per request and, at start-up, which rules can never match.
+  const skipPatterns = typeof options.skip === 'function' ? [] : options.skip ?? []
+  const skippedPath = compilePaths(skipPatterns, 'skip', caseSensitive)
+  const skipped = typeof options.skip === 'function' ? options.skip : (request: HttpRequest) => skippedPath(request.path)
   for (const hook of ['allow', 'deny', 'onDecision', 'onLimited', 'limitedResponse', 'onWarning', 'key'] as const) {
     if (options[hook] !== undefined && typeof options[hook] !== 'function') throw new ArgumentError(hook, options[hook], 'must be a function')
   }
@@ -322,7 +325,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket or police leaky-bucket policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
     }
     const matches = typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
-    if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, typeof options.skip === 'function' || options.skip === undefined ? [] : options.skip, caseSensitive)) {
+    if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, skipPatterns, caseSensitive)) {
       throw new ArgumentError(`rule "${name}" match`, rule.match?.path ?? '/**', 'can never match: every path it names is excluded (by its exclude or by skip); narrow those, or remove the rule')
     }
     return {
@@ -527,7 +530,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   const forbidden = () => problem(403, 'Forbidden', 'This client is not allowed to use this API.', [])
 
   return function rateLimitPipeline(request: HttpRequest): HttpOutcome | Promise<HttpOutcome> {
-    if (typeof options.skip === 'function' ? options.skip(request) : (skip as (path: string) => boolean)(request.path)) return unlimited()
+    if (skipped(request)) return unlimited()
     if (options.deny === undefined) return afterDeny(request)
     const denied = options.deny(request)
     if (isPromise(denied)) return denied.then((yes) => (yes ? forbidden() : afterDeny(request)))
