@@ -314,10 +314,10 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           const next = triesLeft > 0 && !hasBody ? options.upstreams.pick() : base
           if (next !== base) return send(next, triesLeft - 1)
         } else if (closed && triesLeft > 0 && replayable) {
-          // The upstream took the request and closed without a word (it crashed, or dropped an idle connection as it arrived):
-          // a request that changes nothing if done twice may go to the next upstream, as nginx's proxy_next_upstream does.
-          const next = options.upstreams.pick()
-          if (next !== base) return send(next, triesLeft - 1)
+          // The upstream took the request and closed without a word (it crashed, or dropped an idle kept-alive
+          // connection as the request arrived): a request that changes nothing if done twice goes to the next
+          // upstream, as nginx's proxy_next_upstream does, or on a new connection to the same one when it is the only one.
+          return send(options.upstreams.pick(), triesLeft - 1)
         }
         const timeout = isTimeout(error)
         const answer = timeout
@@ -327,7 +327,8 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         finish({ status: timeout ? 504 : 502, failure: timeout ? 'timeout' : closed ? 'closed' : 'unreachable' })
       },
     })
-    send(options.upstreams.pick(), options.upstreams.size - 1)
+    // Each other upstream once; a route with one upstream still gets one more try for the dropped kept-alive connection.
+    send(options.upstreams.pick(), Math.max(options.upstreams.size - 1, 1))
   })
 }
 

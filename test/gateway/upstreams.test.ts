@@ -17,20 +17,24 @@ interface Upstream {
   health: number | 'hang'
   /** Close the connection on every request, answering nothing. */
   drop: boolean
+  /** Close a kept-alive connection as its next request arrives, answering nothing (an idle timeout's race). */
+  dropReused: boolean
 }
 
 /** An upstream answering its name. */
 async function upstream(name: string): Promise<Upstream> {
-  const state: Upstream = { url: '', server: createServer(), health: 200, drop: false }
+  const state: Upstream = { url: '', server: createServer(), health: 200, drop: false, dropReused: false }
+  const served = new WeakSet<object>()
   state.server.on('request', (req, res) => {
     if (req.url === '/healthz') {
       if (state.health !== 'hang') res.writeHead(state.health).end()
       return
     }
-    if (state.drop) {
+    if (state.drop || (state.dropReused && served.has(req.socket))) {
       req.socket.destroy()
       return
     }
+    served.add(req.socket)
     res.end(name)
   })
   await new Promise<void>((resolve) => state.server.listen(0, '127.0.0.1', resolve))
@@ -144,7 +148,12 @@ describe('gateway: an upstream that drops the request', () => {
   let gateway: RunningGateway
   let stop: () => Promise<void>
 
+  let c: Upstream
+
   before(async () => {
+    // c closes each kept-alive connection as its second request arrives, as an upstream whose idle timeout fires then does.
+    c = await upstream('c')
+    c.dropReused = true
     let a: Upstream
     ({ a, gateway, stop } = await setUp((a, b) => `
   - name: pool
@@ -154,11 +163,19 @@ describe('gateway: an upstream that drops the request', () => {
   - name: alone
     match: { path: /alone/** }
     upstream: ${a.url}
-    stripPrefix: /alone`))
+    stripPrefix: /alone
+  - name: reused
+    match: { path: /reused/** }
+    upstream: ${c.url}
+    stripPrefix: /reused`))
     a.drop = true
   })
 
-  after(() => stop?.())
+  after(async () => {
+    await stop?.()
+    c.server.closeAllConnections()
+    c.server.close()
+  })
 
   const send = async (method: string, path: string, body?: string) => {
     const response = await fetch(`${gateway.url}${path}`, { method, ...(body !== undefined ? { body } : {}) })
@@ -183,5 +200,12 @@ describe('gateway: an upstream that drops the request', () => {
     const families = parsePrometheus(await (await fetch(`${gateway.adminUrl}/metrics`)).text()) as Array<{ name: string; metrics: Array<{ labels: Record<string, string>; value: string }> }>
     const failures = families.find((family) => family.name === 'sluice_upstream_failures_total')?.metrics ?? []
     assert.deepEqual(failures.map((metric) => [metric.labels.route, metric.labels.failure, metric.value]).sort(), [['alone', 'closed', '1'], ['pool', 'closed', '3']])
+  })
+
+  it('sends a request again on a new connection when the only upstream dropped the kept-alive one it went out on', async () => {
+    // Without the second try, every request after the first met a connection the upstream was closing: a 502.
+    const answers: string[] = []
+    for (let i = 0; i < 4; i++) answers.push(await send(i % 2 === 0 ? 'GET' : 'DELETE', '/reused/x'))
+    assert.deepEqual(answers, ['200 c', '200 c', '200 c', '200 c'])
   })
 })
