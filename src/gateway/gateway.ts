@@ -303,6 +303,11 @@ export class Gateway {
         timeouts: { headersMs: route.config.timeoutMs ?? runtime.config.server.timeouts.upstreamMs, bodyMs: runtime.config.server.timeouts.upstreamBodyMs },
         protocol: runtime.config.tls !== undefined ? 'https' : 'http',
         extraHeaders: outcome?.headers ?? [],
+        onRetry: (upstream, failure) => {
+          this.metrics.upstreamRetry(routeName, upstream, failure)
+          // One that cannot be connected to is logged once, as it is passed over.
+          if (failure === 'closed') this.logger.warn({ route: routeName, upstream }, 'upstream closed the connection without answering; request sent again')
+        },
         ...(upgrade !== undefined ? { upgrade } : {}),
       })
       // A client gone before the answer counts as a failure (499), as in the middleware.

@@ -209,6 +209,8 @@ export interface ForwardOptions {
   protocol: string
   /** Headers to add to the response (rate-limit fields). */
   extraHeaders: ReadonlyArray<[string, string]>
+  /** Told of each upstream that failed the request without answering before it was sent again (the client never sees that failure). */
+  onRetry?: (upstream: string, failure: 'unreachable' | 'closed') => void
   /** A WebSocket upgrade: asked of the upstream, and when it agrees (101), the two connections are joined. */
   upgrade?: Upgrade
 }
@@ -312,11 +314,15 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (isConnectFailure(error)) {
           options.upstreams.markDown(base)
           const next = triesLeft > 0 && !hasBody ? options.upstreams.pick() : base
-          if (next !== base) return send(next, triesLeft - 1)
+          if (next !== base) {
+            options.onRetry?.(urlOf(base), 'unreachable')
+            return send(next, triesLeft - 1)
+          }
         } else if (closed && triesLeft > 0 && replayable) {
           // The upstream took the request and closed without a word (it crashed, or dropped an idle kept-alive
           // connection as the request arrived): a request that changes nothing if done twice goes to the next
           // upstream, as nginx's proxy_next_upstream does, or on a new connection to the same one when it is the only one.
+          options.onRetry?.(urlOf(base), 'closed')
           return send(options.upstreams.pick(), triesLeft - 1)
         }
         const timeout = isTimeout(error)

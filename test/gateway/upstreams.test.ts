@@ -147,15 +147,13 @@ describe('gateway: active upstream health checks', () => {
 describe('gateway: an upstream that drops the request', () => {
   let gateway: RunningGateway
   let stop: () => Promise<void>
-
+  let a: Upstream
   let c: Upstream
 
   before(async () => {
     // c closes each kept-alive connection as its second request arrives, as an upstream whose idle timeout fires then does.
     c = await upstream('c')
-    c.dropReused = true
-    let a: Upstream
-    ({ a, gateway, stop } = await setUp((a, b) => `
+    ;({ a, gateway, stop } = await setUp((a, b) => `
   - name: pool
     match: { path: /pool/** }
     upstream: [${a.url}, ${b.url}]
@@ -169,6 +167,7 @@ describe('gateway: an upstream that drops the request', () => {
     upstream: ${c.url}
     stripPrefix: /reused`))
     a.drop = true
+    c.dropReused = true
   })
 
   after(async () => {
@@ -180,6 +179,13 @@ describe('gateway: an upstream that drops the request', () => {
   const send = async (method: string, path: string, body?: string) => {
     const response = await fetch(`${gateway.url}${path}`, { method, ...(body !== undefined ? { body } : {}) })
     return `${response.status} ${await response.text()}`.trim()
+  }
+
+  /** A counter's series as [label values..., value], sorted. */
+  const series = async (name: string, labels: string[]) => {
+    const families = parsePrometheus(await (await fetch(`${gateway.adminUrl}/metrics`)).text()) as Array<{ name: string; metrics: Array<{ labels: Record<string, string>; value: string }> }>
+    const metrics = families.find((family) => family.name === name)?.metrics ?? []
+    return metrics.map((metric) => [...labels.map((label) => metric.labels[label]), metric.value]).sort()
   }
 
   it('sends a request that changes nothing done twice (and has no body) to the next upstream; others get 502', async () => {
@@ -197,9 +203,9 @@ describe('gateway: an upstream that drops the request', () => {
     assert.equal(alone.status, 502)
     assert.equal((await alone.json() as { detail: string }).detail, 'The upstream closed the connection without answering.')
     // Counted once per request that failed, by what happened: the requests b answered after a's failure are not.
-    const families = parsePrometheus(await (await fetch(`${gateway.adminUrl}/metrics`)).text()) as Array<{ name: string; metrics: Array<{ labels: Record<string, string>; value: string }> }>
-    const failures = families.find((family) => family.name === 'sluice_upstream_failures_total')?.metrics ?? []
-    assert.deepEqual(failures.map((metric) => [metric.labels.route, metric.labels.failure, metric.value]).sort(), [['alone', 'closed', '1'], ['pool', 'closed', '3']])
+    assert.deepEqual(await series('sluice_upstream_failures_total', ['route', 'failure']), [['alone', 'closed', '1'], ['pool', 'closed', '3']])
+    // Those show as retries, by the upstream that failed: round-robin gave a every one of the six first, and alone's one request went to a twice.
+    assert.deepEqual(await series('sluice_upstream_retries_total', ['route', 'upstream', 'failure']), [['alone', a.url, 'closed', '1'], ['pool', a.url, 'closed', '6']])
   })
 
   it('sends a request again on a new connection when the only upstream dropped the kept-alive one it went out on', async () => {
@@ -207,5 +213,10 @@ describe('gateway: an upstream that drops the request', () => {
     const answers: string[] = []
     for (let i = 0; i < 4; i++) answers.push(await send(i % 2 === 0 ? 'GET' : 'DELETE', '/reused/x'))
     assert.deepEqual(answers, ['200 c', '200 c', '200 c', '200 c'])
+    // Each retry is counted, against c (how many requests found a kept connection depends on when undici reuses one).
+    const retries = (await series('sluice_upstream_retries_total', ['route', 'upstream', 'failure'])).filter(([route]) => route === 'reused')
+    assert.deepEqual(retries.map((labels) => labels.slice(0, 3)), [['reused', c.url, 'closed']])
+    assert.ok(Number(retries[0]?.[3]) >= 1 && Number(retries[0]?.[3]) <= 3, `retries ${retries[0]?.[3]}`)
+    assert.deepEqual((await series('sluice_upstream_failures_total', ['route'])).filter(([route]) => route === 'reused'), [])
   })
 })
