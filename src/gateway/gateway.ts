@@ -303,11 +303,7 @@ export class Gateway {
         timeouts: { headersMs: route.config.timeoutMs ?? runtime.config.server.timeouts.upstreamMs, bodyMs: runtime.config.server.timeouts.upstreamBodyMs },
         protocol: runtime.config.tls !== undefined ? 'https' : 'http',
         extraHeaders: outcome?.headers ?? [],
-        onRetry: (upstream, failure) => {
-          this.metrics.upstreamRetry(routeName, upstream, failure)
-          // One that cannot be connected to is logged once, as it is passed over.
-          if (failure === 'closed') this.logger.warn({ route: routeName, upstream }, 'upstream closed the connection without answering; request sent again')
-        },
+        onRetry: (upstream, failure) => this.metrics.upstreamRetry(routeName, upstream, failure),
         ...(upgrade !== undefined ? { upgrade } : {}),
       })
       // A client gone before the answer counts as a failure (499), as in the middleware.
@@ -478,7 +474,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
   const routes = config.routes.map((route) => ({
     config: route,
     matches: compileMatch(route.match ?? {}, `route "${route.name}" match`, config.caseSensitive),
-    upstreams: new Upstreams(route, (upstream) => logger.warn({ route: route.name, upstream }, 'upstream cannot be connected to; passed over for 10 s')),
+    upstreams: new Upstreams(route, (upstream, failure) => logger.warn({ route: route.name, upstream }, `upstream ${failure === 'closed' ? 'closed a connection without answering' : 'cannot be connected to'}; passed over for 10 s`)),
     rewrite: pathRewriter(route),
   }))
   const failure = config.store.type === 'redis' ? config.store : undefined

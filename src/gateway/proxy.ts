@@ -30,7 +30,7 @@ export interface ProxyOutcome {
   failure: 'unreachable' | 'closed' | 'timeout' | 'broken' | 'client-gone' | undefined
 }
 
-/** How long an upstream that refused a connection is passed over (nginx's fail_timeout). */
+/** How long an upstream that refused a connection, or dropped one unanswered, is passed over (nginx's fail_timeout with max_fails 1). */
 const DOWN_MS = 10_000
 
 export interface UpstreamBase {
@@ -56,15 +56,16 @@ export type HealthListener = (origin: string, healthy: boolean, reason: string) 
 
 /**
  * One route's upstreams, taken in turn, over a shared keep-alive pool. One that
- * cannot be connected to is passed over for DOWN_MS while another is up.
+ * cannot be connected to, or that closes a connection without answering, is
+ * passed over for DOWN_MS while another is up.
  */
 export class Upstreams {
   private next = 0
   private readonly bases: UpstreamBase[]
   private checking: NodeJS.Timeout | undefined
 
-  /** `onDown` hears of an upstream newly passed over (not of each request that finds it still down). */
-  constructor(route: RouteConfig, private readonly onDown: (origin: string) => void = () => {}) {
+  /** `onDown` hears of an upstream newly passed over, and why (not of each request that finds it still down). */
+  constructor(route: RouteConfig, private readonly onDown: (origin: string, failure: 'unreachable' | 'closed') => void = () => {}) {
     const urls = Array.isArray(route.upstream) ? route.upstream : [route.upstream]
     this.bases = urls.map((url) => {
       const parsed = new URL(url)
@@ -136,8 +137,8 @@ export class Upstreams {
   }
 
   /**
-   * Each upstream's state now: `passedOverUntil` while it refuses connections
-   * (passed over for DOWN_MS), `healthy` where the route has a health check.
+   * Each upstream's state now: `passedOverUntil` while it is passed over for
+   * refusing or dropping connections, `healthy` where the route has a health check.
    */
   states(checked: boolean): Array<{ url: string; healthy?: boolean; passedOverUntil?: string }> {
     const now = Date.now()
@@ -151,7 +152,7 @@ export class Upstreams {
   /** Round-robin over the upstreams not marked down nor failing their health check (over all of them when every one is). */
   pick(): UpstreamBase {
     const count = this.bases.length
-    const now = count > 1 ? Date.now() : Number.POSITIVE_INFINITY
+    const now = count > 1 ? Date.now() : 0
     for (let offset = 0; offset < count; offset++) {
       const base = this.bases[(this.next + offset) % count] as UpstreamBase
       if (base.downUntil <= now && base.healthy) {
@@ -164,9 +165,11 @@ export class Upstreams {
     return base
   }
 
-  markDown(base: UpstreamBase): void {
+  /** Passes `base` over for DOWN_MS, when there is another to take its requests. */
+  markDown(base: UpstreamBase, failure: 'unreachable' | 'closed'): void {
+    if (this.bases.length === 1) return
     const now = Date.now()
-    if (base.downUntil <= now && this.bases.length > 1) this.onDown(base.origin)
+    if (base.downUntil <= now) this.onDown(base.origin, failure)
     base.downUntil = now + DOWN_MS
   }
 }
@@ -312,18 +315,22 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         }
         const closed = isClosedBeforeAnswer(error)
         if (isConnectFailure(error)) {
-          options.upstreams.markDown(base)
+          options.upstreams.markDown(base, 'unreachable')
           const next = triesLeft > 0 && !hasBody ? options.upstreams.pick() : base
           if (next !== base) {
             options.onRetry?.(urlOf(base), 'unreachable')
             return send(next, triesLeft - 1)
           }
-        } else if (closed && triesLeft > 0 && replayable) {
+        } else if (closed) {
           // The upstream took the request and closed without a word (it crashed, or dropped an idle kept-alive
-          // connection as the request arrived): a request that changes nothing if done twice goes to the next
-          // upstream, as nginx's proxy_next_upstream does, or on a new connection to the same one when it is the only one.
-          options.onRetry?.(urlOf(base), 'closed')
-          return send(options.upstreams.pick(), triesLeft - 1)
+          // connection as the request arrived). Passed over, as nginx marks it failed; a request that changes
+          // nothing if done twice goes to the next upstream, as nginx's proxy_next_upstream does, or on a new
+          // connection to the same one when it is the only one.
+          options.upstreams.markDown(base, 'closed')
+          if (triesLeft > 0 && replayable) {
+            options.onRetry?.(urlOf(base), 'closed')
+            return send(options.upstreams.pick(), triesLeft - 1)
+          }
         }
         const timeout = isTimeout(error)
         const answer = timeout
