@@ -22,7 +22,7 @@ import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
-import { createAgent, forward, pathRewriter, respond, Upstreams, type Upgrade } from './proxy.ts'
+import { createAgent, forward, pathRewriter, respond, Upstreams, type Upgrade, type UpstreamFailure } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
@@ -249,7 +249,7 @@ export class Gateway {
     // nodeRequest normalizes the path (dot segments, empty segments): routes and limits see what the upstream will serve.
     const request = nodeRequest(req) as GatewayRequest
     let routeName = '(none)'
-    let failure: string | undefined
+    let failure: UpstreamFailure | undefined
     let upgradedStatus: number | undefined
     const done = () => {
       if (finished) return
@@ -303,7 +303,12 @@ export class Gateway {
         timeouts: { headersMs: route.config.timeoutMs ?? runtime.config.server.timeouts.upstreamMs, bodyMs: runtime.config.server.timeouts.upstreamBodyMs },
         protocol: runtime.config.tls !== undefined ? 'https' : 'http',
         extraHeaders: outcome?.headers ?? [],
-        onRetry: (upstream, failure) => this.metrics.upstreamRetry(routeName, upstream, failure),
+        // Noted before the client is answered, so that the access log line, written as the response closes, carries it.
+        onFailure: (kind, upstream, retried) => {
+          if (retried) return this.metrics.upstreamRetry(routeName, upstream, kind)
+          failure = kind
+          this.metrics.upstreamFailure(routeName, kind)
+        },
         ...(upgrade !== undefined ? { upgrade } : {}),
       })
       // A client gone before the answer counts as a failure (499), as in the middleware.
@@ -315,10 +320,6 @@ export class Gateway {
         const closed = this.metrics.tunnelOpened(routeName)
         if (upgrade.socket.closed) closed()
         else upgrade.socket.once('close', closed)
-      }
-      if (forwarded.failure !== undefined && forwarded.failure !== 'client-gone') {
-        failure = forwarded.failure
-        this.metrics.upstreamFailure(routeName, forwarded.failure)
       }
     } catch (error) {
       // Only a bug gets here: answer rather than leave the client hanging.

@@ -24,10 +24,13 @@ export interface UpstreamTimeouts {
   bodyMs: number
 }
 
+/** Why an upstream could not answer: not connected to, closed without an answer, answered with what is not HTTP, too slow, or cut short mid-response. */
+export type UpstreamFailure = 'unreachable' | 'closed' | 'invalid' | 'timeout' | 'broken'
+
 export interface ProxyOutcome {
   status: number
   /** Why the upstream could not answer, when it could not. */
-  failure: 'unreachable' | 'closed' | 'timeout' | 'broken' | 'client-gone' | undefined
+  failure: UpstreamFailure | 'client-gone' | undefined
 }
 
 /** How long an upstream that refused a connection, or dropped one unanswered, is passed over (nginx's fail_timeout with max_fails 1). */
@@ -212,8 +215,11 @@ export interface ForwardOptions {
   protocol: string
   /** Headers to add to the response (rate-limit fields). */
   extraHeaders: ReadonlyArray<[string, string]>
-  /** Told of each upstream that failed the request without answering before it was sent again (the client never sees that failure). */
-  onRetry?: (upstream: string, failure: 'unreachable' | 'closed') => void
+  /**
+   * Told of each upstream failure as it happens, before the client is answered:
+   * `retried` when the request was sent again (a failure the client never sees).
+   */
+  onFailure?: (failure: UpstreamFailure, upstream: string, retried: boolean) => void
   /** A WebSocket upgrade: asked of the upstream, and when it agrees (101), the two connections are joined. */
   upgrade?: Upgrade
 }
@@ -310,6 +316,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (clientGone || res.destroyed) return finish({ status: status || 499, failure: 'client-gone' })
         if (status !== 0) {
           // Headers are out: all that is left is to cut the response short so the client sees it incomplete.
+          options.onFailure?.('broken', urlOf(base), false)
           res.destroy()
           return finish({ status, failure: 'broken' })
         }
@@ -318,7 +325,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           options.upstreams.markDown(base, 'unreachable')
           const next = triesLeft > 0 && !hasBody ? options.upstreams.pick() : base
           if (next !== base) {
-            options.onRetry?.(urlOf(base), 'unreachable')
+            options.onFailure?.('unreachable', urlOf(base), true)
             return send(next, triesLeft - 1)
           }
         } else if (closed) {
@@ -328,16 +335,15 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           // connection to the same one when it is the only one.
           options.upstreams.markDown(base, 'closed')
           if (triesLeft > 0 && replayable) {
-            options.onRetry?.(urlOf(base), 'closed')
+            options.onFailure?.('closed', urlOf(base), true)
             return send(options.upstreams.pick(), triesLeft - 1)
           }
         }
-        const timeout = isTimeout(error)
-        const answer = timeout
-          ? problem(504, 'Gateway Timeout', 'The upstream did not answer in time.', [...options.extraHeaders, ['Connection', 'close']])
-          : problem(502, 'Bad Gateway', closed ? 'The upstream closed the connection without answering.' : 'The upstream could not be reached.', [...options.extraHeaders, ['Connection', 'close']])
-        respond(res, answer)
-        finish({ status: timeout ? 504 : 502, failure: timeout ? 'timeout' : closed ? 'closed' : 'unreachable' })
+        const failure: UpstreamFailure = isTimeout(error) ? 'timeout' : closed ? 'closed' : isInvalidResponse(error) ? 'invalid' : 'unreachable'
+        options.onFailure?.(failure, urlOf(base), false)
+        const status504 = failure === 'timeout'
+        respond(res, problem(status504 ? 504 : 502, status504 ? 'Gateway Timeout' : 'Bad Gateway', FAILURE_DETAIL[failure], [...options.extraHeaders, ['Connection', 'close']]))
+        finish({ status: status504 ? 504 : 502, failure })
       },
     })
     // Each other upstream once; a route with one upstream still gets one more try for the dropped kept-alive connection.
@@ -448,6 +454,19 @@ function isConnectFailure(error: unknown): boolean {
   if (error instanceof errors.ConnectTimeoutError) return true
   const code = (error as { code?: unknown } | undefined)?.code
   return code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH' || code === 'ENOTFOUND' || code === 'EAI_AGAIN'
+}
+
+/** What the client's 502 or 504 says happened. */
+const FAILURE_DETAIL: Record<Exclude<UpstreamFailure, 'broken'>, string> = {
+  unreachable: 'The upstream could not be reached.',
+  closed: 'The upstream closed the connection without answering.',
+  invalid: 'The upstream answered with a response that is not valid HTTP.',
+  timeout: 'The upstream did not answer in time.',
+}
+
+/** The upstream's answer could not be parsed (malformed, or headers past the size limit). */
+function isInvalidResponse(error: unknown): boolean {
+  return error instanceof errors.HTTPParserError || error instanceof errors.HeadersOverflowError
 }
 
 function isTimeout(error: unknown): boolean {

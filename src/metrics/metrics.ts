@@ -47,7 +47,7 @@ export class GatewayMetrics {
     this.storeUp = new Gauge({ name: 'sluice_store_up', help: '1 when the store answered the last health probe.', registers })
     this.blockCacheHits = new Counter({ name: 'sluice_block_cache_hits_total', help: 'Refusals answered from the local cache of blocked keys, without a store call.', registers })
     this.requests = new Counter({ name: 'sluice_requests_total', help: 'Requests answered, by route and status code.', labelNames: ['route', 'status'], registers })
-    this.upstreamFailures = new Counter({ name: 'sluice_upstream_failures_total', help: 'Requests the upstream could not answer, the client getting a 502 or 504 or a response cut short (unreachable, closed, timeout, broken).', labelNames: ['route', 'failure'], registers })
+    this.upstreamFailures = new Counter({ name: 'sluice_upstream_failures_total', help: 'Requests the upstream could not answer, the client getting a 502 or 504 or a response cut short (unreachable, closed, invalid, timeout, broken).', labelNames: ['route', 'failure'], registers })
     this.upstreamRetries = new Counter({ name: 'sluice_upstream_retries_total', help: 'Requests sent again after an upstream failed them without answering (unreachable, closed), by the upstream that failed: failures the client did not see.', labelNames: ['route', 'upstream', 'failure'], registers })
     this.requestDuration = new Histogram({
       name: 'sluice_request_duration_seconds',

@@ -221,6 +221,10 @@ describe('gateway (child process, real upstream)', () => {
     const slow = await get(`${gateway.url}/slow/2000`)
     assert.equal(slow.status, 504)
     assert.equal((await get(`${gateway.url}/slow/10`)).status, 200)
+    // The access log says why: written as the response closes, it must not miss what the proxy found a moment before.
+    const logged = await gateway.waitForLog((l) => l.msg === 'request' && l.route === 'slow' && l.status === 504)
+    assert.equal(logged.upstream, 'timeout')
+    assert.equal((await gateway.waitForLog((l) => l.msg === 'request' && l.route === 'down')).upstream, 'unreachable')
   })
 
   it('takes a route\'s upstreams in turn; one that refuses connections is passed over, the request sent to the next', async () => {

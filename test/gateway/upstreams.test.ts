@@ -19,11 +19,13 @@ interface Upstream {
   drop: boolean
   /** Close a kept-alive connection as its next request arrives, answering nothing (an idle timeout's race). */
   dropReused: boolean
+  /** Answer with what is not HTTP: a Content-Length that is not a number. */
+  garble: boolean
 }
 
 /** An upstream answering its name. */
 async function upstream(name: string): Promise<Upstream> {
-  const state: Upstream = { url: '', server: createServer(), health: 200, drop: false, dropReused: false }
+  const state: Upstream = { url: '', server: createServer(), health: 200, drop: false, dropReused: false, garble: false }
   const served = new WeakSet<object>()
   state.server.on('request', (req, res) => {
     if (req.url === '/healthz') {
@@ -35,6 +37,10 @@ async function upstream(name: string): Promise<Upstream> {
       return
     }
     served.add(req.socket)
+    if (state.garble) {
+      req.socket.end('HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\nhello')
+      return
+    }
     res.end(name)
   })
   await new Promise<void>((resolve) => state.server.listen(0, '127.0.0.1', resolve))
@@ -149,10 +155,12 @@ describe('gateway: an upstream that drops the request', () => {
   let stop: () => Promise<void>
   let a: Upstream
   let c: Upstream
+  let d: Upstream
 
   before(async () => {
     // c closes each kept-alive connection as its second request arrives, as an upstream whose idle timeout fires then does.
     c = await upstream('c')
+    d = await upstream('d')
     ;({ a, gateway, stop } = await setUp((a, b) => `
 ${['pool', 'post', 'patch', 'put'].map((name) => `
   - name: ${name}
@@ -166,15 +174,22 @@ ${['pool', 'post', 'patch', 'put'].map((name) => `
   - name: reused
     match: { path: /reused/** }
     upstream: ${c.url}
-    stripPrefix: /reused`))
+    stripPrefix: /reused
+  - name: garbled
+    match: { path: /garbled/** }
+    upstream: ${d.url}
+    stripPrefix: /garbled`))
     a.drop = true
     c.dropReused = true
+    d.garble = true
   })
 
   after(async () => {
     await stop?.()
-    c.server.closeAllConnections()
-    c.server.close()
+    for (const side of [c, d]) {
+      side.server.closeAllConnections()
+      side.server.close()
+    }
   })
 
   const send = async (method: string, path: string, body?: string) => {
@@ -223,5 +238,11 @@ ${['pool', 'post', 'patch', 'put'].map((name) => `
     assert.deepEqual(retries.map((labels) => labels.slice(0, 3)), [['reused', c.url, 'closed']])
     assert.ok(Number(retries[0]?.[3]) >= 1 && Number(retries[0]?.[3]) <= 3, `retries ${retries[0]?.[3]}`)
     assert.deepEqual((await series('sluice_upstream_failures_total', ['route'])).filter(([route]) => route === 'reused'), [])
+  })
+  it('answers 502 saying so when the upstream answers with what is not HTTP', async () => {
+    const garbled = await fetch(`${gateway.url}/garbled/x`)
+    assert.equal(garbled.status, 502)
+    assert.equal((await garbled.json() as { detail: string }).detail, 'The upstream answered with a response that is not valid HTTP.')
+    assert.deepEqual((await series('sluice_upstream_failures_total', ['route', 'failure'])).filter(([route]) => route === 'garbled'), [['garbled', 'invalid', '1']])
   })
 })
