@@ -277,7 +277,9 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         controller = started
         if (clientGone) started.abort(new Error('the client closed the connection'))
       },
-      onResponseStart(_controller, statusCode, headers) {
+      onResponseStart(started, statusCode, headers) {
+        // undici hands on any number; under 100 is no HTTP status (undici would fail on it anyway, as an internal assertion).
+        if (statusCode < 100) return started.abort(new InvalidResponseError(`status ${statusCode}`))
         if (statusCode < 200) return // 1xx interim responses stay on the upstream hop
         status = statusCode
         res.writeHead(statusCode, responseHeaders(headers, options.extraHeaders))
@@ -464,9 +466,12 @@ const FAILURE_DETAIL: Record<Exclude<UpstreamFailure, 'broken'>, string> = {
   timeout: 'The upstream did not answer in time.',
 }
 
-/** The upstream's answer could not be parsed (malformed, or headers past the size limit). */
+/** An upstream answer undici takes but HTTP does not. */
+class InvalidResponseError extends Error {}
+
+/** The upstream's answer could not be parsed: malformed, headers past the size limit, a body not the length it said (Content-Length with chunked). */
 function isInvalidResponse(error: unknown): boolean {
-  return error instanceof errors.HTTPParserError || error instanceof errors.HeadersOverflowError
+  return error instanceof errors.HTTPParserError || error instanceof errors.HeadersOverflowError || error instanceof errors.ResponseContentLengthMismatchError || error instanceof InvalidResponseError
 }
 
 function isTimeout(error: unknown): boolean {

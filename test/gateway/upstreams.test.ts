@@ -19,13 +19,13 @@ interface Upstream {
   drop: boolean
   /** Close a kept-alive connection as its next request arrives, answering nothing (an idle timeout's race). */
   dropReused: boolean
-  /** Answer with what is not HTTP: a Content-Length that is not a number. */
-  garble: boolean
+  /** Answer with these bytes (what is not HTTP) instead. */
+  garble: string | undefined
 }
 
 /** An upstream answering its name. */
 async function upstream(name: string): Promise<Upstream> {
-  const state: Upstream = { url: '', server: createServer(), health: 200, drop: false, dropReused: false, garble: false }
+  const state: Upstream = { url: '', server: createServer(), health: 200, drop: false, dropReused: false, garble: undefined }
   const served = new WeakSet<object>()
   state.server.on('request', (req, res) => {
     if (req.url === '/healthz') {
@@ -37,8 +37,8 @@ async function upstream(name: string): Promise<Upstream> {
       return
     }
     served.add(req.socket)
-    if (state.garble) {
-      req.socket.end('HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\nhello')
+    if (state.garble !== undefined) {
+      req.socket.end(state.garble)
       return
     }
     res.end(name)
@@ -181,7 +181,6 @@ ${['pool', 'post', 'patch', 'put'].map((name) => `
     stripPrefix: /garbled`))
     a.drop = true
     c.dropReused = true
-    d.garble = true
   })
 
   after(async () => {
@@ -240,9 +239,18 @@ ${['pool', 'post', 'patch', 'put'].map((name) => `
     assert.deepEqual((await series('sluice_upstream_failures_total', ['route'])).filter(([route]) => route === 'reused'), [])
   })
   it('answers 502 saying so when the upstream answers with what is not HTTP', async () => {
-    const garbled = await fetch(`${gateway.url}/garbled/x`)
-    assert.equal(garbled.status, 502)
-    assert.equal((await garbled.json() as { detail: string }).detail, 'The upstream answered with a response that is not valid HTTP.')
-    assert.deepEqual((await series('sluice_upstream_failures_total', ['route', 'failure'])).filter(([route]) => route === 'garbled'), [['garbled', 'invalid', '1']])
+    const garbles = [
+      'HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\nhello',
+      'HTTP/1.1 099 Low\r\nContent-Length: 2\r\n\r\nok',
+      'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n',
+      `HTTP/1.1 200 OK\r\nX-Big: ${'x'.repeat(20_000)}\r\nContent-Length: 2\r\n\r\nok`,
+    ]
+    for (const garble of garbles) {
+      d.garble = garble
+      const garbled = await fetch(`${gateway.url}/garbled/x`)
+      assert.equal(garbled.status, 502, garble.slice(0, 60))
+      assert.equal((await garbled.json() as { detail: string }).detail, 'The upstream answered with a response that is not valid HTTP.', garble.slice(0, 60))
+    }
+    assert.deepEqual((await series('sluice_upstream_failures_total', ['route', 'failure'])).filter(([route]) => route === 'garbled'), [['garbled', 'invalid', String(garbles.length)]])
   })
 })
