@@ -249,7 +249,7 @@ export class Gateway {
     // nodeRequest normalizes the path (dot segments, empty segments): routes and limits see what the upstream will serve.
     const request = nodeRequest(req) as GatewayRequest
     let routeName = '(none)'
-    let failure: UpstreamFailure | undefined
+    let failure: { upstream: UpstreamFailure; upstreamUrl: string; upstreamError: string } | undefined
     let upgradedStatus: number | undefined
     const done = () => {
       if (finished) return
@@ -266,7 +266,7 @@ export class Gateway {
           keyKind: request.keyKind,
           decision: request.outcome ?? 'none',
           ms: Math.round(seconds * 10_000) / 10,
-          ...(failure !== undefined ? { upstream: failure } : {}),
+          ...failure,
         }, 'request')
       }
     }
@@ -304,9 +304,9 @@ export class Gateway {
         protocol: runtime.config.tls !== undefined ? 'https' : 'http',
         extraHeaders: outcome?.headers ?? [],
         // Noted before the client is answered, so that the access log line, written as the response closes, carries it.
-        onFailure: (kind, upstream, retried) => {
+        onFailure: (kind, upstream, error, retried) => {
           if (retried) return this.metrics.upstreamRetry(routeName, upstream, kind)
-          failure = kind
+          failure = { upstream: kind, upstreamUrl: upstream, upstreamError: error.message }
           this.metrics.upstreamFailure(routeName, kind)
         },
         ...(upgrade !== undefined ? { upgrade } : {}),

@@ -216,10 +216,11 @@ export interface ForwardOptions {
   /** Headers to add to the response (rate-limit fields). */
   extraHeaders: ReadonlyArray<[string, string]>
   /**
-   * Told of each upstream failure as it happens, before the client is answered:
-   * `retried` when the request was sent again (a failure the client never sees).
+   * Told of each upstream failure as it happens, before the client is answered,
+   * with what undici found: `retried` when the request was sent again (a
+   * failure the client never sees).
    */
-  onFailure?: (failure: UpstreamFailure, upstream: string, retried: boolean) => void
+  onFailure?: (failure: UpstreamFailure, upstream: string, error: Error, retried: boolean) => void
   /** A WebSocket upgrade: asked of the upstream, and when it agrees (101), the two connections are joined. */
   upgrade?: Upgrade
 }
@@ -318,7 +319,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (clientGone || res.destroyed) return finish({ status: status || 499, failure: 'client-gone' })
         if (status !== 0) {
           // Headers are out: all that is left is to cut the response short so the client sees it incomplete.
-          options.onFailure?.('broken', urlOf(base), false)
+          options.onFailure?.('broken', urlOf(base), error, false)
           res.destroy()
           return finish({ status, failure: 'broken' })
         }
@@ -327,7 +328,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           options.upstreams.markDown(base, 'unreachable')
           const next = triesLeft > 0 && !hasBody ? options.upstreams.pick() : base
           if (next !== base) {
-            options.onFailure?.('unreachable', urlOf(base), true)
+            options.onFailure?.('unreachable', urlOf(base), error, true)
             return send(next, triesLeft - 1)
           }
         } else if (closed) {
@@ -337,12 +338,12 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           // connection to the same one when it is the only one.
           options.upstreams.markDown(base, 'closed')
           if (triesLeft > 0 && replayable) {
-            options.onFailure?.('closed', urlOf(base), true)
+            options.onFailure?.('closed', urlOf(base), error, true)
             return send(options.upstreams.pick(), triesLeft - 1)
           }
         }
         const failure: UpstreamFailure = isTimeout(error) ? 'timeout' : closed ? 'closed' : isInvalidResponse(error) ? 'invalid' : 'unreachable'
-        options.onFailure?.(failure, urlOf(base), false)
+        options.onFailure?.(failure, urlOf(base), error, false)
         const status504 = failure === 'timeout'
         respond(res, problem(status504 ? 504 : 502, status504 ? 'Gateway Timeout' : 'Bad Gateway', FAILURE_DETAIL[failure], [...options.extraHeaders, ['Connection', 'close']]))
         finish({ status: status504 ? 504 : 502, failure })

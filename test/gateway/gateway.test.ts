@@ -224,7 +224,10 @@ describe('gateway (child process, real upstream)', () => {
     // The access log says why: written as the response closes, it must not miss what the proxy found a moment before.
     const logged = await gateway.waitForLog((l) => l.msg === 'request' && l.route === 'slow' && l.status === 504)
     assert.equal(logged.upstream, 'timeout')
-    assert.equal((await gateway.waitForLog((l) => l.msg === 'request' && l.route === 'down')).upstream, 'unreachable')
+    // With which upstream, and what undici found, so an operator can tell a refused port from a bad certificate.
+    const refused = await gateway.waitForLog((l) => l.msg === 'request' && l.route === 'down')
+    assert.deepEqual([refused.upstream, refused.upstreamUrl], ['unreachable', `http://127.0.0.1:${downPort}`])
+    assert.match(String(refused.upstreamError), /ECONNREFUSED/)
   })
 
   it('takes a route\'s upstreams in turn; one that refuses connections is passed over, the request sent to the next', async () => {
