@@ -106,7 +106,7 @@ export class Gateway {
     const config = await loadConfig(file, options.env)
     const logger = options.logger ?? pino({ level: config.logging.level, base: null })
     const metrics = new GatewayMetrics()
-    const store = await openStore(config)
+    const store = await openStore(config, (message) => logger.warn(message))
     let gateway: Gateway
     try {
       gateway = new Gateway(buildRuntime(config, store, metrics, logger), logger, metrics, options)
@@ -351,7 +351,7 @@ export class Gateway {
     let store = current.store
     if (!sameStore) {
       try {
-        store = await openStore(config)
+        store = await openStore(config, (message) => this.logger.warn(message))
       } catch (error) {
         this.metrics.configRefused()
         this.logger.error({ problems: [(error as Error).message] }, 'config refused: its store cannot be opened; the running config stays')

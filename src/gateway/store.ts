@@ -15,14 +15,15 @@ export interface OpenedStore {
   close(): Promise<void>
 }
 
-export async function openStore(config: GatewayConfig): Promise<OpenedStore> {
+/** `onWarning` hears what the store finds wrong with its Redis (eviction, TIME refused). */
+export async function openStore(config: GatewayConfig, onWarning: (message: string) => void): Promise<OpenedStore> {
   const options = config.store
   if (options.type === 'memory') {
     return { store: new MemoryStore(options.maxKeys !== undefined ? { maxKeys: options.maxKeys } : {}), description: 'memory', close: async () => {} }
   }
-  const time = options.time !== undefined ? { time: options.time } : {}
+  const storeOptions = { ...(options.time !== undefined ? { time: options.time } : {}), onWarning }
   if (options.url !== undefined) {
-    const store = new RedisStore({ url: options.url, ...time })
+    const store = new RedisStore({ url: options.url, ...storeOptions })
     // As for Sentinel and Cluster below: the first requests are decided by Redis, not by the failure policy.
     await store.ping().catch(() => { /* down at start: the failure policy and the health probe take over */ })
     const url = new URL(options.url)
@@ -42,7 +43,7 @@ export async function openStore(config: GatewayConfig): Promise<OpenedStore> {
     })
     client.on('error', () => { /* reported through failing decisions and the health probe */ })
     await connected(client)
-    const store = new RedisStore({ client, ...time })
+    const store = new RedisStore({ client, ...storeOptions })
     return { store, description: `redis-sentinel ${options.sentinel.name}`, close: () => quit(client) }
   }
   const nodes = (options.cluster as string[]).map((node) => hostPort(node.replace(/^rediss?:\/\//, '')))
@@ -52,7 +53,7 @@ export async function openStore(config: GatewayConfig): Promise<OpenedStore> {
   })
   client.on('error', () => { /* reported through failing decisions and the health probe */ })
   await connected(client)
-  const store = new RedisStore({ client, ...time })
+  const store = new RedisStore({ client, ...storeOptions })
   return { store, description: `redis-cluster (${nodes.length} seed nodes)`, close: () => quit(client) }
 }
 

@@ -107,6 +107,23 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     assert.equal((await runCli(['inspect', 'user:bob'])).code, 2)
   })
 
+  it('logs, in its own log, that a Redis evicting keys when full can reset limits', async () => {
+    const admin = redis.client()
+    await admin.config('SET', 'maxmemory', '256mb')
+    await admin.config('SET', 'maxmemory-policy', 'volatile-lru')
+    const evicting = await startGateway(config_(), { env: { JWT_SECRET: SECRET } })
+    try {
+      assert.equal((await fetch(`${evicting.url}/hello`, { headers: { authorization: `Bearer ${await token('erin')}` } })).status, 200)
+      const warning = await evicting.waitForLog((line) => typeof line.msg === 'string' && line.msg.includes('evicts keys'))
+      assert.equal(warning.level, 40)
+      assert.match(warning.msg, /maxmemory-policy volatile-lru/)
+    } finally {
+      await evicting.stop()
+      await admin.config('SET', 'maxmemory', '0')
+      await admin.config('SET', 'maxmemory-policy', 'noeviction')
+    }
+  })
+
   it('decides its first request on Redis, even when Redis is slow to connect at start (not by the failure policy)', async () => {
     // A relay that holds each connection 600 ms before reaching Redis: longer than a decision may wait.
     const relay = createServer((client) => {

@@ -232,3 +232,53 @@ describe('RedisStore on a server that refuses TIME in scripts', () => {
     assert.match(warnings[0] as string, /refuses TIME inside scripts/)
   })
 })
+
+describe('RedisStore on a Redis that evicts keys when full', () => {
+  let redis: RedisServer
+  before(async () => { redis = await startRedis(['--maxmemory', '64mb', '--maxmemory-policy', 'allkeys-lru']) })
+  after(async () => { await redis.stop() })
+
+  /** The warnings a store on `client` gives over a few calls (the check runs once Redis first answers). */
+  async function warningsOn(store: (onWarning: (message: string) => void) => RedisStore): Promise<string[]> {
+    const warnings: string[] = []
+    const opened = store((message) => warnings.push(message))
+    const limiter = new Limiter({ store: opened, prefix: 'evicting', policies: { algorithm: 'fixed-window', limit: 5, windowMs: 60_000 } })
+    for (let i = 0; i < 3; i++) await limiter.limit('k')
+    for (let waited = 0; warnings.length === 0 && waited < 500; waited += 25) await sleep(25)
+    await sleep(50)
+    await limiter.limit('k')
+    await opened.close()
+    return warnings
+  }
+
+  it('warns once that a limit can start again from zero, through ioredis, node-redis and a URL', async () => {
+    const nodeRedis = createClient({ url: redis.url })
+    await nodeRedis.connect()
+    try {
+      for (const [name, make] of [
+        ['ioredis', (onWarning: (message: string) => void) => new RedisStore({ client: redis.client(), onWarning })],
+        ['node-redis', (onWarning: (message: string) => void) => new RedisStore({ client: nodeRedis, onWarning })],
+        ['url', (onWarning: (message: string) => void) => new RedisStore({ url: redis.url, onWarning })],
+      ] as const) {
+        const warnings = await warningsOn(make)
+        assert.equal(warnings.length, 1, `${name}: ${warnings.join(' | ')}`)
+        assert.match(warnings[0] as string, /evicts keys .*maxmemory-policy allkeys-lru, maxmemory 67108864 bytes.*starts again from zero/, name)
+      }
+    } finally {
+      await nodeRedis.quit()
+    }
+  })
+
+  it('says nothing where a full Redis refuses writes instead (noeviction), or has no memory limit', async () => {
+    const admin = redis.client()
+    try {
+      await admin.config('SET', 'maxmemory-policy', 'noeviction')
+      assert.deepEqual(await warningsOn((onWarning) => new RedisStore({ client: redis.client(), onWarning })), [])
+      await admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
+      await admin.config('SET', 'maxmemory', '0')
+      assert.deepEqual(await warningsOn((onWarning) => new RedisStore({ client: redis.client(), onWarning })), [])
+    } finally {
+      await admin.config('SET', 'maxmemory', '64mb')
+    }
+  })
+})

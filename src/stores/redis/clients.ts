@@ -35,6 +35,8 @@ export interface ScriptRunner {
   runLimit(keys: string[], args: string[]): Promise<unknown>
   del(keys: string[]): Promise<unknown>
   ping(): Promise<unknown>
+  /** `INFO` of one section, as Redis writes it (on a cluster, from one node). */
+  info(section: string): Promise<unknown>
   quit(): Promise<void>
 }
 
@@ -71,6 +73,7 @@ function ioredisRunner(client: IoredisClient): ScriptRunner {
     runLimit: (keys, args) => (commands[name] as (...a: unknown[]) => Promise<unknown>).call(client, keys.length, ...keys, ...args),
     del: (keys) => del.apply(client, keys),
     ping: () => ping.call(client),
+    info: (section) => callIfPresent(client, 'info', section),
     quit: async () => { await quit.call(client) },
   }
 }
@@ -100,9 +103,17 @@ function nodeRedisRunner(client: NodeRedisClient): ScriptRunner {
     },
     del: (keys) => del.call(client, keys),
     ping: () => ping.call(client),
+    info: (section) => callIfPresent(client, 'info', section),
     quit: async () => {
       if (typeof closer.close === 'function') await closer.close.call(client)
       else if (typeof closer.quit === 'function') await closer.quit.call(client)
     },
   }
+}
+
+/** A command the interfaces above do not require of a client: rejects where the client has none. */
+async function callIfPresent(client: object, command: string, ...args: string[]): Promise<unknown> {
+  const method = (client as Record<string, unknown>)[command]
+  if (typeof method !== 'function') throw new Error(`the client has no ${command}()`)
+  return (method as (...a: string[]) => Promise<unknown>).apply(client, args)
 }

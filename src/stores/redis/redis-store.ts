@@ -83,6 +83,7 @@ export class RedisStore implements Store {
   private readonly owned: boolean
   private readonly ready: Promise<void>
   private clientTime: boolean
+  private evictionChecked = false
   private readonly warn: (message: string) => void
   /** Per-policy script arguments, built once per limiter's policy list. */
   private readonly argsOf = new WeakMap<readonly ResolvedPolicy[], string[]>()
@@ -178,8 +179,27 @@ export class RedisStore implements Store {
       }
       const decisions = decode(reply, batch)
       batch.forEach((pending, i) => pending.resolve(decisions[i] as PolicyDecision[]))
+      if (!this.evictionChecked) {
+        this.evictionChecked = true
+        void this.checkEviction()
+      }
     } catch (error) {
       for (const pending of batch) pending.reject(error)
+    }
+  }
+
+  /**
+   * A Redis that evicts keys when full drops limiter state as readily as cache
+   * entries: a client's count starts again from zero, and no call fails to say
+   * so. Checked once, when Redis first answers; where INFO is refused, nothing is said.
+   */
+  private async checkEviction(): Promise<void> {
+    const info = await this.runner.info('memory').catch(() => undefined)
+    if (typeof info !== 'string') return
+    const maxmemory = Number(/^maxmemory:(\d+)/m.exec(info)?.[1] ?? 0)
+    const policy = /^maxmemory_policy:(\S+)/m.exec(info)?.[1]
+    if (maxmemory > 0 && policy !== undefined && policy !== 'noeviction') {
+      this.warn(`sluice: this Redis evicts keys when it reaches maxmemory (maxmemory-policy ${policy}, maxmemory ${maxmemory} bytes): an evicted key's limit starts again from zero, silently. Use maxmemory-policy noeviction (a full Redis then fails calls, and the limiter's onStoreFailure decides) or a Redis of the limiter's own.`)
     }
   }
 
@@ -318,6 +338,7 @@ function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
     runLimit: async (keys, args) => { await ready; return (runner as ScriptRunner).runLimit(keys, args) },
     del: async (keys) => { await ready; return (runner as ScriptRunner).del(keys) },
     ping: async () => { await ready; return (runner as ScriptRunner).ping() },
+    info: async (section) => { await ready; return (runner as ScriptRunner).info(section) },
     // Closing never waits for a connection, and always stops reconnecting: QUIT
     // when connected, else drop the socket (QUIT would be refused offline).
     quit: async () => {
