@@ -181,7 +181,8 @@ export class RedisStore implements Store {
       batch.forEach((pending, i) => pending.resolve(decisions[i] as PolicyDecision[]))
       if (!this.evictionChecked) {
         this.evictionChecked = true
-        void this.checkEviction()
+        // Advice only: a throwing onWarning must not become an unhandled rejection.
+        this.checkEviction().catch(() => {})
       }
     } catch (error) {
       for (const pending of batch) pending.reject(error)
