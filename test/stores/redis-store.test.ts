@@ -269,6 +269,16 @@ describe('RedisStore on a Redis that evicts keys when full', () => {
     }
   })
 
+  it('keeps deciding when the onWarning it reports to throws', async () => {
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client(), onWarning: () => { throw new Error('a broken logger') } }), prefix: 'evicting-throw', policies: { algorithm: 'fixed-window', limit: 5, windowMs: 60_000 } })
+    const allowed: boolean[] = []
+    for (let i = 0; i < 3; i++) {
+      allowed.push((await limiter.limit('k')).allowed)
+      await sleep(50)
+    }
+    assert.deepEqual(allowed, [true, true, true])
+  })
+
   it('says nothing where a full Redis refuses writes instead (noeviction), or has no memory limit', async () => {
     const admin = redis.client()
     try {
