@@ -312,7 +312,7 @@ export class Gateway {
         ...(upgrade !== undefined ? { upgrade } : {}),
       })
       // A client gone before the answer counts as a failure (499), as in the middleware.
-      outcome?.settle?.(forwarded.failure === 'client-gone' ? 499 : forwarded.status)
+      outcome?.settle?.(forwarded.status)
       if (forwarded.status === 101 && upgrade !== undefined) {
         // The tunnel lives on, outside the requests in flight: the request itself is done.
         upgradedStatus = 101

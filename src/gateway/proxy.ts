@@ -27,10 +27,12 @@ export interface UpstreamTimeouts {
 /** Why an upstream could not answer: not connected to, closed without an answer, answered with what is not HTTP, too slow, or cut short mid-response. */
 export type UpstreamFailure = 'unreachable' | 'closed' | 'invalid' | 'timeout' | 'broken'
 
+/** An upstream failure after which the upstream is passed over (see Upstreams.markDown). */
+export type PassOverFailure = Extract<UpstreamFailure, 'unreachable' | 'closed'>
+
+/** How a forwarded request ended: the status sent, or 499 when the client left first (failures are told to `onFailure`). */
 export interface ProxyOutcome {
   status: number
-  /** Why the upstream could not answer, when it could not. */
-  failure: UpstreamFailure | 'client-gone' | undefined
 }
 
 /** How long an upstream that refused a connection, or dropped one unanswered, is passed over (nginx's fail_timeout with max_fails 1). */
@@ -68,7 +70,7 @@ export class Upstreams {
   private checking: NodeJS.Timeout | undefined
 
   /** `onDown` hears of an upstream newly passed over, and why (not of each request that finds it still down). */
-  constructor(route: RouteConfig, private readonly onDown: (origin: string, failure: 'unreachable' | 'closed') => void = () => {}) {
+  constructor(route: RouteConfig, private readonly onDown: (origin: string, failure: PassOverFailure) => void = () => {}) {
     const urls = Array.isArray(route.upstream) ? route.upstream : [route.upstream]
     this.bases = urls.map((url) => {
       const parsed = new URL(url)
@@ -169,7 +171,7 @@ export class Upstreams {
   }
 
   /** Passes `base` over for DOWN_MS, when there is another to take its requests. */
-  markDown(base: UpstreamBase, failure: 'unreachable' | 'closed'): void {
+  markDown(base: UpstreamBase, failure: PassOverFailure): void {
     if (this.bases.length === 1) return
     const now = Date.now()
     if (base.downUntil <= now) this.onDown(base.origin, failure)
@@ -263,7 +265,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       resolve(outcome)
     }
     res.once('close', onClose)
-    // A request the upstream never saw (no connection) goes to the next upstream, if it has no body to replay.
+    // Sent again on a failure (see onResponseError) while `triesLeft` allows.
     const send = (base: UpstreamBase, triesLeft: number): boolean => options.dispatcher.dispatch({
       origin: base.origin,
       path: `${base.path}${options.rewrite(path)}${query}`,
@@ -294,7 +296,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (upgrade.socket.destroyed) {
           // The client left while the upstream was agreeing: nothing to join it to.
           upstream.destroy()
-          return finish({ status: 499, failure: 'client-gone' })
+          return finish({ status: 499 })
         }
         const head = [`HTTP/1.1 ${statusCode} Switching Protocols`, 'Connection: Upgrade']
         const fields = responseHeaders(headers, options.extraHeaders, KEEP_UPGRADE)
@@ -303,7 +305,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (upgrade.head.length > 0) upstream.write(upgrade.head)
         tunnel(upgrade.socket, upstream)
         upgrade.onTunnel(upgrade.socket, upstream)
-        finish({ status: statusCode, failure: undefined })
+        finish({ status: statusCode })
       },
       onResponseData(paused, chunk) {
         if (!res.write(chunk)) {
@@ -313,15 +315,15 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       },
       onResponseEnd() {
         res.end()
-        finish({ status, failure: undefined })
+        finish({ status })
       },
       onResponseError(_controller, error) {
-        if (clientGone || res.destroyed) return finish({ status: status || 499, failure: 'client-gone' })
+        if (clientGone || res.destroyed) return finish({ status: 499 })
         if (status !== 0) {
           // Headers are out: all that is left is to cut the response short so the client sees it incomplete.
           options.onFailure?.('broken', urlOf(base), error, false)
           res.destroy()
-          return finish({ status, failure: 'broken' })
+          return finish({ status })
         }
         const closed = isClosedBeforeAnswer(error)
         if (isConnectFailure(error)) {
@@ -346,7 +348,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         options.onFailure?.(failure, urlOf(base), error, false)
         const status504 = failure === 'timeout'
         respond(res, problem(status504 ? 504 : 502, status504 ? 'Gateway Timeout' : 'Bad Gateway', FAILURE_DETAIL[failure], [...options.extraHeaders, ['Connection', 'close']]))
-        finish({ status: status504 ? 504 : 502, failure })
+        finish({ status: status504 ? 504 : 502 })
       },
     })
     // Each other upstream once; a route with one upstream still gets one more try for the dropped kept-alive connection.

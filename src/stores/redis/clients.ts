@@ -12,6 +12,7 @@ export interface IoredisClient {
   defineCommand: AnyFunction
   del: AnyFunction
   ping: AnyFunction
+  info: AnyFunction
   quit: AnyFunction
 }
 
@@ -21,6 +22,7 @@ export interface NodeRedisClient {
   eval: AnyFunction
   del: AnyFunction
   ping: AnyFunction
+  info: AnyFunction
 }
 
 export type RedisClient = IoredisClient | NodeRedisClient
@@ -67,13 +69,14 @@ function ioredisRunner(client: IoredisClient): ScriptRunner {
   }
   const del = client.del as (...keys: string[]) => Promise<unknown>
   const ping = client.ping as () => Promise<unknown>
+  const info = client.info as (section: string) => Promise<unknown>
   const quit = client.quit as () => Promise<unknown>
   return {
     cluster: (client as { isCluster?: unknown }).isCluster === true,
     runLimit: (keys, args) => (commands[name] as (...a: unknown[]) => Promise<unknown>).call(client, keys.length, ...keys, ...args),
     del: (keys) => del.apply(client, keys),
     ping: () => ping.call(client),
-    info: (section) => callIfPresent(client, 'info', section),
+    info: (section) => info.call(client, section),
     quit: async () => { await quit.call(client) },
   }
 }
@@ -89,6 +92,7 @@ function nodeRedisRunner(client: NodeRedisClient): ScriptRunner {
   const evalScript = client.eval as Eval
   const del = client.del as (keys: string[]) => Promise<unknown>
   const ping = client.ping as () => Promise<unknown>
+  const info = client.info as (section: string) => Promise<unknown>
   const closer = client as unknown as { close?: () => Promise<unknown>; quit?: () => Promise<unknown> }
   return {
     // node-redis clusters (createCluster) expose their master nodes; plain clients do not.
@@ -103,17 +107,10 @@ function nodeRedisRunner(client: NodeRedisClient): ScriptRunner {
     },
     del: (keys) => del.call(client, keys),
     ping: () => ping.call(client),
-    info: (section) => callIfPresent(client, 'info', section),
+    info: (section) => info.call(client, section),
     quit: async () => {
       if (typeof closer.close === 'function') await closer.close.call(client)
       else if (typeof closer.quit === 'function') await closer.quit.call(client)
     },
   }
-}
-
-/** A command the interfaces above do not require of a client: rejects where the client has none. */
-async function callIfPresent(client: object, command: string, ...args: string[]): Promise<unknown> {
-  const method = (client as Record<string, unknown>)[command]
-  if (typeof method !== 'function') throw new Error(`the client has no ${command}()`)
-  return (method as (...a: string[]) => Promise<unknown>).apply(client, args)
 }
