@@ -59,8 +59,21 @@ export function readAnnouncement(header: HeaderLookup, now: number): Announcemen
   // A response served from a cache describes the quota as it was then (draft: ignore it).
   const age = Number(header('age') ?? '0')
   if (Number.isFinite(age) && age > 0) return announcement
-  announcement.quotas = namedItems(header) ?? draft7(header) ?? draft6(header) ?? legacy(header, serverNow) ?? []
+  announcement.quotas = (namedItems(header) ?? draft7(header) ?? draft6(header) ?? legacy(header, serverNow) ?? []).map(withinTwoWindows)
   return announcement
+}
+
+/**
+ * A reset more than two windows away contradicts the window announced with it:
+ * two windows on, every algorithm has restored the quota (a sliding window's
+ * count, the slowest, is gone by then). Believed, a server's slip (milliseconds
+ * sent as seconds, an epoch sent as a delta) would stop the client sending to
+ * it for as long as the slip says, years; read as two windows, the client asks
+ * again then.
+ */
+function withinTwoWindows(quota: AnnouncedQuota): AnnouncedQuota {
+  if (quota.windowMs === undefined || quota.resetAfterMs === undefined || quota.resetAfterMs <= 2 * quota.windowMs) return quota
+  return { ...quota, resetAfterMs: 2 * quota.windowMs }
 }
 
 /** `Retry-After`: delay-seconds, or an HTTP date read against the server's clock. */

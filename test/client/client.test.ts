@@ -334,6 +334,27 @@ describe('hostile servers', () => {
     }
   })
 
+  it('a reset years away on a one-second window holds the client two seconds, not years', async () => {
+    const sent: number[] = []
+    const server = createServer((_request, response) => {
+      sent.push(Date.now())
+      response.writeHead(200, { 'RateLimit-Policy': '"q";q=5;w=1', RateLimit: sent.length === 1 ? '"q";r=0;t=99999999999' : '"q";r=4;t=1' })
+      response.end()
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    try {
+      const client = createClient()
+      assert.equal((await client.fetch(url)).status, 200)
+      assert.equal((await client.fetch(url)).status, 200)
+      assert.equal(sent.length, 2)
+      assert.ok((sent[1] as number) - (sent[0] as number) >= 1900, `the second request went ${(sent[1] as number) - (sent[0] as number)} ms after the first`)
+    } finally {
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+  })
+
   it('a wait longer than a timer can hold does not fire early', async () => {
     const { sleep } = await import('../../src/client/sleep.ts')
     const controller = new AbortController()

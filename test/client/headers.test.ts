@@ -74,6 +74,18 @@ describe('reading announced limits', () => {
     assert.equal(read({ 'Stripe-Should-Retry': 'true' }).shouldRetry, true)
   })
 
+  it('reads a reset more than two windows away as two windows: a slip of the server cannot stop the client for years', () => {
+    assert.deepEqual(read({ 'RateLimit-Policy': '"minute";q=100;w=60, "day";q=1000;w=86400', RateLimit: '"minute";r=0;t=99999999999, "day";r=5;t=86400' }).quotas, [
+      { name: 'minute', limit: 100, windowMs: 60_000, remaining: 0, resetAfterMs: 120_000 },
+      { name: 'day', limit: 1000, windowMs: 86_400_000, remaining: 5, resetAfterMs: 86_400_000 },
+    ])
+    // A sliding window's count is gone only at the end of the next window: up to two windows is believed.
+    assert.equal(read({ 'RateLimit-Policy': '"api";q=200;w=60', RateLimit: '"api";r=199;t=119' }).quotas[0]?.resetAfterMs, 119_000)
+    assert.equal(read({ RateLimit: 'limit=10, remaining=0, reset=60000', 'RateLimit-Policy': '10;w=60' }).quotas[0]?.resetAfterMs, 120_000)
+    // With no window announced there is nothing to hold the reset against.
+    assert.equal(read({ RateLimit: '"x";r=0;t=99999' }).quotas[0]?.resetAfterMs, 99_999_000)
+  })
+
   it('ignores what it cannot read, and fields of a response served from a cache', () => {
     for (const fields of [
       { RateLimit: '"a";r=-1;t=2' },
