@@ -12,10 +12,11 @@ import { SluiceError } from '../core/errors.ts'
 import { resolvePolicies } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
-import { ConfigError, configWarnings, loadConfig } from '../gateway/config.ts'
+import { ConfigError, configWarnings, loadConfig, type GatewayConfig } from '../gateway/config.ts'
 import { startDemoUpstream } from '../gateway/demo-upstream.ts'
 import { Gateway } from '../gateway/gateway.ts'
-import { httpStatePrefix } from '../http/handler.ts'
+import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
+import { compileMatch } from '../http/match.ts'
 import { RedisStore, redisKey } from '../stores/redis/redis-store.ts'
 import { simulateCommand } from '../simulate/command.ts'
 
@@ -159,9 +160,7 @@ async function gateway(args: readonly string[], out: Out, err: Out): Promise<num
       `  demo upstream    ${upstream.url}`,
       `  admin            ${running.adminUrl}/status   ${running.adminUrl}/metrics`,
       '',
-      '  try it (the api route allows 5 requests per 10 s per client; the 6th gets 429):',
-      `    for i in $(seq 7); do curl -s -o /dev/null -w "%{http_code} " ${running.url}/api/hello; done; echo`,
-      `    curl -i ${running.url}/api/hello`,
+      ...tryIt(running.config, running.url),
       '',
     ].join('\n'))
   }
@@ -344,6 +343,49 @@ function demo(out: (line: string) => void): void {
     })
     out(`${(limiter.policies[0]?.name ?? '').padEnd(44)}${marks.join('')}`)
   }
+}
+
+/**
+ * The demo banner's "try it", read from the config the gateway runs rather than
+ * assumed: a GET that some route takes (the first route a plain GET reaches,
+ * preferring one with limits), and how many such requests from one client its
+ * limits let through at once. An edited example still prints what is true.
+ */
+export function tryIt(config: GatewayConfig, url: string): string[] {
+  const host = new URL(url).host
+  const get = (path: string): HttpRequest => ({ method: 'GET', path, host, header: () => undefined, remoteAddress: '127.0.0.1' })
+  const routes = config.routes.map((route) => ({ name: route.name, matches: compileMatch(route.match ?? {}, `route "${route.name}" match`, config.caseSensitive) }))
+  // `/api/**` -> `/api/hello`: the demo upstream answers /hello.
+  const samples = config.routes.flatMap((route) => [route.match?.path ?? '/**'].flat().map((pattern) => pattern.replace(/\*\*?/g, 'hello')))
+  const taken = samples.flatMap((path) => {
+    const route = routes.find((candidate) => candidate.matches(get(path)))
+    return route === undefined ? [] : [{ path, route: route.name, burst: burstOf(config, route.name, get(path)) }]
+  })
+  const pick = taken.find((sample) => sample.burst !== undefined) ?? taken[0]
+  if (pick === undefined) return [`  try it:  curl -i ${url}/`]
+  const target = `${url}${pick.path}`
+  if (pick.burst === undefined) return [`  try it (GET ${pick.path} goes to route "${pick.route}", which no limit covers):`, `    curl -i ${target}`]
+  const ordinal = (n: number) => `${n}${n % 100 >= 11 && n % 100 <= 13 ? 'th' : ['th', 'st', 'nd', 'rd'][n % 10] ?? 'th'}`
+  const lines = [`  try it (GET ${pick.path} goes to route "${pick.route}", whose limits let ${pick.burst} request${pick.burst === 1 ? '' : 's'} from one client through at once; the ${ordinal(pick.burst + 1)} gets 429):`]
+  if (pick.burst <= 20) lines.push(`    for i in $(seq ${pick.burst + 2}); do curl -s -o /dev/null -w "%{http_code} " ${target}; done; echo`)
+  lines.push(`    curl -i ${target}`)
+  return lines
+}
+
+/** Requests one fresh client can send at once before a limit on `route` refuses one: undefined when none refuses (shadow, queued, counting failures only). */
+function burstOf(config: GatewayConfig, route: string, request: HttpRequest): number | undefined {
+  let burst: number | undefined
+  for (const limit of config.limitsResolved) {
+    if (limit.route !== undefined && limit.route !== route) continue
+    if (config.shadow || limit.config.shadow === true || limit.config.action === 'queue' || limit.config.count === 'failed') continue
+    if (limit.config.match !== undefined && !compileMatch(limit.config.match, `limit "${limit.name}" match`, config.caseSensitive)(request)) continue
+    const policies = limit.policies.get(config.tiers?.default ?? '') ?? limit.policies.get('') ?? []
+    for (const policy of policies) {
+      const capacity = 'limit' in policy ? policy.limit : policy.capacity
+      burst = Math.min(burst ?? Infinity, Math.floor(capacity / limit.cost))
+    }
+  }
+  return burst
 }
 
 function version(): string {

@@ -16,6 +16,7 @@ describe('npm start (the demo)', () => {
   })
 
   it('limits the api route to 5 requests per 10 s per client, as its banner says', async () => {
+    assert.match(gateway.stdout(), /GET \/api\/hello goes to route "api", whose limits let 5 requests from one client through at once; the 6th gets 429/)
     const statuses = []
     for (let i = 0; i < 7; i++) statuses.push((await fetch(`${gateway.url}/api/hello`)).status)
     assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429, 429])
@@ -33,6 +34,36 @@ describe('npm start (the demo)', () => {
     assert.equal((await fetch(`${gateway.url}/`)).status, 200)
     const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, unknown> }
     assert.deepEqual(Object.keys(status.watched), ['ip:127.0.0.1', 'apikey:demo-key'])
+  })
+
+  it('with a config of its own, the banner tells what that config does: an edited example never prints stale limits', async () => {
+    const yaml = `
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+limits:
+  - { name: everyone, policies: { algorithm: token-bucket, capacity: 8, refillTokens: 1, refillIntervalMs: 60000 } }
+  - { name: watching, shadow: true, policies: { algorithm: fixed-window, limit: 1, windowMs: 60000 } }
+routes:
+  - name: writes
+    match: { path: /v1/hello, method: POST }
+    upstream: http://127.0.0.1:\${UPSTREAM_PORT}
+  - name: reads
+    match: { path: [/v1/*, /**] }
+    stripPrefix: /v1
+    upstream: http://127.0.0.1:\${UPSTREAM_PORT}
+    limits:
+      - { name: expensive, cost: 3, policies: { algorithm: fixed-window, limit: 7, windowMs: 60000 } }
+`
+    const own = await startGateway(yaml, { args: ['--demo-upstream'] })
+    try {
+      // POST-only route passed over for a GET; the shadow limit refuses nothing; 8 tokens and 7 units at cost 3: 2.
+      assert.match(own.stdout(), /try it \(GET \/v1\/hello goes to route "reads", whose limits let 2 requests from one client through at once; the 3rd gets 429\):\n {4}for i in \$\(seq 4\); do curl [^\n]*\/v1\/hello; done; echo\n/)
+      const statuses = []
+      for (let i = 0; i < 4; i++) statuses.push((await fetch(`${own.url}/v1/hello`)).status)
+      assert.deepEqual(statuses, [200, 200, 429, 429])
+    } finally {
+      await own.stop()
+    }
   })
 
   it('the demo upstream gives a usable URL on IPv6 loopback too', async () => {

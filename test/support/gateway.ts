@@ -23,6 +23,8 @@ export interface RunningGateway {
   file: string
   /** Parsed JSON log lines so far (stdout). */
   logs: LogLine[]
+  /** Everything written to stdout so far, log lines and banner alike. */
+  stdout: () => string
   stderr(): string
   /** Rewrites the config file (a reload follows on SIGHUP or the file watch). */
   writeConfig(yaml: string): void
@@ -49,7 +51,9 @@ export async function startGateway(yaml: string, options: { env?: NodeJS.Process
   const logs: LogLine[] = []
   let stderr = ''
   let partial = ''
+  let stdout = ''
   child.stdout?.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString('utf8')
     partial += chunk.toString('utf8')
     const lines = partial.split('\n')
     partial = lines.pop() ?? ''
@@ -92,6 +96,7 @@ export async function startGateway(yaml: string, options: { env?: NodeJS.Process
     child,
     file,
     logs,
+    stdout: () => stdout,
     stderr: () => stderr,
     writeConfig: (text) => writeFileSync(file, text),
     waitForLog,
