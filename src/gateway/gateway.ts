@@ -23,7 +23,7 @@ import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
 import { createAgent, forward, pathRewriter, respond, Upstreams, type Upgrade, type UpstreamFailure } from './proxy.ts'
-import { openStore, type OpenedStore } from './store.ts'
+import { openStore, StoreCallFailures, type OpenedStore } from './store.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
 interface GatewayRequest extends HttpRequest {
@@ -74,7 +74,7 @@ export class Gateway {
   private storeUp = true
   private storeError: string | undefined
 
-  private constructor(runtime: Runtime, logger: Logger, metrics: GatewayMetrics, private readonly options: GatewayOptions) {
+  private constructor(runtime: Runtime, logger: Logger, metrics: GatewayMetrics, private readonly storeCalls: StoreCallFailures, private readonly options: GatewayOptions) {
     this.metrics = metrics
     this.runtime = runtime
     this.logger = logger
@@ -107,9 +107,10 @@ export class Gateway {
     const logger = options.logger ?? pino({ level: config.logging.level, base: null })
     const metrics = new GatewayMetrics()
     const store = await openStore(config, (message) => logger.warn(message))
+    const storeCalls = new StoreCallFailures((fields, message) => logger.warn(fields, message))
     let gateway: Gateway
     try {
-      gateway = new Gateway(buildRuntime(config, store, metrics, logger), logger, metrics, options)
+      gateway = new Gateway(buildRuntime(config, store, metrics, logger, storeCalls), logger, metrics, storeCalls, options)
     } catch (error) {
       await store.close()
       throw error
@@ -134,8 +135,13 @@ export class Gateway {
     return this.draining
   }
 
-  get store(): { type: string; up: boolean; error: string | undefined } {
-    return { type: this.runtime.store.description, up: this.storeUp, error: this.storeError }
+  /**
+   * `up` and `error`: the health probe (PING). `failing`: what the latest
+   * decision's store call failed with, undefined once one succeeds; a Redis can
+   * answer PING and still refuse every decision (a read-only replica).
+   */
+  get store(): { type: string; up: boolean; error: string | undefined; failing: { reason: string; error: string; at: string } | undefined } {
+    return { type: this.runtime.store.description, up: this.storeUp, error: this.storeError, failing: this.storeCalls.current }
   }
 
   /**
@@ -360,7 +366,7 @@ export class Gateway {
     }
     let next: Runtime
     try {
-      next = buildRuntime(config, store, this.metrics, this.logger)
+      next = buildRuntime(config, store, this.metrics, this.logger, this.storeCalls)
     } catch (error) {
       if (!sameStore) await store.close()
       this.metrics.configRefused()
@@ -445,7 +451,7 @@ export class Gateway {
 }
 
 /** Compiles routes and limits into the HTTP layer's rules: global limits match every route, a route's limits its own. */
-function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger): Runtime {
+function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger, storeCalls: StoreCallFailures): Runtime {
   const identity = config.identity
   const jwt = jwtOptions(config, config.jwtPublicKey)
   const verified = jwt === undefined ? undefined : jwtVerifier(jwt)
@@ -491,7 +497,13 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     ...(failure?.onFailure !== undefined ? { onStoreFailure: failure.onFailure } : {}),
     ...(failure?.timeoutMs !== undefined ? { storeTimeoutMs: failure.timeoutMs } : {}),
     ...(failure?.expectedInstances !== undefined ? { expectedInstances: failure.expectedInstances } : {}),
-    observer: metrics.observer,
+    observer: {
+      ...metrics.observer,
+      storeCall: (durationMs, outcome, error) => {
+        metrics.observer.storeCall?.(durationMs, outcome, error)
+        storeCalls.observe(outcome, error)
+      },
+    },
     onDecision: (event) => {
       const request = event.request as GatewayRequest
       metrics.decision(request.route, event.decision, event.shadow)

@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto'
 import { evaluate, NO_WAIT, REFUNDABLE } from '../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../core/clock.ts'
-import { ArgumentError, SluiceError } from '../core/errors.ts'
+import { ArgumentError, asError, SluiceError } from '../core/errors.ts'
 import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
@@ -78,8 +78,12 @@ export interface LimiterOptions {
 
 /** Callbacks for metrics; each must be cheap and must not throw. */
 export interface LimiterObserver {
-  /** Each call that reached a store outside the process: how long it took and how it ended. */
-  storeCall?: (durationMs: number, outcome: 'ok' | 'timeout' | 'store-error') => void
+  /**
+   * Each call that reached a store outside the process: how long it took and
+   * how it ended, with what the store said when it failed (for a timeout, an
+   * error naming the time waited).
+   */
+  storeCall?: (durationMs: number, outcome: 'ok' | 'timeout' | 'store-error', error?: Error) => void
   /** A refusal answered from the block cache, with no store call. */
   blockCacheHit?: () => void
 }
@@ -297,7 +301,9 @@ export class Limiter {
     const started = observed === undefined ? 0 : performance.now()
     const outcome = await this.circuit.run(() => this.store.consume(call))
     if (observed !== undefined && (outcome.ok || outcome.reason !== 'circuit-open')) {
-      observed(performance.now() - started, outcome.ok ? 'ok' : outcome.reason as 'timeout' | 'store-error')
+      if (outcome.ok) observed(performance.now() - started, 'ok')
+      else if (outcome.reason === 'timeout') observed(performance.now() - started, 'timeout', new Error(`no answer within storeTimeoutMs (${this.storeTimeoutMs} ms)`))
+      else observed(performance.now() - started, 'store-error', asError(outcome.error))
     }
     if (!outcome.ok) return this.degrade(logical, outcome.reason, now)
     const decision = combine(outcome.value)

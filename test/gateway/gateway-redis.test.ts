@@ -124,6 +124,40 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     }
   })
 
+  it('says why decisions fail on a Redis that answers PING but refuses every script (a read-only replica), and when they succeed again', async () => {
+    const admin = redis.client()
+    const readOnly = await startGateway(config_(), { env: { JWT_SECRET: SECRET } })
+    const storeStatus = async () => (await (await fetch(`${readOnly.adminUrl}/status`)).json() as { store: { up: boolean; failing?: { reason: string; error: string } } }).store
+    const hello = async () => (await fetch(`${readOnly.url}/hello`, { headers: { authorization: `Bearer ${await token('frank')}` } })).status
+    try {
+      // A replica of a master that is not there: reads and PING work, writes are refused.
+      await admin.call('REPLICAOF', '127.0.0.1', '1')
+      for (let i = 0; i < 3; i++) assert.equal(await hello(), 503)
+      const logged = await readOnly.waitForLog((line) => line.msg === 'store call failed; the failure policy decides')
+      assert.equal(logged.level, 40)
+      assert.equal(logged.reason, 'store-error')
+      assert.match(logged.error as string, /^READONLY /)
+      // Once per distinct failure while it lasts, not once per request.
+      assert.equal(readOnly.logs.filter((line) => line.msg === 'store call failed; the failure policy decides').length, 1)
+      const failing = await storeStatus()
+      assert.equal(failing.up, true)
+      assert.match(failing.failing?.error ?? '', /^READONLY /)
+      await admin.call('REPLICAOF', 'NO', 'ONE')
+      // The circuit lets a trial call through within a second; then decisions are Redis's again.
+      const deadline = Date.now() + 5000
+      let status = 503
+      while (status !== 200 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        status = await hello()
+      }
+      assert.equal(status, 200)
+      assert.equal((await storeStatus()).failing, undefined)
+    } finally {
+      await admin.call('REPLICAOF', 'NO', 'ONE')
+      await readOnly.stop()
+    }
+  })
+
   it('decides its first request on Redis, even when Redis is slow to connect at start (not by the failure policy)', async () => {
     // A relay that holds each connection 600 ms before reaching Redis: longer than a decision may wait.
     const relay = createServer((client) => {

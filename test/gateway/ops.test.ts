@@ -65,3 +65,28 @@ describe('ops: alert rules and dashboard', () => {
     }
   })
 })
+
+describe('store call failures in the gateway log', () => {
+  it('logs each distinct failure when it appears, then at most every 10 s while it lasts, with the calls failed in between', async () => {
+    const { StoreCallFailures } = await import('../../src/gateway/store.ts')
+    let now = Date.UTC(2026, 10, 23)
+    const lines: Array<Record<string, unknown>> = []
+    const failures = new StoreCallFailures((fields) => lines.push(fields), () => now)
+    const readOnly = new Error("READONLY You can't write against a read only replica.")
+    for (let i = 0; i < 5; i++) failures.observe('store-error', readOnly)
+    assert.deepEqual(lines, [{ reason: 'store-error', error: readOnly.message }])
+    failures.observe('timeout', new Error('no answer within storeTimeoutMs (250 ms)'))
+    assert.equal(lines.length, 2, 'a new failure is logged at once')
+    now += 9_999
+    failures.observe('store-error', readOnly)
+    assert.equal(lines.length, 2)
+    now += 1
+    failures.observe('store-error', readOnly)
+    // The 4 repeats before the timeout's line were counted on that line's interval; 1 failed since it.
+    assert.deepEqual(lines[1], { reason: 'timeout', error: 'no answer within storeTimeoutMs (250 ms)', failedSinceLastLog: 4 })
+    assert.deepEqual(lines[2], { reason: 'store-error', error: readOnly.message, failedSinceLastLog: 1 })
+    assert.deepEqual(failures.current, { reason: 'store-error', error: readOnly.message, at: new Date(now).toISOString() })
+    failures.observe('ok', undefined)
+    assert.equal(failures.current, undefined, 'a call that succeeds ends the failure')
+  })
+})

@@ -122,3 +122,30 @@ describe('Limiter', () => {
     assert.throws(() => limiter.limitSync('k'), /clock\(\) must return epoch milliseconds/)
   })
 })
+
+describe('Limiter observer', () => {
+  it('hears how each store call ended, and what the store said when it failed', async () => {
+    const heard: Array<[string, string | undefined]> = []
+    const observer = { storeCall: (_ms: number, outcome: string, error?: Error) => { heard.push([outcome, error?.message]) } }
+    const policies: Policy = { algorithm: 'fixed-window', limit: 5, windowMs: 60_000 }
+    let answer: 'fail' | 'hang' | 'ok' = 'fail'
+    const memory = new MemoryStore()
+    const store = {
+      consume: (call: Parameters<MemoryStore['consume']>[0]) => answer === 'fail'
+        ? Promise.reject(new Error("READONLY You can't write against a read only replica."))
+        : answer === 'hang' ? new Promise<never>(() => {}) : memory.consume(call),
+      reset: () => Promise.resolve(),
+    }
+    const limiter = new Limiter({ store, policies, observer, storeTimeoutMs: 30, circuit: { failures: 1000 } })
+    assert.equal((await limiter.limit('k')).reason, 'store-error')
+    answer = 'hang'
+    assert.equal((await limiter.limit('k')).reason, 'timeout')
+    answer = 'ok'
+    assert.equal((await limiter.limit('k')).degraded, false)
+    assert.deepEqual(heard, [
+      ['store-error', "READONLY You can't write against a read only replica."],
+      ['timeout', 'no answer within storeTimeoutMs (30 ms)'],
+      ['ok', undefined],
+    ])
+  })
+})
