@@ -23,7 +23,8 @@ import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
 import { createAgent, forward, pathRewriter, respond, Upstreams, type Upgrade, type UpstreamFailure } from './proxy.ts'
-import { openStore, StoreCallFailures, type OpenedStore } from './store.ts'
+import { openStore, type OpenedStore } from './store.ts'
+import { StoreCallFailures } from '../limiter/store-failures.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
 interface GatewayRequest extends HttpRequest {
@@ -107,7 +108,7 @@ export class Gateway {
     const logger = options.logger ?? pino({ level: config.logging.level, base: null })
     const metrics = new GatewayMetrics()
     const store = await openStore(config, (message) => logger.warn(message))
-    const storeCalls = new StoreCallFailures((fields, message) => logger.warn(fields, message))
+    const storeCalls = new StoreCallFailures((failure) => logger.warn(failure, 'store call failed; the failure policy decides'))
     let gateway: Gateway
     try {
       gateway = new Gateway(buildRuntime(config, store, metrics, logger, storeCalls), logger, metrics, storeCalls, options)
@@ -497,13 +498,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     ...(failure?.onFailure !== undefined ? { onStoreFailure: failure.onFailure } : {}),
     ...(failure?.timeoutMs !== undefined ? { storeTimeoutMs: failure.timeoutMs } : {}),
     ...(failure?.expectedInstances !== undefined ? { expectedInstances: failure.expectedInstances } : {}),
-    observer: {
-      ...metrics.observer,
-      storeCall: (durationMs, outcome, error) => {
-        metrics.observer.storeCall?.(durationMs, outcome, error)
-        storeCalls.observe(outcome, error)
-      },
-    },
+    observer: metrics.observer,
     onDecision: (event) => {
       const request = event.request as GatewayRequest
       metrics.decision(request.route, event.decision, event.shadow)
@@ -513,7 +508,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
       if (request.outcome === undefined || request.outcome === 'allowed') request.outcome = outcome
     },
     onWarning: (message) => logger.warn(message),
-  }, routeHeaders.size === 0 ? {} : { headersFor: (request) => routeHeaders.get((request as GatewayRequest).route) })
+  }, { storeFailures: storeCalls, ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }) })
   return { config, routes, decide, store }
 }
 

@@ -8,9 +8,6 @@ import { LIMITER_CLIENT_OPTIONS, RedisStore } from '../stores/redis/redis-store.
 import type { Store } from '../stores/store.ts'
 import type { GatewayConfig } from './config.ts'
 
-/** How often one failure of the store's calls is logged again while it lasts. */
-const REPEAT_LOG_MS = 10_000
-
 export interface OpenedStore {
   store: Store
   /** For logs and /status, without secrets: `memory`, `redis 127.0.0.1:6379`, `redis-cluster (3 nodes)`. */
@@ -88,43 +85,3 @@ async function quit(client: { status: string; quit(): Promise<unknown>; disconne
   else client.disconnect()
 }
 
-/**
- * What the store's failing calls said, for the log and /status. A Redis can
- * answer the health probe's PING while every decision fails: a read-only
- * replica (READONLY), an ACL without EVALSHA (NOPERM), a full Redis under
- * noeviction (OOM). The metrics count those failures; this says why. Each
- * distinct message is logged when it first appears and then at most every 10 s
- * while it lasts, with how many calls failed in between.
- */
-export class StoreCallFailures {
-  private latest: { reason: string; error: string; at: string } | undefined
-  private readonly loggedAt = new Map<string, number>()
-  private unlogged = 0
-
-  constructor(private readonly warn: (fields: Record<string, unknown>, message: string) => void, private readonly now: () => number = Date.now) {}
-
-  /** The failure of the latest store call, undefined once a call succeeds. */
-  get current(): { reason: string; error: string; at: string } | undefined {
-    return this.latest
-  }
-
-  observe(outcome: 'ok' | 'timeout' | 'store-error', error: Error | undefined): void {
-    if (outcome === 'ok') {
-      this.latest = undefined
-      return
-    }
-    const message = error?.message ?? outcome
-    const now = this.now()
-    this.latest = { reason: outcome, error: message, at: new Date(now).toISOString() }
-    const logged = this.loggedAt.get(message)
-    if (logged !== undefined && now - logged < REPEAT_LOG_MS) {
-      this.unlogged++
-      return
-    }
-    // Bounded: a store that fails with a new message per call (ids in it) keeps only the recent ones.
-    if (this.loggedAt.size >= 100) this.loggedAt.clear()
-    this.loggedAt.set(message, now)
-    this.warn({ reason: outcome, error: message, ...(this.unlogged > 0 ? { failedSinceLastLog: this.unlogged } : {}) }, 'store call failed; the failure policy decides')
-    this.unlogged = 0
-  }
-}

@@ -9,7 +9,8 @@ import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
-import { Limiter, type LimiterOptions } from '../limiter/limiter.ts'
+import { checkObserver, Limiter, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
+import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import { compileMatch, compilePaths, excludesAll, type MatchOptions } from './match.ts'
@@ -210,6 +211,8 @@ export function createRateLimitHandler(options: RateLimitOptions): (request: Htt
 export interface PipelineExtras {
   /** The header style for this request (the gateway's per-route `headers`), checked by the caller; default `options.headers`. */
   headersFor?: (request: HttpRequest) => HeaderOptions | undefined
+  /** Where failing store calls are reported (the gateway's log and /status); default: a warning through onWarning. */
+  storeFailures?: StoreCallFailures
 }
 
 /**
@@ -270,12 +273,26 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   const statePrefix = httpStatePrefix(options.prefix)
   // An in-process store decides at once: no promise to await per request.
   const synchronous = options.store === undefined || isSyncStore(options.store)
+  // A store that fails says why, once per failure while it lasts: the decisions only say 'store-error'.
+  const storeFailures = extras.storeFailures ?? new StoreCallFailures((failure) => {
+    const more = failure.failedSinceLastLog === undefined ? '' : ` (${failure.failedSinceLastLog} more calls failed since the last such warning)`
+    warn(`sluice: a store call failed (${failure.reason}): ${failure.error}; the failure policy (onStoreFailure) decides${more}`)
+  })
+  const userObserver = checkObserver(options.observer)
+  const observer: LimiterObserver = {
+    ...userObserver,
+    storeCall: (durationMs, outcome, error) => {
+      storeFailures.observe(outcome, error)
+      userObserver?.storeCall?.(durationMs, outcome, error)
+    },
+  }
   const makeLimiter = (policies: Policy | Policy[], prefix: string) => new Limiter({
     policies,
     prefix,
+    observer,
     ...(options.store !== undefined ? { store: options.store } : {}),
     ...(options.clock !== undefined ? { clock: options.clock } : {}),
-    ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'observer']),
+    ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
   })
 
   const rules: CompiledRule[] = options.rules.map((rule, index) => {

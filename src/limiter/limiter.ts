@@ -184,12 +184,7 @@ export class Limiter {
     this.shards = shards
     this.shardPolicies = shards === 1 ? this.policies : scalePolicies(this.policies, shards)
     this.lease = this.leaseOptions(options.lease)
-    const observer = options.observer
-    if (observer !== undefined && (typeof observer !== 'object' || observer === null)) {
-      throw new ArgumentError('observer', observer, 'must be an object of callbacks (storeCall, blockCacheHit)')
-    }
-    if (observer !== undefined) rejectUnknown('an observer callback', observer, new Set(['storeCall', 'blockCacheHit']))
-    this.observer = observer
+    this.observer = checkObserver(options.observer)
   }
 
   /** True while the store is being bypassed after failures (decisions are degraded). */
@@ -456,6 +451,19 @@ export class Limiter {
     }
     return this.local
   }
+}
+
+/** An `observer` option: undefined, or an object of the known callbacks, each a function. */
+export function checkObserver(observer: unknown): LimiterObserver | undefined {
+  if (observer === undefined) return undefined
+  if (typeof observer !== 'object' || observer === null) {
+    throw new ArgumentError('observer', observer, 'must be an object of callbacks (storeCall, blockCacheHit)')
+  }
+  rejectUnknown('an observer callback', observer, new Set(['storeCall', 'blockCacheHit']))
+  for (const [name, callback] of Object.entries(observer)) {
+    if (callback !== undefined && typeof callback !== 'function') throw new ArgumentError(`observer.${name}`, callback, 'must be a function')
+  }
+  return observer as LimiterObserver
 }
 
 /** decide()'s marker for a peek (cost 0), as opposed to a limit call's options. */

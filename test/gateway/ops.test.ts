@@ -68,10 +68,10 @@ describe('ops: alert rules and dashboard', () => {
 
 describe('store call failures in the gateway log', () => {
   it('logs each distinct failure when it appears, then at most every 10 s while it lasts, with the calls failed in between', async () => {
-    const { StoreCallFailures } = await import('../../src/gateway/store.ts')
+    const { StoreCallFailures } = await import('../../src/limiter/store-failures.ts')
     let now = Date.UTC(2026, 10, 23)
     const lines: Array<Record<string, unknown>> = []
-    const failures = new StoreCallFailures((fields) => lines.push(fields), () => now)
+    const failures = new StoreCallFailures((failure) => lines.push({ ...failure }), () => now)
     const readOnly = new Error("READONLY You can't write against a read only replica.")
     for (let i = 0; i < 5; i++) failures.observe('store-error', readOnly)
     assert.deepEqual(lines, [{ reason: 'store-error', error: readOnly.message }])

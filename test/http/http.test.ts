@@ -490,6 +490,30 @@ describe('HTTP with a failing store', () => {
   })
 })
 
+describe('HTTP with a store that answers but refuses every decision', () => {
+  it('warns once why (the store\'s own error) while the failure lasts, and hands the error to the observer too', async () => {
+    const readOnly: Store = { consume: () => Promise.reject(new Error("READONLY You can't write against a read only replica.")), reset: () => Promise.resolve() }
+    const warnings: string[] = []
+    const heard: Array<string | undefined> = []
+    const handle = createRateLimitHandler({
+      rules: [{ policies: { algorithm: 'fixed-window', limit: 5, windowMs: MINUTE, name: 'p' } }],
+      store: readOnly,
+      onStoreFailure: 'closed',
+      circuit: { failures: 1000 },
+      observer: { storeCall: (_ms, _outcome, error) => { heard.push(error?.message) } },
+      onWarning: (message) => warnings.push(message),
+    })
+    const request = { method: 'GET', path: '/', host: 'api.test', header: () => undefined, remoteAddress: '198.51.100.7' }
+    for (let i = 0; i < 3; i++) assert.equal((await handle(request)).status, 503)
+    assert.deepEqual(warnings, ["sluice: a store call failed (store-error): READONLY You can't write against a read only replica.; the failure policy (onStoreFailure) decides"])
+    assert.deepEqual(heard, Array(3).fill("READONLY You can't write against a read only replica."))
+  })
+
+  it('refuses an observer whose callbacks are not functions, at start-up', () => {
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies: { algorithm: 'fixed-window', limit: 5, windowMs: MINUTE } }], observer: { storeCall: 5 as never } }), /observer\.storeCall must be a function/)
+  })
+})
+
 describe('node adapter errors', () => {
   it('a request whose options callback throws gets a 500, and the error is reported rather than swallowed', async () => {
     const { createServer } = await import('node:http')
