@@ -18,13 +18,13 @@ import { nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.t
 import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
 import { compileMatch } from '../http/match.ts'
+import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
 import { createAgent, forward, pathRewriter, respond, Upstreams, type Upgrade, type UpstreamFailure } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
-import { StoreCallFailures } from '../limiter/store-failures.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
 interface GatewayRequest extends HttpRequest {

@@ -84,4 +84,3 @@ async function quit(client: { status: string; quit(): Promise<unknown>; disconne
   if (client.status === 'ready') await client.quit().catch(() => client.disconnect())
   else client.disconnect()
 }
-
