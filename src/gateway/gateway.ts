@@ -18,7 +18,7 @@ import { nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.t
 import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
 import { compileMatch } from '../http/match.ts'
-import { StoreCallFailures } from '../limiter/store-failures.ts'
+import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
@@ -141,7 +141,7 @@ export class Gateway {
    * decision's store call failed with, undefined once one succeeds; a Redis can
    * answer PING and still refuse every decision (a read-only replica).
    */
-  get store(): { type: string; up: boolean; error: string | undefined; failing: { reason: string; error: string; at: string } | undefined } {
+  get store(): { type: string; up: boolean; error: string | undefined; failing: LatestStoreFailure | undefined } {
     return { type: this.runtime.store.description, up: this.storeUp, error: this.storeError, failing: this.storeCalls.current }
   }
 

@@ -296,9 +296,10 @@ export class Limiter {
     const started = observed === undefined ? 0 : performance.now()
     const outcome = await this.circuit.run(() => this.store.consume(call))
     if (observed !== undefined && (outcome.ok || outcome.reason !== 'circuit-open')) {
-      if (outcome.ok) observed(performance.now() - started, 'ok')
-      else if (outcome.reason === 'timeout') observed(performance.now() - started, 'timeout', new Error(`no answer within storeTimeoutMs (${this.storeTimeoutMs} ms)`))
-      else observed(performance.now() - started, 'store-error', asError(outcome.error))
+      const durationMs = performance.now() - started
+      if (outcome.ok) observed(durationMs, 'ok')
+      else if (outcome.reason === 'timeout') observed(durationMs, 'timeout', new Error(`no answer within storeTimeoutMs (${this.storeTimeoutMs} ms)`))
+      else observed(durationMs, 'store-error', asError(outcome.error))
     }
     if (!outcome.ok) return this.degrade(logical, outcome.reason, now)
     const decision = combine(outcome.value)

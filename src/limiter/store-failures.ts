@@ -14,6 +14,13 @@ export interface StoreCallFailure {
   failedSinceLastLog?: number
 }
 
+/** The failure of the latest store call, and when it happened (ISO 8601). */
+export interface LatestStoreFailure {
+  reason: StoreCallFailure['reason']
+  error: string
+  at: string
+}
+
 /**
  * What the store's failing calls said, for warnings, logs and /status. A Redis can
  * answer the health probe's PING while every decision fails: a read-only
@@ -23,14 +30,14 @@ export interface StoreCallFailure {
  * while it lasts, with how many calls failed in between.
  */
 export class StoreCallFailures {
-  private latest: { reason: StoreCallFailure['reason']; error: string; at: string } | undefined
+  private latest: LatestStoreFailure | undefined
   private readonly reportedAt = new Map<string, number>()
   private unreported = 0
 
   constructor(private readonly report: (failure: StoreCallFailure) => void, private readonly now: () => number = Date.now) {}
 
   /** The failure of the latest store call, undefined once a call succeeds. */
-  get current(): { reason: StoreCallFailure['reason']; error: string; at: string } | undefined {
+  get current(): LatestStoreFailure | undefined {
     return this.latest
   }
 
