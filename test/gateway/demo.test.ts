@@ -16,7 +16,7 @@ describe('npm start (the demo)', () => {
   })
 
   it('limits the api route to 5 requests per 10 s per client, as its banner says', async () => {
-    assert.match(gateway.stdout(), /GET \/api\/hello goes to route "api", whose limits let 5 requests from one client through at once; the 6th gets 429/)
+    await gateway.waitForStdout(/GET \/api\/hello goes to route "api", whose limits let 5 requests from one client through at once; the 6th gets 429/)
     const statuses = []
     for (let i = 0; i < 7; i++) statuses.push((await fetch(`${gateway.url}/api/hello`)).status)
     assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429, 429])
@@ -57,7 +57,7 @@ routes:
     const own = await startGateway(yaml, { args: ['--demo-upstream'] })
     try {
       // POST-only route passed over for a GET; the shadow limit refuses nothing; 8 tokens and 7 units at cost 3: 2.
-      assert.match(own.stdout(), /try it \(GET \/v1\/hello goes to route "reads", whose limits let 2 requests from one client through at once; the 3rd gets 429\):\n {4}for i in \$\(seq 4\); do curl [^\n]*\/v1\/hello; done; echo\n/)
+      await own.waitForStdout(/try it \(GET \/v1\/hello goes to route "reads", whose limits let 2 requests from one client through at once; the 3rd gets 429\):\n {4}for i in \$\(seq 4\); do curl [^\n]*\/v1\/hello; done; echo\n/)
       const statuses = []
       for (let i = 0; i < 4; i++) statuses.push((await fetch(`${own.url}/v1/hello`)).status)
       assert.deepEqual(statuses, [200, 200, 429, 429])

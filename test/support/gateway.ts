@@ -23,8 +23,12 @@ export interface RunningGateway {
   file: string
   /** Parsed JSON log lines so far (stdout). */
   logs: LogLine[]
-  /** Everything written to stdout so far, log lines and banner alike. */
-  stdout: () => string
+  /**
+   * Waits until stdout matches `pattern` and returns it; throws with what was written
+   * if it does not within `timeoutMs`. The banner follows the "listening" line in a
+   * write of its own, so a test that reads stdout() at once can race it.
+   */
+  waitForStdout(pattern: RegExp, timeoutMs?: number): Promise<string>
   stderr(): string
   /** Rewrites the config file (a reload follows on SIGHUP or the file watch). */
   writeConfig(yaml: string): void
@@ -65,7 +69,8 @@ export async function startGateway(yaml: string, options: { env?: NodeJS.Process
     }
   })
   child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString('utf8') })
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
+  // 'close', not 'exit': stdout may still hold the last log lines when the process exits.
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)))
   const waitForLog = async (predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> => {
     let deadline = Date.now() + timeoutMs
     let exitSeen = false
@@ -96,7 +101,14 @@ export async function startGateway(yaml: string, options: { env?: NodeJS.Process
     child,
     file,
     logs,
-    stdout: () => stdout,
+    async waitForStdout(pattern, timeoutMs = 10_000) {
+      const deadline = Date.now() + timeoutMs
+      while (!pattern.test(stdout)) {
+        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`stdout did not match ${pattern} within ${timeoutMs} ms; it was:\n${stdout}`)
+        await sleep(20)
+      }
+      return stdout
+    },
     stderr: () => stderr,
     writeConfig: (text) => writeFileSync(file, text),
     waitForLog,
@@ -130,7 +142,8 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ c
     child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString('utf8') })
     child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString('utf8') })
     const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
-    child.once('exit', (code) => {
+    // 'close': the output is complete only once the pipes are; 'exit' can come first.
+    child.once('close', (code) => {
       clearTimeout(timer)
       resolve({ code, stdout, stderr })
     })
