@@ -52,6 +52,7 @@ options:
 `
 
 const CHECK_CONFIG_USAGE = `usage: sluice check-config FILE
+       sluice check-config --config FILE   (the flag gateway takes)
 
 Validates a gateway config and lists every problem as "path: problem (line N)".
 Exit code 0 when the file is valid, 1 when it is not, 2 on bad usage.
@@ -180,18 +181,20 @@ async function gateway(args: readonly string[], out: Out, err: Out): Promise<num
 }
 
 async function checkConfig(args: readonly string[], out: Out, err: Out): Promise<number> {
-  const parsed = options(() => parseArgs({ args: [...args], allowPositionals: true, options: { help: { type: 'boolean', short: 'h' } } }), CHECK_CONFIG_USAGE, err)
+  const parsed = options(() => parseArgs({ args: [...args], allowPositionals: true, options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } } }), CHECK_CONFIG_USAGE, err)
   if (parsed === undefined) return 2
   if (parsed.values.help === true) {
     out(CHECK_CONFIG_USAGE)
     return 0
   }
-  if (parsed.positionals.length !== 1) {
-    err(`sluice check-config: expected one FILE\n\n${CHECK_CONFIG_USAGE}`)
+  // Whoever just ran `sluice gateway --config FILE` checks the same file the same way.
+  const files = [...(parsed.values.config === undefined ? [] : [parsed.values.config]), ...parsed.positionals]
+  if (files.length !== 1) {
+    err(`sluice check-config: expected one FILE, got ${files.length === 0 ? 'none' : files.map((file) => JSON.stringify(file)).join(', ')}\n\n${CHECK_CONFIG_USAGE}`)
     return 2
   }
   try {
-    const config = await loadConfig(parsed.positionals[0] as string)
+    const config = await loadConfig(files[0] as string)
     const policies = config.limitsResolved.reduce((n, limit) => n + [...limit.policies.values()].reduce((m, list) => m + list.length, 0), 0)
     for (const warning of configWarnings(config)) err(`warning: ${warning}`)
     out(`${config.file}: valid (version ${config.version}): ${config.routes.length} route${config.routes.length === 1 ? '' : 's'}, ${config.limitsResolved.length} limit${config.limitsResolved.length === 1 ? '' : 's'}, ${policies} polic${policies === 1 ? 'y' : 'ies'}, store ${config.store.type}`)

@@ -333,6 +333,13 @@ routes:
     assert.equal(missing.code, 1)
     assert.match(missing.stderr, /cannot read the file/)
     assert.equal((await runCli(['check-config'])).code, 2)
+    // The flag `gateway` takes works here too; two files are one too many.
+    const flagged = await runCli(['check-config', '--config', example])
+    assert.equal(flagged.code, 0, flagged.stderr)
+    assert.equal(flagged.stdout, valid.stdout)
+    const two = await runCli(['check-config', '-c', example, '/other.yaml'])
+    assert.equal(two.code, 2)
+    assert.match(two.stderr, /expected one FILE, got ".*sluice\.yaml", "\/other\.yaml"/)
     assert.equal((await runCli(['gateway', '--help'])).code, 0)
     const refused = await runCli(['gateway', '--config', '/nonexistent/sluice.yaml'])
     assert.equal(refused.code, 1)
