@@ -377,6 +377,8 @@ export class Gateway {
     // Keep listeners and timeouts as they are: changing them needs a restart.
     next.config = { ...next.config, server: current.config.server, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: current.config.tls }
     this.runtime = next
+    // The level of a logger the gateway made follows the file; one passed in is its owner's to set.
+    if (this.options.logger === undefined) this.logger.level = config.logging.level
     for (const route of current.routes) route.upstreams.stop()
     this.checkUpstreams(next, current)
     this.metrics.configLoaded(config.version, current.config.version)

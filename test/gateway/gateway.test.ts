@@ -440,6 +440,34 @@ describe('gateway reload and shutdown', () => {
     }
   })
 
+  it('a reload applies logging.level: raised to warn, request lines stop; lowered to info, they come back', async () => {
+    const gateway = await startGateway(config(upstream.url, downPort, 1000))
+    try {
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'w' })).status, 200)
+      const quiet = config(upstream.url, downPort, 1).replace('logging: { level: info }', 'logging: { level: warn }')
+      assert.notEqual(quiet, config(upstream.url, downPort, 1))
+      gateway.writeConfig(quiet)
+      gateway.child.kill('SIGHUP')
+      // At warn the reload says nothing: its limit of 1 shows when it has applied.
+      let status = 200
+      for (let i = 0; i < 100 && status === 200; i++) {
+        status = (await get(`${gateway.url}/api/hello`, { 'x-api-key': 'w' })).status
+        if (status === 200) await sleep(50)
+      }
+      assert.equal(status, 429)
+      await sleep(300)
+      assert.deepEqual(gateway.logs.filter((l) => l.msg === 'request' && l.status === 429), [])
+      gateway.writeConfig(config(upstream.url, downPort, 1))
+      gateway.child.kill('SIGHUP')
+      // Only this reload says so: the one to warn was made at warn.
+      await gateway.waitForLog((l) => l.msg === 'config reloaded')
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'w' })).status, 429)
+      await gateway.waitForLog((l) => l.msg === 'request' && l.status === 429)
+    } finally {
+      await gateway.stop()
+    }
+  })
+
   it('SIGTERM stops accepting and lets requests in flight finish', async () => {
     const gateway = await startGateway(config(upstream.url, downPort))
     const inFlight = get(`${gateway.url}/slow/250`)
