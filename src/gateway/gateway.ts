@@ -285,6 +285,11 @@ export class Gateway {
         answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request target must be a path or an http(s) URL.', []))
         return
       }
+      if (repeatsHost(req.rawHeaders)) {
+        // node keeps the first Host and drops the rest; an upstream or a cache behind us may pick another (RFC 9112 3.2: answer 400).
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request carries more than one Host header.', []))
+        return
+      }
       const route = runtime.routes.find((candidate) => candidate.matches(request))
       if (route === undefined) {
         answerInstead(res, expectsContinue, problem(404, 'Not Found', 'No route matches this request.', []))
@@ -584,6 +589,17 @@ function toOriginForm(req: IncomingMessage): boolean {
   req.url = rest.startsWith('/') ? rest : `/${rest}`
   req.headers.host = host
   return true
+}
+
+function repeatsHost(rawHeaders: readonly string[]): boolean {
+  let seen = false
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i] as string
+    if (name.length !== 4 || name.toLowerCase() !== 'host') continue
+    if (seen) return true
+    seen = true
+  }
+  return false
 }
 
 /** The gateway's own answer, in the upstream's place. */

@@ -185,6 +185,23 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal((await send('*', 'OPTIONS')).status, 400)
   })
 
+  it('refuses a request with two Host headers (RFC 9112 3.2), which node would read by the first and a server behind it might not', async () => {
+    const ask = async (head: string) => {
+      const socket = connect(Number(new URL(gateway.url).port), '127.0.0.1')
+      let text = ''
+      socket.setEncoding('latin1').on('data', (part: string) => { text += part })
+      await once(socket, 'connect')
+      socket.write(`GET /api/hello HTTP/1.1\r\n${head}x-api-key: two-hosts\r\nConnection: close\r\n\r\n`)
+      await Promise.race([once(socket, 'close'), sleep(2000)])
+      socket.destroy()
+      return text
+    }
+    const refused = await ask('Host: a.test\r\nhost: b.test\r\n')
+    assert.match(refused, /^HTTP\/1\.1 400 Bad Request\r\n/)
+    assert.match(refused, /more than one Host header/)
+    assert.match(await ask('Host: a.test\r\n'), /^HTTP\/1\.1 200 OK\r\n/)
+  })
+
   it('speaks Spring Cloud Gateway: replenishRate / burstCapacity as a token bucket, with its fields on its route', async () => {
     const responses = []
     for (let i = 0; i < 3; i++) {
