@@ -177,5 +177,5 @@ export function parseCsv(text: string, name = 'csv'): Traffic {
   if (problems.length > 0) throw new TrafficError(problems)
   if (events.length === 0) throw new TrafficError([{ line: 0, problem: 'no events: the file holds no "timestamp,key" line' }])
   const last = events[events.length - 1] as TrafficEvent
-  return { name, description: `${events.length} events from ${name}`, events, durationMs: Math.max(1, last.at + 1) }
+  return { name, description: 'recorded traffic, replayed from its first line', events, durationMs: Math.max(1, last.at + 1) }
 }
