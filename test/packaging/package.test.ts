@@ -38,6 +38,28 @@ describe('package', () => {
     assert.equal(client.readAnnouncement((name) => (name === 'retry-after' ? '3' : undefined), 0).retryAfterMs, 3000)
   })
 
+  it('loads from CommonJS: require() of every entry point, and a CommonJS Express app limited by sluice/express', () => {
+    // Many Express apps are still CommonJS. Node 20.19+ loads ES modules from require() when
+    // "exports" offers them to it (the "default" condition); with "import" alone it refused.
+    const script = `
+      const express = require('express')
+      const { Limiter } = require('sluice')
+      const { rateLimit } = require('sluice/express')
+      for (const entry of ['sluice/node', 'sluice/fastify', 'sluice/fetch', 'sluice/client']) if (Object.keys(require(entry)).length === 0) throw new Error(entry + ' is empty')
+      if (typeof Limiter !== 'function') throw new Error('no Limiter')
+      const app = express()
+      app.use(rateLimit({ rules: [{ policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60000 } }], onWarning: () => {} }))
+      app.get('/', (req, res) => res.send('ok'))
+      const server = app.listen(0, '127.0.0.1', async () => {
+        const statuses = []
+        for (let i = 0; i < 3; i++) statuses.push((await fetch('http://127.0.0.1:' + server.address().port + '/')).status)
+        console.log(statuses.join(' '))
+        server.close()
+      })`
+    const output = execFileSync(process.execPath, ['--input-type=commonjs', '-e', script], { cwd: new URL('../..', import.meta.url).pathname, encoding: 'utf8', timeout: 20_000 })
+    assert.equal(output.trim(), '200 200 429')
+  })
+
   it('ships a sluice bin: version, check, demo, and exit 2 on an unknown command', () => {
     const bin = new URL('../../dist/cli/main.js', import.meta.url).pathname
     const run = (...args: string[]) => execFileSync(process.execPath, [bin, ...args], { encoding: 'utf8' })
