@@ -2,7 +2,7 @@
 // "exports" to dist/, and the `sluice` bin runs.
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
@@ -58,6 +58,31 @@ describe('package', () => {
       })`
     const output = execFileSync(process.execPath, ['--input-type=commonjs', '-e', script], { cwd: new URL('../..', import.meta.url).pathname, encoding: 'utf8', timeout: 20_000 })
     assert.equal(output.trim(), '200 200 429')
+  })
+
+  it('types resolve for TypeScript projects on the older node10 resolution, which ignores "exports" (typesVersions)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-node10-'))
+    try {
+      mkdirSync(join(dir, 'node_modules'))
+      symlinkSync(new URL('../..', import.meta.url).pathname, join(dir, 'node_modules', 'sluice'))
+      writeFileSync(join(dir, 'app.ts'), [
+        "import { Limiter } from 'sluice'",
+        "import { withRateLimit } from 'sluice/node'",
+        "import { rateLimit } from 'sluice/express'",
+        "import { sluiceFastify } from 'sluice/fastify'",
+        "import { rateLimitFetch } from 'sluice/fetch'",
+        "import { createClient } from 'sluice/client'",
+        "const limiter: Limiter = new Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1000 } })",
+        // A typed export, not `any`: a wrong option is an error the compiler names.
+        "// @ts-expect-error the option is misspelt",
+        "rateLimit({ rulez: [] })",
+        'export const used = [limiter, withRateLimit, sluiceFastify, rateLimitFetch, createClient]',
+      ].join('\n'))
+      const tsc = new URL('../../node_modules/typescript/bin/tsc', import.meta.url).pathname
+      execFileSync(process.execPath, [tsc, '--noEmit', '--strict', '--skipLibCheck', '--module', 'commonjs', '--moduleResolution', 'node10', join(dir, 'app.ts')], { cwd: dir, encoding: 'utf8' })
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 
   it('ships a sluice bin: version, check, demo, and exit 2 on an unknown command', () => {
