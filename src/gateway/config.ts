@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
-import { isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
+import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import safeRegex from 'safe-regex2'
 import { z } from 'zod'
 import { REFUNDABLE } from '../algorithms/index.ts'
@@ -369,8 +369,9 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   try {
     data = doc.toJS() ?? {}
   } catch (error) {
-    // The yaml package's guard against alias expansion bombs ("billion laughs").
-    throw new ConfigError(file, [`YAML: ${(error as Error).message}`])
+    // An alias with no anchor before it, or the yaml package's guard against alias expansion bombs ("billion laughs").
+    const unresolved = unresolvedAliases(doc).map(({ name, offset }) => `YAML: *${name} refers to no anchor &${name} before it (line ${lineOf(offset) ?? '?'})`)
+    throw new ConfigError(file, unresolved.length > 0 ? unresolved : [`YAML: ${(error as Error).message}`])
   }
   const at = (path: readonly PropertyKey[]) => lineOf(nodeOffset(doc, path))
   const report = (path: readonly PropertyKey[], message: string) => {
@@ -434,6 +435,22 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
 }
 
 type Report = (path: readonly PropertyKey[], message: string) => void
+
+/** Aliases (`*name`) whose anchor (`&name`) does not come before them: YAML resolves an alias only to an earlier anchor. */
+function unresolvedAliases(doc: Document): Array<{ name: string; offset: number | undefined }> {
+  const anchors = new Set<string>()
+  const unresolved: Array<{ name: string; offset: number | undefined }> = []
+  visit(doc, {
+    Node(_key, node) {
+      if (isAlias(node)) {
+        if (!anchors.has(node.source)) unresolved.push({ name: node.source, offset: node.range?.[0] })
+      } else if (node.anchor !== undefined) {
+        anchors.add(node.anchor)
+      }
+    },
+  })
+  return unresolved
+}
 
 /** What a valid config may not mean to do: logged at start and reload, printed by check-config. */
 export function configWarnings(config: GatewayConfig): string[] {

@@ -294,6 +294,20 @@ identity:
     assert.deepEqual(await problems(`${levels.join('\n')}\nroutes: *l7\n`), ['YAML: Excessive alias count indicates a resource exhaustion attack'])
   })
 
+  it('names the line of an alias whose anchor is missing or comes after it', async () => {
+    const text = `
+routes:
+  - name: api
+    upstream: *upstream
+    limits: *limits
+upstreams: &limits []
+`
+    assert.deepEqual(await problems(text), [
+      'YAML: *upstream refers to no anchor &upstream before it (line 4)',
+      'YAML: *limits refers to no anchor &limits before it (line 5)',
+    ])
+  })
+
   it('names unnamed policies after their route, so equal limits on two routes never share state', async () => {
     const policy = '{ algorithm: fixed-window, limit: 5, windowMs: 1000 }'
     const config = await parseConfig(`
