@@ -11,6 +11,7 @@ import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { checkObserver, Limiter, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
 import { StoreCallFailures } from '../limiter/store-failures.ts'
+import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import { compileMatch, compilePaths, excludesAll, type MatchOptions } from './match.ts'
@@ -271,8 +272,13 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   checkHeaderOptions(headerOptions)
   const seenPolicyNames = new Map<string, string>()
   const statePrefix = httpStatePrefix(options.prefix)
+  // One store for every limiter here, the default one too: rules that share a key are decided by a
+  // limiter over all their policies, which must see the state each rule's own limiter wrote.
+  const store = options.store ?? new MemoryStore()
+  // And one fallback, for the same reason, where a remote store is out.
+  const fallbackStore = new MemoryStore({ maxKeys: 100_000 })
   // An in-process store decides at once: no promise to await per request.
-  const synchronous = options.store === undefined || isSyncStore(options.store)
+  const synchronous = isSyncStore(store)
   // A store that fails says why, once per failure while it lasts: the decisions only say 'store-error'.
   const storeFailures = extras.storeFailures ?? new StoreCallFailures((failure) => {
     const more = failure.failedSinceLastLog === undefined ? '' : ` (${failure.failedSinceLastLog} more calls failed since the last such warning)`
@@ -290,7 +296,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     policies,
     prefix,
     observer,
-    ...(options.store !== undefined ? { store: options.store } : {}),
+    store,
+    fallbackStore,
     ...(options.clock !== undefined ? { clock: options.clock } : {}),
     ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
   })

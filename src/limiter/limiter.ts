@@ -45,6 +45,13 @@ export interface LimiterOptions {
   onStoreFailure?: 'open' | 'closed' | 'fallback'
   /** Instances sharing the store: the fallback gives each `limit / expectedInstances`. Default 1. */
   expectedInstances?: number
+  /**
+   * Where the fallback counts. Default: a MemoryStore of 100,000 keys of this
+   * limiter's own. Limiters that share state through the store (one prefix,
+   * the same policies by name) share this too, or each counts its own share
+   * while the store is out. It is cleared when the store is back.
+   */
+  fallbackStore?: MemoryStore
   /** When to stop calling a failing store, and how often to probe it. */
   circuit?: CircuitOptions
   /**
@@ -100,7 +107,7 @@ export interface LimitOptions {
 }
 
 const LIMITER_OPTIONS = new Set([
-  'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'shards', 'lease', 'observer',
+  'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'fallbackStore', 'circuit', 'blockCache', 'shards', 'lease', 'observer',
 ])
 const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs'])
 
@@ -155,7 +162,10 @@ export class Limiter {
       throw new ArgumentError('expectedInstances', instances, 'must be a positive integer')
     }
     this.fallbackPolicies = instances === 1 ? this.policies : scalePolicies(this.policies, instances)
-    this.fallbackStore = new MemoryStore({ maxKeys: 100_000 })
+    if (options.fallbackStore !== undefined && !(options.fallbackStore instanceof MemoryStore)) {
+      throw new ArgumentError('fallbackStore', options.fallbackStore, 'must be a MemoryStore')
+    }
+    this.fallbackStore = options.fallbackStore ?? new MemoryStore({ maxKeys: 100_000 })
     const circuit = options.circuit ?? {}
     checkOptions('circuit', 'a circuit option', circuit, new Set(['failures', 'probeIntervalMs']))
     this.probeIntervalMs = positiveNumber('circuit.probeIntervalMs', circuit.probeIntervalMs, 1000)

@@ -488,6 +488,19 @@ describe('HTTP with a failing store', () => {
       assert.deepEqual([(await get(`${url}/`)).status, (await get(`${url}/`)).status], [200, 429], 'the local share refuses as a limit does')
     })
   })
+
+  it('falls back to one local count per policy, whichever rules a request meets', async () => {
+    const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
+    const rules = [
+      { name: 'api', match: { path: '/api/**' }, policies: { algorithm: 'fixed-window' as const, limit: 3, windowMs: MINUTE, name: 'api' } },
+      { name: 'login', match: { path: '/api/login' }, policies: { algorithm: 'fixed-window' as const, limit: 10, windowMs: MINUTE, name: 'login' } },
+    ]
+    await withServer(nodeServer, { rules, store: down, onStoreFailure: 'fallback', clock: fixedClock, onWarning: () => {} }, async (url) => {
+      const statuses: number[] = []
+      for (const path of ['/api/x', '/api/x', '/api/login', '/api/login', '/api/x']) statuses.push((await get(`${url}${path}`)).status)
+      assert.deepEqual(statuses, [200, 200, 200, 429, 429])
+    })
+  })
 })
 
 describe('HTTP with a store that answers but refuses every decision', () => {
@@ -596,6 +609,26 @@ describe('HTTP adapters (memory store)', () => {
   suite('fetch', fetchServer, () => new MemoryStore())
   suite('express', expressServer, () => new MemoryStore())
   suite('fastify', fastifyServer, () => new MemoryStore())
+})
+
+describe('HTTP adapters without a store option (the default memory store)', () => {
+  for (const [adapter, start] of [['node', nodeServer], ['fetch', fetchServer], ['express', expressServer], ['fastify', fastifyServer]] as const) {
+    it(`${adapter}: a request one rule matches and a request two rules match spend the same limit`, async () => {
+      const options: RateLimitOptions = {
+        rules: [
+          { name: 'api', match: { path: '/api/**' }, policies: { algorithm: 'fixed-window', limit: 3, windowMs: MINUTE, name: 'api' } },
+          { name: 'login', match: { path: '/api/login' }, policies: { algorithm: 'fixed-window', limit: 10, windowMs: MINUTE, name: 'login' } },
+        ],
+        clock: fixedClock,
+      }
+      await withServer(start, options, async (url) => {
+        const statuses: number[] = []
+        for (const path of ['/api/x', '/api/x', '/api/login', '/api/login', '/api/x']) statuses.push((await get(`${url}${path}`)).status)
+        // "api" allows 3 in all, whichever rules a request meets besides it.
+        assert.deepEqual(statuses, [200, 200, 200, 429, 429])
+      })
+    })
+  }
 })
 
 describe('HTTP adapters (Redis store)', () => {

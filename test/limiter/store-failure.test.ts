@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { Limiter, RedisStore, type Decision } from '../../src/index.ts'
+import { Limiter, MemoryStore, RedisStore, type Decision, type Store } from '../../src/index.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 
 const TIMEOUT_MS = 150
@@ -184,5 +184,17 @@ describe('store failures under load (real redis-server)', () => {
     assert.equal(decisions[4]?.reason, 'circuit-open')
     await assert.rejects(limiter.reset('k'), /ERR_SLUICE_STORE|reset of "k" failed/)
     await store.close()
+  })
+
+  it('limiters given one fallbackStore count one local share together', async () => {
+    const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
+    const policy = { algorithm: 'fixed-window', limit: 3, windowMs: 60_000, name: 'api' } as const
+    const fallbackStore = new MemoryStore()
+    const alone = new Limiter({ store: down, policies: policy, fallbackStore, circuit: { failures: 1, probeIntervalMs: 60_000 } })
+    const withLogin = new Limiter({ store: down, policies: [policy, { algorithm: 'fixed-window', limit: 10, windowMs: 60_000, name: 'login' }], fallbackStore })
+    const allowed = []
+    for (const limiter of [alone, withLogin, alone, withLogin]) allowed.push((await limiter.limit('k')).allowed)
+    assert.deepEqual(allowed, [true, true, true, false])
+    assert.throws(() => new Limiter({ store: down, policies: policy, fallbackStore: {} as MemoryStore }), /^ArgumentError: fallbackStore must be a MemoryStore \(got an object\)/)
   })
 })
