@@ -261,10 +261,11 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   // Path patterns, once: they decide skipping per request and, at start-up, which rules can never match.
   const skipPatterns = typeof options.skip === 'function' ? [] : options.skip ?? []
   const skippedPath = compilePaths(skipPatterns, 'skip', caseSensitive)
-  const skipped = typeof options.skip === 'function' ? options.skip : (request: HttpRequest) => skippedPath(request.path)
+  const skipped = typeof options.skip === 'function' ? decidedAtOnce(options.skip, 'skip') : (request: HttpRequest) => skippedPath(request.path)
   for (const hook of ['allow', 'deny', 'onDecision', 'onLimited', 'limitedResponse', 'onWarning', 'key'] as const) {
     if (options[hook] !== undefined && typeof options[hook] !== 'function') throw new ArgumentError(hook, options[hook], 'must be a function')
   }
+  checkBoolean('shadow', options.shadow)
   const emptyKey = options.emptyKey ?? 'anonymous'
   if (emptyKey !== 'anonymous' && emptyKey !== 'forbid') throw new ArgumentError('emptyKey', emptyKey, "must be 'anonymous' or 'forbid'")
   const clock = options.clock ?? Date.now
@@ -336,6 +337,9 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       seenPolicyNames.set(policyName, name)
     }
     const cost = rule.cost ?? 1
+    if (typeof cost !== 'number' && typeof cost !== 'function') throw new ArgumentError(`rule "${name}" cost`, cost, 'must be a positive integer, or a function of the request returning one')
+    if (rule.key !== undefined && typeof rule.key !== 'function') throw new ArgumentError(`rule "${name}" key`, rule.key, 'must be a function of the request (e.g. apiKey(), jwtClaim(), clientIpKey(), or firstOf() of them)')
+    checkBoolean(`rule "${name}" shadow`, rule.shadow)
     // The Limiter checks costs per call; a constant one can be checked now, at start-up.
     if (typeof cost === 'number') for (const limiter of limiters) checkStaticCost(cost, limiter.policies, name)
     const action = rule.action ?? 'reject'
@@ -348,7 +352,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     if (unrefundable !== undefined) {
       throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket or police leaky-bucket policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
     }
-    const matches = typeof rule.match === 'function' ? rule.match : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
+    const matches = typeof rule.match === 'function' ? decidedAtOnce(rule.match, `rule "${name}" match`) : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
     if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, skipPatterns, caseSensitive)) {
       throw new ArgumentError(`rule "${name}" match`, rule.match?.path ?? '/**', 'can never match: every path it names is excluded (by its exclude or by skip); narrow those, or remove the rule')
     }
@@ -627,6 +631,27 @@ function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule
   for (const policy of policies) {
     const limit = limitOf(policy)
     if (cost > limit) throw new ArgumentError(`rule "${rule}" cost`, cost, `exceeds the limit ${limit} of policy "${policy.name}", so the rule would refuse every request`)
+  }
+}
+
+function checkBoolean(name: string, value: unknown): void {
+  // A string such as 'false' from an environment variable would be truthy: a shadow rule that never refuses.
+  if (value !== undefined && typeof value !== 'boolean') throw new ArgumentError(name, value, 'must be true or false')
+}
+
+/**
+ * A predicate that must answer at once (`match`, `skip`): a promise would be
+ * truthy, so an async one would match (or skip) every request. Such a call
+ * fails the request, naming the option, instead.
+ */
+function decidedAtOnce(predicate: (request: HttpRequest) => boolean, name: string): (request: HttpRequest) => boolean {
+  return (request) => {
+    const answer: unknown = predicate(request)
+    if (isPromise(answer)) {
+      Promise.resolve(answer).catch(() => {}) // the request fails here; its rejection must not also crash the process
+      throw new ArgumentError(name, answer, 'must return true or false at once, not a promise (use allow / deny for lookups that await)')
+    }
+    return answer as boolean
   }
 }
 

@@ -392,6 +392,24 @@ describe('HTTP configuration', () => {
     assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/api/**', exclude: '/api/public/**' } }], skip: ['/health'] }))
     assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/API/x' } }], skip: ['/api/**'] }))
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], skip: 5 as never }), /^ArgumentError: skip must be path patterns starting with "\/" \(one, or a list\) \(got 5\)/)
+    // A string from an environment variable is truthy: shadow: 'false' would never refuse.
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], shadow: 'false' as never }), /^ArgumentError: shadow must be true or false \(got "false"\)/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', policies, shadow: 'false' as never }] }), /^ArgumentError: rule "api" shadow must be true or false/)
+    // Found only on the first request before: 'rule.key is not a function', 'cost must be a positive integer'.
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', policies, key: 'x-api-key' as never }] }), /^ArgumentError: rule "api" key must be a function of the request .* \(got "x-api-key"\)/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', policies, cost: '2' as never }] }), /^ArgumentError: rule "api" cost must be a positive integer, or a function of the request returning one \(got "2"\)/)
+  })
+
+  it('a match or skip predicate that returns a promise fails the request, instead of matching (or skipping) every request', async () => {
+    const policies = { algorithm: 'fixed-window' as const, limit: 1, windowMs: 60_000 }
+    const warnings: string[] = []
+    const asyncMatch = createRateLimitPipeline({ rules: [{ name: 'api', policies, match: (async () => { throw new Error('lookup failed') }) as never }], onWarning: (m) => warnings.push(m) })
+    const asyncSkip = createRateLimitPipeline({ rules: [{ policies }], skip: (async () => true) as never })
+    const request = { method: 'GET', path: '/', host: undefined, header: () => undefined, remoteAddress: '203.0.113.9' }
+    assert.throws(() => asyncMatch(request), /^ArgumentError: rule "api" match must return true or false at once, not a promise .*\(got a promise\)/)
+    assert.throws(() => asyncSkip(request), /^ArgumentError: skip must return true or false at once, not a promise/)
+    // The rejected promise the predicate returned must not take the process down as an unhandled rejection.
+    await new Promise((resolve) => setTimeout(resolve, 20))
   })
 
   it('skip takes one pattern as well as a list', async () => {
