@@ -58,6 +58,18 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
   }
   const lastTime = tailCost > 0 ? tailTime : now
 
+  if (cost === 0) {
+    // A peek, or a policy shown uncharged beside one that refused: the log as it
+    // stands, fully replenished when its newest entry leaves (an entry placed
+    // now would put that a whole window away).
+    const resetAfterMs = tailCost > 0 ? tailTime + windowMs - now : 0
+    return {
+      state: { log, head, end, tailTime, tailCost, used },
+      ttlMs: resetAfterMs,
+      decision: { policy: policy.name, allowed: true, limit, remaining: limit - used, resetAfterMs, retryAfterMs: 0, waitMs: 0 },
+    }
+  }
+
   if (used + cost <= limit) {
     // Never write an entry earlier than the last one: a clock stepping back
     // must not reorder the log or shorten how long earlier calls count.

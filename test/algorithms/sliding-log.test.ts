@@ -30,6 +30,21 @@ describe('sliding log', () => {
     assert.equal(clock.at(1400).allowed, true)
   })
 
+  it('shown uncharged, counts down to its newest entry leaving: a peek, and beside a policy that refused', () => {
+    let t = 0
+    const limiter = new Limiter({ policies: [{ algorithm: 'sliding-log', limit: 3, windowMs: 1000, name: 'log' }, { algorithm: 'fixed-window', limit: 2, windowMs: 100_000, name: 'day' }], clock: () => t })
+    assert.equal(limiter.peekSync('k').policies[0]?.resetAfterMs, 0, 'an empty log is replenished already')
+    limiter.limitSync('k')
+    t = 137
+    limiter.limitSync('k')
+    t = 411
+    const seen = limiter.peekSync('k').policies[0]
+    assert.deepEqual([seen?.remaining, seen?.resetAfterMs], [1, 726], 'the entry at 137 leaves at 1137')
+    const refused = limiter.limitSync('k')
+    assert.equal(refused.policy, 'day')
+    assert.deepEqual([refused.policies[0]?.allowed, refused.policies[0]?.remaining, refused.policies[0]?.resetAfterMs], [true, 1, 726])
+  })
+
   it('weighs entries by cost when computing when a call fits again', () => {
     const clock = onVirtualClock({ algorithm: 'sliding-log', limit: 5, windowMs: 1000 })
     clock.at(0, { cost: 3 })

@@ -57,6 +57,12 @@ export const handWritten: Trace[] = [
       ...burst(400, 6), { t: 900, op: 'refund', key: 'b', cost: 3 }, ...burst(900, 1, { key: 'b' })],
   },
   {
+    // Shown uncharged (a peek, or beside a policy that refused), a log is replenished when its newest entry leaves.
+    name: 'sliding log as it stands',
+    policies: [sl, { algorithm: 'fixed-window', limit: 2, windowMs: 100_000 }],
+    steps: [{ t: 0, op: 'peek', key: 'a' }, ...burst(0, 1), ...burst(137, 1), { t: 411, op: 'peek', key: 'a' }, ...burst(411, 1), ...burst(1200, 1)],
+  },
+  {
     name: 'peek and reset',
     policies: [fw, sl, sw, tbi, lbs],
     steps: [...burst(0, 3), { t: 1, op: 'peek', key: 'a' }, { t: 2, op: 'reset', key: 'a' }, { t: 3, op: 'peek', key: 'a' }, ...burst(3, 6), { t: 4, op: 'peek', key: 'b' }],

@@ -114,6 +114,12 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, call, p
   end
   local last_time = (#times > 0) and times[#times] or now
 
+  if cost == 0 then
+    -- A peek, or a policy shown uncharged: the log as it stands, replenished when its newest entry leaves.
+    local reset_after = (used > 0) and (last_time + window_ms - now) or 0
+    return decision(1, limit, limit - used, reset_after, 0, 0), nil, reset_after
+  end
+
   if used + cost <= limit then
     local time = max(now, last_time)
     local reset_after = time + window_ms - now
