@@ -79,7 +79,9 @@ export function evaluate(
   }
   return {
     decisions: transitions.map((transition, i) =>
-      transition.decision.allowed ? unchargedDecision(policies[i] as ResolvedPolicy, states[i], now) : transition.decision,
+      // Allowed it stays: its state uncharged (a view of cost 0 without waiting would refuse a fixed
+      // window reserved ahead, and could name it as the refusal's binding policy).
+      transition.decision.allowed ? { ...unchargedDecision(policies[i] as ResolvedPolicy, states[i], now), allowed: true, retryAfterMs: 0 } : transition.decision,
     ),
     commit: undefined,
   }

@@ -63,6 +63,12 @@ export const handWritten: Trace[] = [
     steps: [{ t: 0, op: 'peek', key: 'a' }, ...burst(0, 1), ...burst(137, 1), { t: 411, op: 'peek', key: 'a' }, ...burst(411, 1), ...burst(1200, 1)],
   },
   {
+    // Refused by the bucket; the fixed window, reserved ahead, would allow and is shown allowed.
+    name: 'composite refusal beside a window reserved ahead',
+    policies: [{ algorithm: 'fixed-window', limit: 2, windowMs: 1000 }, { algorithm: 'token-bucket', capacity: 3, refillTokens: 1, refillIntervalMs: 10_000 }],
+    steps: [...burst(0, 2), ...burst(100, 1, { maxWaitMs: 2000 }), ...burst(200, 1, { maxWaitMs: 9500 }), ...burst(200, 1)],
+  },
+  {
     name: 'peek and reset',
     policies: [fw, sl, sw, tbi, lbs],
     steps: [...burst(0, 3), { t: 1, op: 'peek', key: 'a' }, { t: 2, op: 'reset', key: 'a' }, { t: 3, op: 'peek', key: 'a' }, ...burst(3, 6), { t: 4, op: 'peek', key: 'b' }],

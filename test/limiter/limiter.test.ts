@@ -66,6 +66,20 @@ describe('Limiter', () => {
     assert.equal(refused.retryAfterMs, 100, 'the leaky bucket needs 600 ms; 100 more than allowed')
   })
 
+  it('a policy that would allow a refused composite call stays allowed, even a fixed window reserved ahead', () => {
+    const clock = onVirtualClock([
+      { algorithm: 'fixed-window', limit: 2, windowMs: 1000, name: 'window' },
+      { algorithm: 'token-bucket', capacity: 3, refillTokens: 1, refillIntervalMs: 10_000, name: 'bucket' },
+    ])
+    clock.at(0)
+    clock.at(0)
+    assert.equal(clock.at(100, { maxWaitMs: 2000 }).waitMs, 900, 'the next window is reserved')
+    // The window would take this call too (a wait of 800 ms); the bucket needs 9800 ms, 300 more than allowed.
+    const refused = clock.at(200, { maxWaitMs: 9500 })
+    assert.deepEqual([refused.allowed, refused.policy, refused.retryAfterMs], [false, 'bucket', 300])
+    assert.deepEqual(refused.policies.map((p) => [p.policy, p.allowed, p.retryAfterMs]), [['window', true, 0], ['bucket', false, 300]])
+  })
+
   it('keys long enough to blow up memory are hashed; short keys are kept apart exactly', () => {
     const clock = onVirtualClock({ algorithm: 'fixed-window', limit: 1, windowMs: 1000 })
     const long = 'x'.repeat(1_000_000)

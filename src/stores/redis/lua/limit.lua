@@ -423,7 +423,15 @@ local function decide(set, k0, now, cost, max_wait, call, ttl_slack)
     -- All-or-nothing: nothing was written; policies that would have allowed
     -- report their state uncharged.
     for i = 1, n do
-      if decisions[i][ALLOWED] == 1 then push(uncharged(set, k0, i, now, call)) else push(decisions[i]) end
+      if decisions[i][ALLOWED] == 1 then
+        -- Allowed it stays (uncharged, a fixed window reserved ahead would read as refused).
+        local d = uncharged(set, k0, i, now, call)
+        d[ALLOWED] = 1
+        d[RETRY_AFTER] = 0
+        push(d)
+      else
+        push(decisions[i])
+      end
     end
   end
 end
