@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import fc from 'fast-check'
 import { fcOptions } from '../helpers.ts'
-import { algorithms, RESERVABLE, resolvePolicy, type Policy, type ResolvedPolicy } from '../../src/index.ts'
+import { algorithms, combine, RESERVABLE, resolvePolicy, type Policy, type ResolvedPolicy } from '../../src/index.ts'
 
 const policyArb: fc.Arbitrary<Policy> = fc.oneof(
   fc.record({
@@ -125,6 +125,35 @@ describe('properties on random traces', () => {
         }
       }),
       fcOptions(400),
+    )
+  })
+
+  it('a composite call decides as its policies would alone: allowed only where all allow; a refusal names one that refused, with its retry time', () => {
+    fc.assert(
+      fc.property(fc.array(policyArb, { minLength: 2, maxLength: 3 }), traceArb, (inputs, trace) => {
+        const policies = inputs.map((input, i) => resolvePolicy({ ...input, name: `p${i}` }))
+        const capacity = Math.min(...policies.map((p) => ('limit' in p ? p.limit : p.capacity)))
+        const canReserve = policies.every((p) => RESERVABLE.has(p.algorithm))
+        let states: Array<algorithms.AlgorithmState | undefined> = policies.map(() => undefined)
+        let t = 1_000_000
+        for (const call of trace) {
+          t += call.gap
+          const cost = Math.min(call.cost, capacity)
+          const options = { maxWaitMs: canReserve ? call.wait : 0 }
+          const own = policies.map((policy, i) => algorithms.step(policy, states[i], t, cost, options))
+          const { decisions, commit } = algorithms.evaluate(policies, states, t, cost, options)
+          assert.deepEqual(decisions.map((d) => d.allowed), own.map((o) => o.decision.allowed))
+          if (commit !== undefined) {
+            states = commit.map((transition) => transition.state)
+          } else {
+            const refusals = own.filter((o) => !o.decision.allowed).map((o) => o.decision)
+            const decision = combine(decisions)
+            assert.ok(refusals.some((r) => r.policy === decision.policy), `binding ${decision.policy} did not refuse`)
+            assert.equal(decision.retryAfterMs, Math.max(...refusals.map((r) => r.retryAfterMs)))
+          }
+        }
+      }),
+      fcOptions(300),
     )
   })
 })
