@@ -20,6 +20,9 @@ export interface Traffic {
   durationMs: number
 }
 
+/** The most events one simulation replays, from a pattern or a CSV file. */
+const MAX_EVENTS = 5_000_000
+
 export const PATTERNS = ['steady', 'boundary-burst', 'morning-ramp', 'batch-spikes', 'attack'] as const
 export type PatternName = (typeof PATTERNS)[number]
 
@@ -57,8 +60,16 @@ function poisson(key: string, from: number, to: number, perWindow: number, windo
   return events
 }
 
+/** Events each pattern makes per unit of the limit (its expected count over its whole duration). */
+const EVENTS_PER_LIMIT: Record<PatternName, number> = { steady: 9, 'boundary-burst': 2, 'morning-ramp': 15, 'batch-spikes': 10.4, attack: 110 }
+
 export function pattern(name: PatternName, scale: Scale): Traffic {
   const { limit, windowMs: w } = scale
+  // Checked before a single event is made: a pattern drawn against a huge limit would exhaust the heap.
+  const expected = Math.round(EVENTS_PER_LIMIT[name] * limit)
+  if (expected > MAX_EVENTS) {
+    throw new SluiceError('ERR_SLUICE_ARGUMENT', `the ${name} pattern at a limit of ${limit} makes about ${expected.toLocaleString('en-US')} events, more than the ${MAX_EVENTS.toLocaleString('en-US')} a simulation replays; use a limit of at most ${Math.floor(MAX_EVENTS / EVENTS_PER_LIMIT[name])} for it`)
+  }
   const next = seededRandom(42)
   let events: TrafficEvent[]
   let durationMs: number
@@ -83,7 +94,7 @@ export function pattern(name: PatternName, scale: Scale): Traffic {
       events = []
       for (let window = 0; window < 10; window++) {
         const perWindow = Math.max(1, Math.round((3 * limit * (window + 0.5)) / 10))
-        events.push(...poisson('client', window * w, (window + 1) * w, perWindow, w, next))
+        events = events.concat(poisson('client', window * w, (window + 1) * w, perWindow, w, next))
       }
       break
     }
@@ -91,14 +102,15 @@ export function pattern(name: PatternName, scale: Scale): Traffic {
       durationMs = 8 * w
       description = `background at 0.3x the limit, and every 2 windows a batch of 2x the limit within 5% of a window`
       events = poisson('client', 0, durationMs, 0.3 * limit, w, next)
-      for (let start = w / 2; start < durationMs; start += 2 * w) events.push(...even('client', start, start + w / 20, 2 * limit))
+      for (let start = w / 2; start < durationMs; start += 2 * w) events = events.concat(even('client', start, start + w / 20, 2 * limit))
       break
     }
     case 'attack': {
       durationMs = 6 * w
       description = `one attacker at 20x the limit among 10 users at 0.5x each (each key limited on its own)`
       events = poisson('attacker', w, 5 * w, 20 * limit, w, next)
-      for (let user = 0; user < 10; user++) events.push(...poisson(`user-${user}`, 0, durationMs, 0.5 * limit, w, next))
+      // concat, not push(...): spread as arguments, a large array overflows the call stack.
+      for (let user = 0; user < 10; user++) events = events.concat(poisson(`user-${user}`, 0, durationMs, 0.5 * limit, w, next))
       break
     }
   }
@@ -123,7 +135,6 @@ export class TrafficError extends SluiceError {
   }
 }
 
-const MAX_EVENTS = 5_000_000
 
 /**
  * `timestamp,key[,cost]` per line; an optional header line; `#` comments.

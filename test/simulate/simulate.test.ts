@@ -8,6 +8,13 @@ const LIMIT = 100
 const WINDOW = 60_000
 
 describe('simulator', () => {
+  it('draws a pattern of 1.5 million events against a large limit, and refuses one that would exhaust memory, naming the largest limit it takes', () => {
+    // push(...events) with a window of 285,000 arrivals overflowed the call stack.
+    assert.equal(pattern('morning-ramp', { limit: 100_000, windowMs: 60_000 }).events.length, 1_501_928)
+    assert.throws(() => pattern('attack', { limit: 1_000_000, windowMs: 60_000 }),
+      /^SluiceError: the attack pattern at a limit of 1000000 makes about 110,000,000 events, more than the 5,000,000 a simulation replays; use a limit of at most 45454 for it$/)
+  })
+
   it('boundary burst: the fixed window admits 2x the limit in one window\'s span, the sliding log exactly the limit', () => {
     const simulation = simulate(pattern('boundary-burst', { limit: LIMIT, windowMs: WINDOW }), defaultPolicies(LIMIT, WINDOW))
     const byName = new Map(simulation.results.map((result) => [result.policy.name, result]))
