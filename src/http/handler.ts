@@ -6,7 +6,7 @@
 import type { Clock } from '../core/clock.ts'
 import { ArgumentError, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
-import { rejectUnknown } from '../core/options.ts'
+import { checkBoolean, rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { checkObserver, Limiter, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
@@ -632,11 +632,6 @@ function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule
     const limit = limitOf(policy)
     if (cost > limit) throw new ArgumentError(`rule "${rule}" cost`, cost, `exceeds the limit ${limit} of policy "${policy.name}", so the rule would refuse every request`)
   }
-}
-
-function checkBoolean(name: string, value: unknown): void {
-  // A string such as 'false' from an environment variable would be truthy: a shadow rule that never refuses.
-  if (value !== undefined && typeof value !== 'boolean') throw new ArgumentError(name, value, 'must be true or false')
 }
 
 /**

@@ -12,7 +12,7 @@
 import { createHash } from 'node:crypto'
 import { serializeByteSequence, serializeDictionary, serializeItem, serializeList, serializeString, type Item } from 'structured-headers'
 import { ArgumentError } from '../core/errors.ts'
-import { checkOptions } from '../core/options.ts'
+import { checkBoolean, checkOptions } from '../core/options.ts'
 import type { Decision, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 
 export type StandardHeaders = 'draft-10' | 'draft-8' | 'draft-7' | 'draft-6'
@@ -49,10 +49,7 @@ export function checkHeaderOptions(options: unknown, argument = 'headers'): asse
   if (standard !== undefined && !STANDARDS.includes(standard)) {
     throw new ArgumentError(`${argument}.standard`, standard, "must be 'draft-10', 'draft-8', 'draft-7', 'draft-6' or false")
   }
-  for (const flag of ['legacy', 'partitionKey', 'springCloudGateway'] as const) {
-    const value = (options as HeaderOptions)[flag]
-    if (value !== undefined && typeof value !== 'boolean') throw new ArgumentError(`${argument}.${flag}`, value, 'must be true or false')
-  }
+  for (const flag of ['legacy', 'partitionKey', 'springCloudGateway'] as const) checkBoolean(`${argument}.${flag}`, (options as HeaderOptions)[flag])
 }
 
 /** The window a policy's quota refers to, in whole seconds (at least 1). */

@@ -60,7 +60,7 @@ function poisson(key: string, from: number, to: number, perWindow: number, windo
   return events
 }
 
-/** Events each pattern makes per unit of the limit (its expected count over its whole duration). */
+/** Events each pattern below makes per unit of the limit (its expected count over its whole duration): keep in step with the shapes. */
 const EVENTS_PER_LIMIT: Record<PatternName, number> = { steady: 9, 'boundary-burst': 2, 'morning-ramp': 15, 'batch-spikes': 10.4, attack: 110 }
 
 export function pattern(name: PatternName, scale: Scale): Traffic {
@@ -134,7 +134,6 @@ export class TrafficError extends SluiceError {
     this.problems = problems
   }
 }
-
 
 /**
  * `timestamp,key[,cost]` per line; an optional header line; `#` comments.
