@@ -66,7 +66,8 @@ export interface LimiterOptions {
    * each holding `limit / shards` and `rate / shards`. A call goes to a random
    * shard, and to one other shard if that one refuses. Never admits more than
    * the limit; admits less when calls spread unevenly over the shards, and
-   * `remaining` is estimated from one shard. Default 1 (off).
+   * `remaining` is estimated from one shard. At most the smallest limit, and a
+   * call's cost must fit one shard (`limit / shards`). Default 1 (off).
    */
   shards?: number
   /**
@@ -190,6 +191,12 @@ export class Limiter {
     }
     if (shards > 1 && this.local !== undefined) {
       throw new ArgumentError('shards', shards, 'spreads load over a remote store; an in-process store needs none')
+    }
+    for (const policy of this.policies) {
+      // Each shard holds at least one unit, so more shards than units would admit more than the limit.
+      if (shards > limitOf(policy)) {
+        throw new ArgumentError('shards', shards, `exceeds the limit ${limitOf(policy)} of policy "${policy.name}": each shard holds limit / shards, at least one unit, so ${shards} shards would admit ${shards}`)
+      }
     }
     this.shards = shards
     this.shardPolicies = shards === 1 ? this.policies : scalePolicies(this.policies, shards)
@@ -419,10 +426,22 @@ export class Limiter {
     let maxWaitMs = 0
     if (options !== undefined) {
       checkOptions('options', 'a limit option', options, LIMIT_OPTIONS)
-      if (options.cost !== undefined) cost = checkCost(options.cost, this.policies)
+      if (options.cost !== undefined) cost = this.checkShardCost(checkCost(options.cost, this.policies))
       if (options.maxWaitMs !== undefined) maxWaitMs = checkMaxWait(options.maxWaitMs, this.policies)
     }
     return { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost, maxWaitMs, now: this.now() }
+  }
+
+  /** A call is decided by one shard, so its cost must fit what one shard holds, or it is refused forever. */
+  private checkShardCost(cost: number): number {
+    if (this.shards === 1) return cost
+    this.shardPolicies.forEach((shard, i) => {
+      if (cost > limitOf(shard)) {
+        const policy = this.policies[i] as ResolvedPolicy
+        throw new ArgumentError('cost', cost, `exceeds the ${limitOf(shard)} units each of the ${this.shards} shards of policy "${policy.name}" holds (limit ${limitOf(policy)}), so it could never be allowed`)
+      }
+    })
+    return cost
   }
 
   private refundCall(key: string, units: number): StoreCall {

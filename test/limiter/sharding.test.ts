@@ -48,4 +48,18 @@ describe('hot-key sharding', () => {
     assert.throws(() => new Limiter({ policies: { algorithm: 'fixed-window', limit: 10, windowMs: 1000 }, shards: 4 }), /in-process store needs none/)
     assert.throws(() => new Limiter({ policies: { algorithm: 'fixed-window', limit: 10, windowMs: 1000 }, shards: 0 }), /shards must be an integer/)
   })
+
+  it('refuses more shards than units, and a cost that no shard can hold, instead of admitting over the limit or refusing forever', async () => {
+    const store = new RedisStore({ client: env.redis.client() })
+    // Each shard holds at least one unit: 4 shards of a limit of 2 would admit 4.
+    assert.throws(
+      () => new Limiter({ store, prefix: 'shard-few', policies: [{ algorithm: 'fixed-window', limit: 10, windowMs: DAY }, { algorithm: 'token-bucket', name: 'tb', capacity: 3, refillTokens: 3, refillIntervalMs: DAY }], shards: 4 }),
+      /shards exceeds the limit 3 of policy "tb".*\(got 4\)/,
+    )
+    const limiter = new Limiter({ store, prefix: 'shard-cost', policies: { algorithm: 'fixed-window', name: 'fw', limit: 10, windowMs: DAY }, shards: 4 })
+    // A shard holds 2: a cost of 3 fits the limit of 10 but would be refused on every shard, with a retry time that means nothing.
+    await assert.rejects(limiter.limit('k', { cost: 3 }), /cost exceeds the 2 units each of the 4 shards of policy "fw" holds \(limit 10\).*\(got 3\)/)
+    const allowed = await limiter.limit('k', { cost: 2 })
+    assert.deepEqual([allowed.allowed, allowed.limit], [true, 10])
+  })
 })
