@@ -20,14 +20,18 @@ export interface RateLimitedOptions<Args extends unknown[]> {
   windowMs?: number
   /** Any policies instead of `limit` / `windowMs`. */
   policies?: Policy | readonly Policy[]
-  /** A limiter to share instead of one built from the options above. */
+  /** A limiter to share instead of one built from the options above (then give none of them, nor `store`). */
   limiter?: Limiter
   /** Store for the limiter built here. Default: a new MemoryStore. */
   store?: Store
   /** Namespace of the keys. Default: the function's or method's name. */
   keyPrefix?: string
-  /** The part of the key that depends on the call, e.g. `(userId) => userId`. Default: none (one shared limit). */
-  key?: (...args: Args) => string
+  /**
+   * The part of the key that depends on the call, e.g. `(userId) => userId`: a
+   * non-empty string or a number, or the call is refused with an ArgumentError.
+   * Default: none (one shared limit).
+   */
+  key?: (...args: Args) => string | number
   /** Units a call costs. Default 1. */
   cost?: number | ((...args: Args) => number)
   /** `reject` (default) throws `RateLimitedError`; `queue` waits for a reservation, at most `maxWaitMs`. */
@@ -93,20 +97,45 @@ function createGuard<Args extends unknown[]>(
   if (action !== 'reject' && action !== 'queue') {
     throw new ArgumentError('action', action, "must be 'reject' or 'queue'")
   }
-  const limiter = options.limiter ?? new Limiter({ policies: policiesOf(options), ...(options.store ? { store: options.store } : {}) })
+  const limiter = limiterOf(options)
+  if (action === 'reject' && options.maxWaitMs !== undefined) {
+    throw new ArgumentError('maxWaitMs', options.maxWaitMs, "applies to action 'queue' only: a rejected call does not wait")
+  }
   const maxWaitMs = action === 'queue' ? checkMaxWait(options.maxWaitMs ?? DEFAULT_QUEUE_WAIT_MS, limiter.policies) : 0
   const prefix = options.keyPrefix ?? defaultPrefix
+  if (typeof prefix !== 'string' || prefix === '') throw new ArgumentError('keyPrefix', prefix, 'must be a non-empty string')
   const { key, cost } = options
   if (key !== undefined && typeof key !== 'function') throw new ArgumentError('key', key, 'must be a function of the call arguments')
   const limitOptions = (args: Args) => ({ cost: typeof cost === 'function' ? cost(...args) : cost ?? 1, maxWaitMs })
 
   return async (args) => {
-    const fullKey = key === undefined ? prefix : `${prefix}:${key(...args)}`
+    const fullKey = key === undefined ? prefix : `${prefix}:${callKey(key(...args))}`
     const decision = await limiter.limit(fullKey, limitOptions(args))
     if (!decision.allowed) throw new RateLimitedError(decision, `${prefix}`)
     if (decision.waitMs > 0) await sleep(decision.waitMs)
     return decision
   }
+}
+
+/**
+ * What `key` gave, as a key. Anything but a string or a number (an id that is
+ * `undefined`, an object) would read as "undefined" or "[object Object]" and
+ * put every such caller under one shared limit.
+ */
+function callKey(value: unknown): string {
+  if ((typeof value === 'string' && value !== '') || (typeof value === 'number' && Number.isFinite(value))) return String(value)
+  throw new ArgumentError('key(...)', value, 'must return a non-empty string or a finite number: callers it cannot tell apart would share one limit')
+}
+
+/** The shared limiter, or one built from the options; never both, or the options would be ignored. */
+function limiterOf<Args extends unknown[]>(options: RateLimitedOptions<Args>): Limiter {
+  if (options.limiter === undefined) return new Limiter({ policies: policiesOf(options), ...(options.store ? { store: options.store } : {}) })
+  if (!(options.limiter instanceof Limiter)) throw new ArgumentError('limiter', options.limiter, 'must be a Limiter')
+  const ignored = (['limit', 'windowMs', 'policies', 'store'] as const).filter((name) => options[name] !== undefined)
+  if (ignored.length > 0) {
+    throw new ArgumentError('limiter', ignored.join(', '), 'cannot be combined with limit, windowMs, policies or store: the limiter has its own')
+  }
+  return options.limiter
 }
 
 function sleep(ms: number): Promise<void> {

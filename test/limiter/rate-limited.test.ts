@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it, mock } from 'node:test'
-import { Limiter, RateLimited, RateLimitedError, rateLimited, RateLimitAction } from '../../src/index.ts'
+import { ArgumentError, Limiter, MemoryStore, RateLimited, RateLimitedError, rateLimited, RateLimitAction } from '../../src/index.ts'
 
 describe('rateLimited / @RateLimited', () => {
   it('rejects the call over the limit with a typed RateLimitedError carrying retryAfterMs', async () => {
@@ -103,5 +103,23 @@ describe('rateLimited / @RateLimited', () => {
     )
     // A misspelt key function would otherwise give every caller one shared limit.
     assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, keyFn: () => 'k' } as never), /keyFn is not a rateLimited option/)
+    // Options the wrapper would otherwise ignore: the shared limiter's own limits apply, a rejected call never waits.
+    const shared = new Limiter({ policies: { algorithm: 'fixed-window', limit: 100, windowMs: 1000 } })
+    assert.throws(() => rateLimited(async () => 1, { limiter: shared, limit: 1, windowMs: 60_000 }), /limiter cannot be combined with limit, windowMs, policies or store.*\(got "limit, windowMs"\)/)
+    assert.throws(() => rateLimited(async () => 1, { limiter: shared, store: new MemoryStore() }), /limiter cannot be combined.*\(got "store"\)/)
+    assert.throws(() => rateLimited(async () => 1, { limiter: {} as never }), /limiter must be a Limiter/)
+    assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, maxWaitMs: 500 }), /maxWaitMs applies to action 'queue' only/)
+    assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, keyPrefix: '' }), /keyPrefix must be a non-empty string/)
+  })
+
+  it('refuses a call whose key is not a string or a number, rather than share one limit among such callers', async () => {
+    const send = rateLimited(async (user: { id?: string | number }) => user.id, { limit: 1, windowMs: 60_000, key: (user) => user.id as string | number })
+    assert.equal(await send({ id: 7 }), 7)
+    assert.equal(await send({ id: 'eve' }), 'eve')
+    // Before, both read as "send:undefined": the second caller was refused for the first one's call.
+    await assert.rejects(send({}), /key\(\.\.\.\) must return a non-empty string or a finite number.*\(got undefined\)/)
+    await assert.rejects(send({}), ArgumentError)
+    await assert.rejects(send({ id: '' }), /key\(\.\.\.\) must return/)
+    await assert.rejects(send({ id: { nested: 1 } as never }), /key\(\.\.\.\) must return/)
   })
 })
