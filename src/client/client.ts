@@ -10,11 +10,11 @@
 import { createHash } from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import type { Dispatcher } from 'undici'
-import { ArgumentError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
+import { ArgumentError, PolicyError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
 import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { MAX_WAIT_MS, RESERVABLE } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
-import { Limiter } from '../limiter/limiter.ts'
+import { checkPrefix, Limiter, MAX_PREFIX_LENGTH } from '../limiter/limiter.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import type { Store } from '../stores/store.ts'
 import { readAnnouncement, type Announcement, type HeaderLookup } from './headers.ts'
@@ -73,7 +73,7 @@ export interface ClientOptions {
    * spent together, so a fleet of workers keeps to one quota.
    */
   store?: Store
-  /** Key namespace in the store. Default `'sluice-client'`. */
+  /** Key namespace in the store: up to 58 printable ASCII characters, no spaces or braces. Default `'sluice-client'`. */
   prefix?: string
   /**
    * After a 429 that announced no quota, send one request at a time to that
@@ -190,7 +190,8 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     this.maxQueue = countOption('maxQueue', options.maxQueue, 10_000)
     this.probeMs = waitBudget('probeMs', options.probeMs ?? 60_000)
     this.random = functionOr('random', options.random, Math.random)
-    const prefix = options.prefix ?? 'sluice-client'
+    // Checked here, not when the first quota is shared: a prefix no limiter takes would stop the sharing without a word.
+    const prefix = checkPrefix(options.prefix ?? 'sluice-client', MAX_PREFIX_LENGTH - ':quota'.length)
     const store = options.store
     if (store !== undefined && (typeof store !== 'object' || store === null || typeof store.consume !== 'function')) {
       throw new ArgumentError('store', store, 'must be a MemoryStore, a RedisStore or another Store')
@@ -505,9 +506,10 @@ class SharedQuotas {
             windowMs: windowMs + Math.min(MAX_TRANSIT_MARGIN_MS, Math.ceil(windowMs * TRANSIT_MARGIN)),
           },
         })
-      } catch {
+      } catch (error) {
         // A quota no policy can hold (absurd limit or window): not shared.
-        return undefined
+        if (error instanceof PolicyError) return undefined
+        throw error
       }
       this.limiters.set(id, limiter)
     }

@@ -521,9 +521,13 @@ function positiveNumber(name: string, value: unknown, fallback: number): number 
   return value
 }
 
-function checkPrefix(prefix: unknown): string {
-  if (typeof prefix !== 'string' || !/^[\x21-\x7a\x7c\x7e]{1,64}$/.test(prefix)) {
-    throw new ArgumentError('prefix', prefix, 'must be 1 to 64 printable ASCII characters without spaces or braces')
+/** The longest key prefix: a namespace, not a place for data. */
+export const MAX_PREFIX_LENGTH = 64
+
+/** A key prefix: printable ASCII without spaces or braces (a brace would change the Cluster hash tag). */
+export function checkPrefix(prefix: unknown, maxLength = MAX_PREFIX_LENGTH): string {
+  if (typeof prefix !== 'string' || prefix.length > maxLength || !/^[\x21-\x7a\x7c\x7e]+$/.test(prefix)) {
+    throw new ArgumentError('prefix', prefix, `must be 1 to ${maxLength} printable ASCII characters without spaces or braces`)
   }
   return prefix
 }

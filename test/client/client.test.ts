@@ -3,6 +3,7 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { after, describe, it } from 'node:test'
 import { createClient, QueueFullError, QuotaExhaustedError } from '../../src/client/index.ts'
+import { MemoryStore } from '../../src/index.ts'
 import { DIALECTS, nextWindow, offer, refusalsAfterFirstWindow, startLimitedServer, type LimitedServer } from './servers.ts'
 
 const LIMIT = 50
@@ -302,6 +303,12 @@ describe('waiting, failing fast, queues and pacing', () => {
     assert.throws(() => createClient({ retry: { statuses: [200] } }), /retry.statuses/)
     assert.throws(() => createClient({ pace: { algorithm: 'token-bucket', capacity: 0, refillTokens: 1, refillIntervalMs: 1 } }), /capacity/)
     assert.throws(() => createClient({ bogus: 1 } as never), /bogus is not a client option/)
+    // A prefix the store's limiters refuse used to stop the fleet's sharing without a word, at the first quota learned.
+    const store = new MemoryStore()
+    assert.throws(() => createClient({ store, prefix: 'my client' }), /prefix must be 1 to 58 printable ASCII characters without spaces or braces \(got "my client"\)/)
+    assert.throws(() => createClient({ store, prefix: 'x'.repeat(59) }), /prefix must be 1 to 58/)
+    assert.throws(() => createClient({ store, prefix: '' }), /prefix must be 1 to 58/)
+    assert.ok(createClient({ store, prefix: 'x'.repeat(58) }))
     return assert.rejects(createClient().fetch('http://127.0.0.1:1', { rateLimit: { priority: Number.NaN } }), /rateLimit.priority/)
   })
 })
@@ -322,7 +329,6 @@ describe('hostile servers', () => {
     })
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-    const { MemoryStore } = await import('../../src/index.ts')
     try {
       const client = createClient({ store: new MemoryStore() })
       assert.equal((await client.fetch(url)).status, 200)
