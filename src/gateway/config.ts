@@ -7,6 +7,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
+import { createSecureContext } from 'node:tls'
 import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import safeRegex from 'safe-regex2'
 import { z } from 'zod'
@@ -312,6 +313,8 @@ export interface GatewayConfig extends RawConfig {
   /** The file it came from, and a short hash of its contents (the config version). */
   file: string
   version: string
+  /** The file and those it names (TLS, JWT key, API keys), absolute: what a change to reloads. */
+  files: string[]
   limitsResolved: ResolvedLimit[]
   tls: { cert: Buffer; key: Buffer } | undefined
   jwtPublicKey: string | undefined
@@ -405,6 +408,14 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
       }
     }
     tls = { cert: read('cert'), key: read('key') }
+    if (tls.cert.length > 0 && tls.key.length > 0) {
+      try {
+        // What the HTTPS listener would do with them: OpenSSL's own words alone ("key values mismatch") name no file.
+        createSecureContext(tls)
+      } catch (error) {
+        report(['server', 'tls'], `the cert and key files cannot serve TLS: ${(error as Error).message} (a PEM certificate chain and the private key that belongs to it)`)
+      }
+    }
   }
   let jwtPublicKey = config.identity.jwt?.publicKey
   if (config.identity.jwt?.publicKeyFile !== undefined) {
@@ -430,8 +441,10 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   checkReachable(config, report)
   if (problems.length > 0) throw new ConfigError(file, problems)
   // Files the config names are part of it: a changed key file is a new version (and a reload takes it).
-  const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null])).digest('hex').slice(0, 12)
-  return { ...config, file, version, limitsResolved, tls, jwtPublicKey, apiKeys }
+  const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
+  const named = [config.server.tls?.cert, config.server.tls?.key, config.identity.jwt?.publicKeyFile, keysFile]
+  const files = [resolve(file), ...named.filter((path) => path !== undefined).map(beside)]
+  return { ...config, file, version, files, limitsResolved, tls, jwtPublicKey, apiKeys }
 }
 
 type Report = (path: readonly PropertyKey[], message: string) => void

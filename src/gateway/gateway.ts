@@ -5,9 +5,9 @@
  * forwarded to the route's upstream. A reload builds a new runtime and swaps
  * it in: requests in flight finish on the one they started with.
  */
-import { watch, type FSWatcher } from 'node:fs'
+import { realpathSync, watch, type FSWatcher } from 'node:fs'
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import { createServer as createHttpsServer } from 'node:https'
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https'
 import type { AddressInfo, Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { basename, dirname } from 'node:path'
@@ -65,7 +65,9 @@ export class Gateway {
   private readonly admin: Server
   private readonly agent: Agent
   private readonly logger: Logger
-  private readonly watcher: FSWatcher | undefined
+  private watchers: FSWatcher[] = []
+  private watchedKey = ''
+  private reloadTimer: NodeJS.Timeout | undefined
   private readonly probe: NodeJS.Timeout
   private inFlight = 0
   /** Upgraded (WebSocket) connections joined to their upstream, closed at shutdown. */
@@ -99,7 +101,7 @@ export class Gateway {
     this.probe = setInterval(() => { void this.probeStore() }, 1000)
     this.probe.unref()
     this.checkUpstreams(runtime)
-    this.watcher = options.watchFile === false ? undefined : this.watchConfig(runtime.config.file)
+    if (options.watchFile !== false) this.watchFiles(runtime.config.files)
   }
 
   /** Loads the file (a ConfigError lists every problem), opens the store and both listeners. */
@@ -160,7 +162,7 @@ export class Gateway {
   async close(): Promise<void> {
     if (this.draining) return
     this.draining = true
-    this.watcher?.close()
+    this.closeWatchers()
     clearInterval(this.probe)
     for (const route of this.runtime.routes) route.upstreams.stop()
     const deadline = Date.now() + this.runtime.config.server.timeouts.shutdownMs
@@ -353,10 +355,15 @@ export class Gateway {
       this.logger.error({ problems, version: current.config.version }, 'config refused; the running config stays')
       return
     }
+    // Even unchanged, the files may now be elsewhere (a Kubernetes volume's new `..data`).
+    if (this.options.watchFile !== false) this.watchFiles(config.files)
     if (config.version === current.config.version) return
     const changed = (a: unknown, b: unknown) => JSON.stringify(a) !== JSON.stringify(b)
+    // A renewed certificate applies to new connections; switching between HTTP and HTTPS needs a new listener.
+    const tlsSwitch = (config.tls === undefined) !== (current.config.tls === undefined)
     const fixed = [
-      ...(changed(config.server, current.config.server) ? ['server'] : []),
+      ...(changed({ ...config.server, tls: undefined }, { ...current.config.server, tls: undefined }) ? ['server'] : []),
+      ...(tlsSwitch ? ['server.tls'] : []),
       ...(changed(config.admin.listen, current.config.admin.listen) ? ['admin.listen'] : []),
     ]
     const sameStore = !changed([config.store, config.prefix], [current.config.store, current.config.prefix])
@@ -379,8 +386,20 @@ export class Gateway {
       this.logger.error({ problems: [(error as Error).message] }, 'config refused; the running config stays')
       return
     }
+    const renewTls = !tlsSwitch && config.tls !== undefined && changed(config.tls, current.config.tls)
+    if (renewTls) {
+      try {
+        (this.server as HttpsServer).setSecureContext(config.tls as { cert: Buffer; key: Buffer })
+      } catch (error) {
+        if (!sameStore) await store.close()
+        this.metrics.configRefused()
+        this.logger.error({ problems: [`server.tls: ${(error as Error).message}`] }, 'config refused; the running config stays')
+        return
+      }
+    }
     // Keep listeners and timeouts as they are: changing them needs a restart.
-    next.config = { ...next.config, server: current.config.server, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: current.config.tls }
+    const tls = renewTls ? { tls: config.server.tls } : { tls: current.config.server.tls }
+    next.config = { ...next.config, server: { ...current.config.server, ...tls }, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: renewTls ? config.tls : current.config.tls }
     this.runtime = next
     // The level of a logger the gateway made follows the file; one passed in is its owner's to set.
     if (this.options.logger === undefined) this.logger.level = config.logging.level
@@ -417,22 +436,52 @@ export class Gateway {
     }
   }
 
-  private watchConfig(file: string): FSWatcher | undefined {
-    let timer: NodeJS.Timeout | undefined
-    try {
-      // The directory, not the file: editors and `mv` replace the file, which ends a watch on it.
-      const watcher = watch(dirname(file), (_event, name) => {
-        if (name !== null && name !== basename(file)) return
-        clearTimeout(timer)
-        timer = setTimeout(() => { void this.reload() }, 100)
-      })
-      watcher.on('error', () => {})
-      watcher.unref()
-      return watcher
-    } catch {
-      this.logger.warn({ file }, 'cannot watch the config file; reload with SIGHUP')
-      return undefined
+  /**
+   * Watches the config file and the files it names. Directories, not files:
+   * editors and `mv` replace a file, which ends a watch on it. A symlinked file
+   * is watched where it points too, and names starting with `..` are
+   * Kubernetes' ConfigMap and Secret volumes swapping their `..data` link.
+   */
+  private watchFiles(files: readonly string[]): void {
+    if (this.draining) return
+    const names = new Map<string, Set<string>>()
+    const add = (path: string) => {
+      const dir = dirname(path)
+      names.set(dir, (names.get(dir) ?? new Set()).add(basename(path)))
     }
+    for (const file of files) {
+      add(file)
+      try {
+        const target = realpathSync(file)
+        if (target !== file) add(target)
+      } catch {
+        // Missing now: its directory is watched for it to appear.
+      }
+    }
+    const key = JSON.stringify([...names].map(([dir, set]) => [dir, [...set].sort()]).sort())
+    if (key === this.watchedKey) return
+    this.closeWatchers()
+    this.watchedKey = key
+    for (const [dir, watched] of names) {
+      try {
+        const watcher = watch(dir, (_event, name) => {
+          if (name !== null && !watched.has(name) && !name.startsWith('..')) return
+          clearTimeout(this.reloadTimer)
+          this.reloadTimer = setTimeout(() => { void this.reload() }, 100)
+        })
+        watcher.on('error', () => {})
+        watcher.unref()
+        this.watchers.push(watcher)
+      } catch {
+        this.logger.warn({ dir }, 'cannot watch this directory for config changes; reload with SIGHUP')
+      }
+    }
+  }
+
+  private closeWatchers(): void {
+    for (const watcher of this.watchers) watcher.close()
+    this.watchers = []
+    clearTimeout(this.reloadTimer)
   }
 
   private async probeStore(): Promise<void> {

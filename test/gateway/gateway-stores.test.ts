@@ -4,11 +4,14 @@
  */
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { X509Certificate } from 'node:crypto'
+import { once } from 'node:events'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import type { Server } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
+import { connect } from 'node:tls'
 import { Agent, fetch as undiciFetch } from 'undici'
 import { startDemoUpstream } from '../../src/gateway/demo-upstream.ts'
 import { startCluster, type RedisCluster } from '../support/cluster.ts'
@@ -81,12 +84,23 @@ ${route(upstream.url, 3)}`)
     })
   })
 
-  it('serves HTTPS from the PEM files in server.tls', async () => {
+  it('serves HTTPS from the PEM files in server.tls; a renewed certificate applies when its files change, a mismatched pair is refused', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-tls-'))
-    try {
+    const makePair = (name: string) => {
       const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
-        '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { encoding: 'utf8' })
+        '-keyout', join(dir, `${name}key.pem`), '-out', join(dir, `${name}cert.pem`)], { encoding: 'utf8' })
       assert.equal(made.status, 0, made.stderr)
+      return new X509Certificate(readFileSync(join(dir, `${name}cert.pem`))).fingerprint256
+    }
+    const served = async (url: string) => {
+      const socket = connect({ host: '127.0.0.1', port: Number(new URL(url).port), rejectUnauthorized: false })
+      await once(socket, 'secureConnect')
+      const fingerprint = socket.getPeerCertificate().fingerprint256
+      socket.destroy()
+      return fingerprint
+    }
+    try {
+      const first = makePair('')
       const gateway = await startGateway(`
 server: { listen: 127.0.0.1:0, tls: { cert: ${join(dir, 'cert.pem')}, key: ${join(dir, 'key.pem')} } }
 admin: { listen: 127.0.0.1:0 }
@@ -98,6 +112,20 @@ ${route(upstream.url)}`)
         assert.equal(response.status, 200)
         assert.equal(((await response.json()) as { forwardedProto: string }).forwardedProto, 'https')
         await dispatcher.close()
+        assert.equal(await served(gateway.url), first)
+
+        // Half a renewal: the new certificate beside the old key. Refused by name; the running pair stays.
+        const renewed = makePair('new-')
+        writeFileSync(join(dir, 'cert.pem'), readFileSync(join(dir, 'new-cert.pem')))
+        const refused = await gateway.waitForLog((l) => l.msg === 'config refused; the running config stays')
+        assert.match(String((refused.problems as string[])[0]), /^server\.tls: the cert and key files cannot serve TLS: .*key values mismatch/)
+        assert.equal(await served(gateway.url), first)
+        // The whole renewal: new connections get the new certificate, with no restart.
+        writeFileSync(join(dir, 'key.pem'), readFileSync(join(dir, 'new-key.pem')))
+        const reloaded = await gateway.waitForLog((l) => l.msg === 'config reloaded')
+        assert.equal(reloaded.needsRestart, undefined)
+        assert.equal(await served(gateway.url), renewed)
+        assert.equal((await undiciFetch(`${gateway.url}/hello`, { dispatcher: new Agent({ connect: { rejectUnauthorized: false } }) })).status, 200)
       } finally {
         await gateway.stop()
       }

@@ -5,8 +5,11 @@
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
+import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { request as httpRequest, type Server } from 'node:http'
 import { connect, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
 import { Readable } from 'node:stream'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -452,6 +455,47 @@ describe('gateway reload and shutdown', () => {
       gateway.writeConfig(config(upstream.url, downPort, 1000))
       await gateway.waitForLog((l) => l.msg === 'config reloaded')
       assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'w' })).status, 200)
+    } finally {
+      await gateway.stop()
+    }
+  })
+
+  it('reloads when a Kubernetes volume swaps its ..data link, and when a symlinked file is edited where it points', async () => {
+    const gateway = await startGateway(config(upstream.url, downPort, 1))
+    try {
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'k' })).status, 200)
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'k' })).status, 429)
+      // The layout of a ConfigMap volume: sluice.yaml -> ..data/sluice.yaml, ..data -> ..v1.
+      const dir = dirname(gateway.file)
+      mkdirSync(join(dir, '..v1'))
+      renameSync(gateway.file, join(dir, '..v1', 'sluice.yaml'))
+      symlinkSync('..v1', join(dir, '..data'))
+      symlinkSync(join('..data', 'sluice.yaml'), gateway.file)
+      await sleep(300)
+      // An update as the kubelet makes it: a new directory, a new link renamed over ..data.
+      mkdirSync(join(dir, '..v2'))
+      writeFileSync(join(dir, '..v2', 'sluice.yaml'), config(upstream.url, downPort, 1000))
+      symlinkSync('..v2', join(dir, '..data_tmp'))
+      renameSync(join(dir, '..data_tmp'), join(dir, '..data'))
+      await gateway.waitForLog((l) => l.msg === 'config reloaded')
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'k' })).status, 200)
+
+      // A config file that is a link to a file elsewhere, edited there.
+      const elsewhere = mkdtempSync(join(tmpdir(), 'sluice-target-'))
+      try {
+        writeFileSync(join(elsewhere, 'real.yaml'), config(upstream.url, downPort, 1000))
+        rmSync(gateway.file)
+        symlinkSync(join(elsewhere, 'real.yaml'), gateway.file)
+        await sleep(300)
+        const reloads = gateway.logs.filter((l) => l.msg === 'config reloaded').length
+        writeFileSync(join(elsewhere, 'real.yaml'), config(upstream.url, downPort, 2))
+        await gateway.waitForLog((l) => l.msg === 'config reloaded' && gateway.logs.filter((m) => m.msg === 'config reloaded').length > reloads)
+        assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'k2' })).status, 200)
+        assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'k2' })).status, 200)
+        assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'k2' })).status, 429)
+      } finally {
+        rmSync(elsewhere, { recursive: true, force: true })
+      }
     } finally {
       await gateway.stop()
     }
