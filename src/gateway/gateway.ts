@@ -118,6 +118,8 @@ export class Gateway {
       await store.close()
       throw error
     }
+    // /readyz and /status tell the truth from the first request: a store down at start is seen before listening.
+    await gateway.probeStore()
     await gateway.listen()
     return gateway
   }

@@ -9,7 +9,7 @@ import { after, before, describe, it } from 'node:test'
 import { SignJWT } from 'jose'
 import { startDemoUpstream } from '../../src/gateway/demo-upstream.ts'
 import { runCli, startGateway, type RunningGateway } from '../support/gateway.ts'
-import { startRedis, type RedisServer } from '../support/redis.ts'
+import { freePort, startRedis, type RedisServer } from '../support/redis.ts'
 
 const SECRET = 'a-test-secret-of-at-least-32-bytes!!'
 
@@ -177,6 +177,18 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     } finally {
       await slow.stop()
       relay.close()
+    }
+  })
+
+  it('with onFailure: closed and no Redis at start, /readyz and /status say so from the first question', async () => {
+    const gateway = await startGateway(config(`redis://127.0.0.1:${await freePort()}`, upstream.url), { env: { JWT_SECRET: SECRET } })
+    try {
+      assert.equal((await fetch(`${gateway.adminUrl}/readyz`)).status, 503)
+      const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { store: { up: boolean } }
+      assert.equal(status.store.up, false)
+      assert.ok(gateway.logs.some((l) => l.msg === 'store unreachable'))
+    } finally {
+      await gateway.stop()
     }
   })
 
