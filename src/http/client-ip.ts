@@ -145,11 +145,22 @@ function xForwardedFor(xff: string | undefined): Array<Address | undefined> {
 }
 
 function parseRange(cidr: string): [Address, number] {
+  let range: [Address, number]
   try {
-    if (cidr.includes('/')) return ipaddr.parseCIDR(cidr)
-    const address = ipaddr.parse(cidr)
-    return [address, address.kind() === 'ipv4' ? 32 : 128]
+    if (cidr.includes('/')) {
+      range = ipaddr.parseCIDR(cidr)
+    } else {
+      const address = ipaddr.parse(cidr)
+      range = [address, address.kind() === 'ipv4' ? 32 : 128]
+    }
   } catch {
     throw new ArgumentError('trustProxy', cidr, 'must hold addresses or CIDRs such as 10.0.0.0/8 or ::1')
   }
+  // Peers are compared as IPv4 once unmapped, so a range written as a dual-stack socket shows them
+  // (::ffff:10.0.0.5, ::ffff:10.0.0.0/104) is the IPv4 range it names.
+  const [address, bits] = range
+  if (address.kind() === 'ipv6' && bits >= 96 && (address as ipaddr.IPv6).isIPv4MappedAddress()) {
+    return [(address as ipaddr.IPv6).toIPv4Address(), bits - 96]
+  }
+  return range
 }

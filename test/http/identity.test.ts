@@ -34,6 +34,15 @@ describe('identity', () => {
     assert.equal(await identity(request({}, '::ffff:203.0.113.5')), 'ip:203.0.113.5')
   })
 
+  it('a trusted proxy written as a dual-stack socket shows it (::ffff:10.0.0.5) is the IPv4 proxy it names', async () => {
+    const viaProxy = request({ 'x-forwarded-for': '203.0.113.9' }, '::ffff:10.0.0.5')
+    for (const trustProxy of [['10.0.0.5'], ['::ffff:10.0.0.5'], ['::ffff:10.0.0.0/104'], ['::ffff:0:0/96']]) {
+      assert.equal(await clientIpKey({ trustProxy })(viaProxy), 'ip:203.0.113.9', JSON.stringify(trustProxy))
+    }
+    // Another address, mapped or not, is still no proxy of ours.
+    assert.equal(await clientIpKey({ trustProxy: ['::ffff:10.0.0.0/120'] })(request({ 'x-forwarded-for': '203.0.113.9' }, '10.0.1.5')), 'ip:10.0.1.5')
+  })
+
   it('with keys listed, a made-up API key is no identity and falls through to the client IP', async () => {
     for (const keys of [['k-123', 'k-456'], new Set(['k-123', 'k-456']), (key: string) => key.startsWith('k-1')]) {
       const listed = firstOf(apiKey('x-api-key', { keys }), clientIpKey())
