@@ -14,7 +14,8 @@ import { ArgumentError, PolicyError, QueueFullError, QuotaExhaustedError } from 
 import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { MAX_WAIT_MS, RESERVABLE } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
-import { checkPrefix, Limiter, MAX_PREFIX_LENGTH } from '../limiter/limiter.ts'
+import { checkPrefix, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver } from '../limiter/limiter.ts'
+import { StoreCallFailures, type StoreCallFailure } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import type { Store } from '../stores/store.ts'
 import { readAnnouncement, type Announcement, type HeaderLookup } from './headers.ts'
@@ -107,6 +108,12 @@ export interface ClientEvents {
   retried: [{ partition: string; status: number; attempt: number; delayMs: number }]
   /** A refused request's response is returned to the caller as it is. */
   gaveUp: [{ partition: string; status: number; attempts: number; reason: 'retries-exhausted' | 'not-retryable' | 'wait-too-long' }]
+  /**
+   * A call to the `store` failed (timeout or error), so this process paced alone, without the
+   * fleet's counts: said when a failure first appears, then at most every 10 s while it lasts.
+   * Without a listener it is a process warning (code SLUICE_CLIENT).
+   */
+  storeFailed: [StoreCallFailure]
 }
 
 const OPTIONS = new Set(['fetch', 'partition', 'maxWaitMs', 'retry', 'pace', 'concurrency', 'maxQueue', 'store', 'prefix', 'probeMs', 'random'])
@@ -196,10 +203,16 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     if (store !== undefined && (typeof store !== 'object' || store === null || typeof store.consume !== 'function')) {
       throw new ArgumentError('store', store, 'must be a MemoryStore, a RedisStore or another Store')
     }
+    // A failing store falls back to this process's own counts: the fleet no longer paces together, which its owner should hear.
+    const failures = new StoreCallFailures((failure) => {
+      if (this.listenerCount('storeFailed') > 0) this.emit('storeFailed', failure)
+      else process.emitWarning(`sluice client: a store call failed (${failure.reason}): ${failure.error}; this process paces alone until the store answers`, { code: 'SLUICE_CLIENT' })
+    })
+    const observer: LimiterObserver = { storeCall: (_durationMs, outcome, error) => failures.observe(outcome, error) }
     if (options.pace !== undefined) {
-      this.pacing = new Limiter({ policies: options.pace, store: store ?? new MemoryStore(), prefix: `${prefix}:pace` })
+      this.pacing = new Limiter({ policies: options.pace, store: store ?? new MemoryStore(), prefix: `${prefix}:pace`, observer })
     }
-    if (store !== undefined) this.shared = new SharedQuotas(store, `${prefix}:quota`)
+    if (store !== undefined) this.shared = new SharedQuotas(store, `${prefix}:quota`, observer)
   }
 
   /** `fetch`, rate-limit aware: same arguments, same result, plus `init.rateLimit`. */
@@ -467,7 +480,7 @@ class Partition {
 class SharedQuotas {
   private readonly limiters = new Map<string, Limiter>()
 
-  constructor(private readonly store: Store, private readonly prefix: string) {}
+  constructor(private readonly store: Store, private readonly prefix: string, private readonly observer: LimiterObserver) {}
 
   limitersFor(key: string, quota: PartitionQuota): Limiter[] {
     const limiters: Limiter[] = []
@@ -499,6 +512,7 @@ class SharedQuotas {
         limiter = new Limiter({
           store: this.store,
           prefix: this.prefix,
+          observer: this.observer,
           policies: {
             algorithm: limit <= MAX_LOGGED_LIMIT ? 'sliding-log' : 'sliding-window',
             name: storeName(name),

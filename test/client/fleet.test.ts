@@ -2,6 +2,9 @@ import assert from 'node:assert/strict'
 import { fork, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { after, before, describe, it } from 'node:test'
+import { createClient } from '../../src/client/index.ts'
+import { RedisStore } from '../../src/index.ts'
+import type { StoreCallFailure } from '../../src/limiter/store-failures.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { refusalsAfterFirstWindow, startLimitedServer, type LimitedServer } from './servers.ts'
 
@@ -53,6 +56,35 @@ describe('a fleet of clients sharing one quota through Redis', () => {
       assert.ok(alone.refused > together.refused + 20, 'without sharing, the fleet is refused far more often')
     } finally {
       await Promise.all([alone.close(), together.close()])
+    }
+  })
+
+  it('a client whose Redis stops answering says so, and goes on pacing alone', async () => {
+    const own = await startRedis()
+    const server = await startLimitedServer({ dialect: 'draft-10', limit: LIMIT })
+    const store = new RedisStore({ url: own.url })
+    try {
+      const client = createClient({ store })
+      const failures: StoreCallFailure[] = []
+      client.on('storeFailed', (failure) => failures.push(failure))
+      const url = `${server.url}/items`
+      for (let i = 0; i < 3; i++) assert.equal((await client.fetch(url)).status, 200)
+      assert.equal(failures.length, 0, 'a store that answers is not reported')
+      own.signal('SIGSTOP')
+      try {
+        const statuses = []
+        for (let i = 0; i < 3; i++) statuses.push((await client.fetch(url)).status)
+        assert.deepEqual(statuses, [200, 200, 200])
+        // Reported once, not per call: the next report of the same failure waits 10 s.
+        assert.equal(failures.length, 1, JSON.stringify(failures))
+        assert.equal(failures[0]?.reason, 'timeout')
+      } finally {
+        own.signal('SIGCONT')
+      }
+    } finally {
+      await store.close()
+      await server.close()
+      await own.stop()
     }
   })
 })
