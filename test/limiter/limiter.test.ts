@@ -134,6 +134,12 @@ describe('Limiter', () => {
   it('refuses a clock that returns nonsense', () => {
     const limiter = new Limiter({ policies: per10s, clock: () => Number.NaN })
     assert.throws(() => limiter.limitSync('k'), /clock\(\) must return epoch milliseconds/)
+    // Past the year 9999: a clock in microseconds, and one so far out that no limit held (every call was admitted).
+    for (const now of [Date.now() * 1000, 1e300]) {
+      const far = new Limiter({ policies: per10s, clock: () => now })
+      assert.throws(() => far.limitSync('k'), /clock\(\) must return epoch milliseconds: a number from 0 to 253402300799999/)
+    }
+    assert.equal(new Limiter({ policies: per10s, clock: () => 253402300799999 }).limitSync('k').allowed, true)
   })
 })
 
