@@ -149,6 +149,32 @@ describe('retries', () => {
   })
 })
 
+describe('many partitions', () => {
+  it('keeps about 10,000: the least recently used are forgotten, those in use keep what they learned', async () => {
+    // Every origin announces an hour's quota of 1, so none of them is idle for an hour.
+    const client = createClient({
+      maxWaitMs: 0,
+      fetch: async () => new Response('ok', { headers: { 'RateLimit-Policy': '"h";q=1;w=3600', RateLimit: '"h";r=0;t=3600' } }),
+    })
+    const spent = (url: string) => assert.rejects(client.fetch(url), QuotaExhaustedError, url)
+    for (const url of ['http://cold.test/', 'http://hot.test/']) await client.fetch(url)
+    await spent('http://cold.test/')
+    for (let i = 0; i < 12_000; i++) {
+      await client.fetch(`http://origin-${i}.test/`)
+      if (i % 1000 === 0) {
+        await spent('http://hot.test/')
+        // Real traffic ends its job now and then: WeakRefs made in one (by Request) live until it ends.
+        await new Promise((resolve) => setImmediate(resolve))
+      }
+    }
+    await spent('http://hot.test/')
+    // Forgotten: its next request goes out and learns the quota again.
+    assert.equal((await client.fetch('http://cold.test/')).status, 200)
+    await spent('http://cold.test/')
+    assert.ok(client.partitionCount <= 10_000, `${client.partitionCount} partitions kept`)
+  })
+})
+
 describe('waiting, failing fast, queues and pacing', () => {
   it('maxWaitMs: 0 fails fast with QuotaExhaustedError once the quota is known to be spent', async () => {
     const server = await startLimitedServer({ dialect: 'draft-10', limit: 2, windowSeconds: 60 })
