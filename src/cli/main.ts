@@ -91,6 +91,10 @@ export async function main(argv: readonly string[], out: Out = console.log, err:
     case 'simulate':
       return simulateCommand(rest, out, err)
     case 'demo':
+      if (rest.length > 0) {
+        err(`sluice demo takes no arguments, got ${rest.map((arg) => JSON.stringify(arg)).join(' ')}\n\n${USAGE}`)
+        return 2
+      }
       demo(out)
       return 0
     case 'gateway':

@@ -358,5 +358,9 @@ routes:
     const refused = await runCli(['gateway', '--config', '/nonexistent/sluice.yaml'])
     assert.equal(refused.code, 1)
     assert.match(refused.stderr, /refusing to start/)
+    // Every command refuses what it does not take, demo too (it took any argument and ran).
+    const demo = await runCli(['demo', '--fast'])
+    assert.equal(demo.code, 2)
+    assert.match(demo.stderr, /sluice demo takes no arguments, got "--fast"/)
   })
 })
