@@ -348,13 +348,15 @@ export class Gateway {
   private async reloadNow(): Promise<void> {
     if (this.draining) return
     const current = this.runtime
+    const refuse = (fields: { problems: readonly string[]; version?: string }, message = 'config refused; the running config stays') => {
+      this.metrics.configRefused()
+      this.logger.error(fields, message)
+    }
     let config: GatewayConfig
     try {
       config = await loadConfig(current.config.file, this.options.env)
     } catch (error) {
-      this.metrics.configRefused()
-      const problems = error instanceof ConfigError ? error.problems : [(error as Error).message]
-      this.logger.error({ problems, version: current.config.version }, 'config refused; the running config stays')
+      refuse({ problems: error instanceof ConfigError ? error.problems : [(error as Error).message], version: current.config.version })
       return
     }
     // Even unchanged, the files may now be elsewhere (a Kubernetes volume's new `..data`).
@@ -374,8 +376,7 @@ export class Gateway {
       try {
         store = await openStore(config, (message) => this.logger.warn(message))
       } catch (error) {
-        this.metrics.configRefused()
-        this.logger.error({ problems: [(error as Error).message] }, 'config refused: its store cannot be opened; the running config stays')
+        refuse({ problems: [(error as Error).message] }, 'config refused: its store cannot be opened; the running config stays')
         return
       }
     }
@@ -384,8 +385,7 @@ export class Gateway {
       next = buildRuntime(config, store, this.metrics, this.logger, this.storeCalls)
     } catch (error) {
       if (!sameStore) await store.close()
-      this.metrics.configRefused()
-      this.logger.error({ problems: [(error as Error).message] }, 'config refused; the running config stays')
+      refuse({ problems: [(error as Error).message] })
       return
     }
     const renewTls = !tlsSwitch && config.tls !== undefined && changed(config.tls, current.config.tls)
@@ -394,14 +394,13 @@ export class Gateway {
         (this.server as HttpsServer).setSecureContext(config.tls as { cert: Buffer; key: Buffer })
       } catch (error) {
         if (!sameStore) await store.close()
-        this.metrics.configRefused()
-        this.logger.error({ problems: [`server.tls: ${(error as Error).message}`] }, 'config refused; the running config stays')
+        refuse({ problems: [`server.tls: ${(error as Error).message}`] })
         return
       }
     }
-    // Keep listeners and timeouts as they are: changing them needs a restart.
-    const tls = renewTls ? { tls: config.server.tls } : { tls: current.config.server.tls }
-    next.config = { ...next.config, server: { ...current.config.server, ...tls }, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: renewTls ? config.tls : current.config.tls }
+    // Keep listeners and timeouts as they are: changing them needs a restart. The TLS pair is the renewed one, if any.
+    const tlsFrom = renewTls ? config : current.config
+    next.config = { ...next.config, server: { ...current.config.server, tls: tlsFrom.server.tls }, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: tlsFrom.tls }
     this.runtime = next
     // The level of a logger the gateway made follows the file; one passed in is its owner's to set.
     if (this.options.logger === undefined) this.logger.level = config.logging.level

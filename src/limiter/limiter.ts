@@ -470,7 +470,7 @@ export class Limiter {
     if (this.clock === undefined) return undefined
     const now = this.clock()
     if (typeof now !== 'number' || !Number.isFinite(now) || now < 0 || now > LATEST_CLOCK_MS) {
-      throw new ArgumentError('clock()', now, 'must return epoch milliseconds: a number from 0 to 253402300799999 (the end of the year 9999; a clock in microseconds or nanoseconds is past it)')
+      throw new ArgumentError('clock()', now, `must return epoch milliseconds: a number from 0 to ${LATEST_CLOCK_MS} (the end of the year 9999; a clock in microseconds or nanoseconds is past it)`)
     }
     return Math.floor(now)
   }
@@ -500,17 +500,17 @@ export function checkObserver(observer: unknown): LimiterObserver | undefined {
 const PEEK = Symbol('peek')
 
 /**
- * Validates a key. Keys over MAX_KEY_LENGTH, and keys that are not well-formed
- * UTF-16 (which Redis clients would encode with U+FFFD, merging distinct keys),
- * become `sha256:<hex>` of their UTF-16 code units.
- */
-/**
  * The latest time a clock may give. Far past it, arithmetic on windows and
  * refill loses the milliseconds that keep a limit (at 1e300 every call was
  * admitted); just past it are clocks in microseconds and nanoseconds.
  */
 const LATEST_CLOCK_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999)
 
+/**
+ * Validates a key. Keys over MAX_KEY_LENGTH, and keys that are not well-formed
+ * UTF-16 (which Redis clients would encode with U+FFFD, merging distinct keys),
+ * become `sha256:<hex>` of their UTF-16 code units.
+ */
 export function normalizeKey(key: unknown): string {
   if (typeof key !== 'string' || key.length === 0) {
     throw new ArgumentError('key', key, 'must be a non-empty string')
