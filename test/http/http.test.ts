@@ -4,6 +4,8 @@
  */
 import assert from 'node:assert/strict'
 import { request as httpRequest } from 'node:http'
+import http2 from 'node:http2'
+import type { AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import { createRateLimitHandler, MemoryStore, RedisStore, type Store } from '../../src/index.ts'
 import type { RateLimitOptions } from '../../src/http/adapters/node.ts'
@@ -619,6 +621,58 @@ describe('fetch adapter responses', () => {
     assert.equal((await handler(new Request('http://api.test/'))).status, 429)
     assert.equal(warnings.length, 1)
     assert.match(warnings[0] ?? '', /without a client address, so it shares the 'anonymous' key .* withRateLimit's third argument/)
+  })
+})
+
+describe('HTTP/2 (cleartext, node:http2)', () => {
+  /** Requests on one HTTP/2 session, one after another: each answer's status, Retry-After and RateLimit field. */
+  async function h2Requests(port: number, authorities: string[]): Promise<string[]> {
+    const session = http2.connect(`http://127.0.0.1:${port}`)
+    try {
+      const answers: string[] = []
+      for (const authority of authorities) {
+        answers.push(await new Promise<string>((resolve, reject) => {
+          const stream = session.request({ ':path': '/x', ':authority': authority })
+          stream.on('response', (headers) => resolve(`${headers[':status']} ${headers['retry-after'] ?? '-'} ${headers['ratelimit'] ?? '-'}`))
+          stream.on('error', reject)
+          stream.resume()
+        }))
+      }
+      return answers
+    } finally {
+      session.close()
+    }
+  }
+  const options = (): RateLimitOptions => ({
+    rules: [{ name: 'api-host', match: { host: 'api.example.com' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'api-host' } }],
+    clock: fixedClock,
+  })
+  // HTTP/2 names the host in :authority, and a client need not send Host: a rule on a host held for HTTP/1.1 only.
+  const expected = ['200 - "api-host";r=0;t=30', '429 30 "api-host";r=0;t=30', '200 - -']
+
+  it('node: withRateLimit on http2.createServer limits by :authority as by Host', async () => {
+    const { withRateLimit } = await import('../../src/http/adapters/node.ts')
+    const server = http2.createServer(withRateLimit((_req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => { res.end('ok') }, options()))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      assert.deepEqual(await h2Requests((server.address() as AddressInfo).port, ['api.example.com', 'API.example.com:443', 'www.example.com']), expected)
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
+  })
+
+  it('fastify with http2: true limits by :authority', async () => {
+    const Fastify = (await import('fastify')).default
+    const { sluiceFastify } = await import('../../src/http/adapters/fastify.ts')
+    const app = Fastify({ http2: true })
+    await app.register(sluiceFastify, options())
+    app.get('/x', async () => 'ok')
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      assert.deepEqual(await h2Requests((app.server.address() as AddressInfo).port, ['api.example.com', 'API.example.com:443', 'www.example.com']), expected)
+    } finally {
+      await app.close()
+    }
   })
 })
 

@@ -1,21 +1,30 @@
 /**
  * node:http adapter. `rateLimitNode(options)` decides a request and, when it is
  * refused, answers it; `withRateLimit(handler, options)` wraps a request
- * listener for `http.createServer`. Translation only: the pipeline decides.
+ * listener for `http.createServer` (or node:http2's `createServer` and
+ * `createSecureServer`, whose compatibility API it speaks as well).
+ * Translation only: the pipeline decides.
  */
 import { ServerResponse, type IncomingMessage } from 'node:http'
+import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import type { Socket } from 'node:net'
 import { createRateLimitPipeline, isPromise, recordDecision, warningSink, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { messageOf } from '../../core/errors.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
+/** A request as node:http or node:http2's compatibility API hands it to a listener. */
+export type NodeRequest = IncomingMessage | Http2ServerRequest
+/** The response that comes with a NodeRequest. */
+export type NodeResponse = ServerResponse | Http2ServerResponse
+
 /** `target`: the request target rules see; Express passes `originalUrl`, which its mounting does not rewrite. */
-export function nodeRequest(req: IncomingMessage, target = req.url ?? '/'): HttpRequest {
+export function nodeRequest(req: NodeRequest, target = req.url ?? '/'): HttpRequest {
   return {
     method: req.method ?? 'GET',
     path: requestPath(target),
-    host: req.headers.host,
+    // HTTP/2 names the host in `:authority` and need not send Host; read as Fastify and Hono route it.
+    host: req.headers.host ?? authorityOf(req),
     header: (name) => {
       const value = req.headers[name]
       return Array.isArray(value) ? value.join(', ') : value
@@ -24,14 +33,19 @@ export function nodeRequest(req: IncomingMessage, target = req.url ?? '/'): Http
   }
 }
 
+function authorityOf(req: NodeRequest): string | undefined {
+  const authority = req.headers[':authority']
+  return typeof authority === 'string' ? authority : undefined
+}
+
 /**
  * Resolves true when the request may proceed (the rate-limit headers are then
  * set on `res`), false when it was refused and answered.
  */
 export function rateLimitNode(
   options: RateLimitOptions,
-  toRequest: (req: IncomingMessage) => HttpRequest = nodeRequest,
-): (req: IncomingMessage, res: ServerResponse) => Promise<boolean> {
+  toRequest: (req: NodeRequest) => HttpRequest = nodeRequest,
+): (req: NodeRequest, res: NodeResponse) => Promise<boolean> {
   const limit = nodeLimiter(options, toRequest)
   return async function rateLimitNodeRequest(req, res) {
     return limit(req, res)
@@ -43,19 +57,20 @@ export function rateLimitNode(
  * at once (the memory store), so a request goes on in the same tick; else a
  * promise of it. A callback of the options that throws at once throws here.
  */
-export function nodeLimiter(
+export function nodeLimiter<Req extends NodeRequest>(
   options: RateLimitOptions,
-  toRequest: (req: IncomingMessage) => HttpRequest = nodeRequest,
-): (req: IncomingMessage, res: ServerResponse) => boolean | Promise<boolean> {
+  toRequest: (req: Req) => HttpRequest = nodeRequest,
+): (req: Req, res: NodeResponse) => boolean | Promise<boolean> {
   const decide = createRateLimitPipeline(options)
-  const apply = (req: IncomingMessage, res: ServerResponse, outcome: HttpOutcome): boolean | Promise<boolean> => {
+  const apply = (req: Req, res: NodeResponse, outcome: HttpOutcome): boolean | Promise<boolean> => {
     recordDecision(req, outcome)
     settleWhenSent(res, outcome.settle)
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
     if (outcome.proceed && outcome.waitMs > 0) return waitTurn(res, outcome.waitMs)
     if (outcome.proceed) return true
     res.statusCode = outcome.status
-    res.end(outcome.body)
+    // One call for both kinds of response: their end() takes the same arguments.
+    ;(res as ServerResponse).end(outcome.body)
     return false
   }
   return function limitNodeRequest(req, res) {
@@ -65,7 +80,7 @@ export function nodeLimiter(
 }
 
 /** Tells a rule that counts only some responses (`count`) the status sent: 499 for a client gone first. */
-export function settleWhenSent(res: ServerResponse, settle: ((status: number) => void) | undefined): void {
+export function settleWhenSent(res: NodeResponse, settle: ((status: number) => void) | undefined): void {
   if (settle !== undefined) res.once('close', () => settle(res.writableFinished ? res.statusCode : 499))
 }
 
@@ -116,7 +131,7 @@ export function rateLimitUpgrade(options: RateLimitOptions): (req: IncomingMessa
 }
 
 /** A queued request waits its turn; resolves false when the client hangs up first. */
-export function waitTurn(res: ServerResponse, waitMs: number): Promise<boolean> {
+export function waitTurn(res: NodeResponse, waitMs: number): Promise<boolean> {
   return waitUnlessAborted(waitMs, (abort) => {
     const onClose = () => { if (!res.writableEnded) abort() }
     res.once('close', onClose)
@@ -131,11 +146,22 @@ export function waitTurn(res: ServerResponse, waitMs: number): Promise<boolean> 
 export function withRateLimit(
   listener: (req: IncomingMessage, res: ServerResponse) => unknown,
   options: RateLimitOptions,
-): (req: IncomingMessage, res: ServerResponse) => void {
+): (req: IncomingMessage, res: ServerResponse) => void
+/** The same for node:http2's compatibility API: `http2.createServer(withRateLimit((req: Http2ServerRequest, res: Http2ServerResponse) => ...))`. */
+export function withRateLimit(
+  listener: (req: Http2ServerRequest, res: Http2ServerResponse) => unknown,
+  options: RateLimitOptions,
+): (req: Http2ServerRequest, res: Http2ServerResponse) => void
+export function withRateLimit(
+  // `never`: each overload pairs a request with its own kind of response, and so is the listener called.
+  listener: (req: never, res: never) => unknown,
+  options: RateLimitOptions,
+): (req: NodeRequest, res: NodeResponse) => void {
+  const handle = listener as (req: NodeRequest, res: NodeResponse) => unknown
   const limit = nodeLimiter(options)
   const warn = warningSink(options)
   // A callback of the options threw (key, cost, tiers.of, allow, deny), or a bug did: say which, and answer rather than hang the client.
-  const failed = (res: ServerResponse, error: unknown) => {
+  const failed = (res: NodeResponse, error: unknown) => {
     warn(`a request could not be decided and was answered 500: ${messageOf(error)}`)
     if (!res.headersSent) res.statusCode = 500
     res.end()
@@ -149,10 +175,10 @@ export function withRateLimit(
       return
     }
     if (!isPromise(proceed)) {
-      if (proceed) listener(req, res)
+      if (proceed) handle(req, res)
       return
     }
-    proceed.then((yes) => (yes ? listener(req, res) : undefined), (error: unknown) => failed(res, error))
+    proceed.then((yes) => (yes ? handle(req, res) : undefined), (error: unknown) => failed(res, error))
   }
 }
 
