@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import { Cluster } from 'ioredis'
+import { createCluster } from 'redis'
 import { MemoryStore, RedisStore, Limiter } from '../../src/index.ts'
 import { handWritten, randomTraces, replay } from '../conformance/traces.ts'
 import { startCluster, type RedisCluster } from '../support/cluster.ts'
@@ -9,14 +10,19 @@ import { scanKeys } from '../support/redis.ts'
 describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
   let cluster: RedisCluster
   let client: Cluster
+  let nodeRedis: ReturnType<typeof createCluster>
   before(async () => {
     cluster = await startCluster(3)
     client = new Cluster(cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })), { redisOptions: { maxRetriesPerRequest: 1 } })
     client.on('error', () => {})
     await client.ping()
+    nodeRedis = createCluster({ rootNodes: cluster.nodes.map((node) => ({ url: `redis://127.0.0.1:${node.port}` })) })
+    nodeRedis.on('error', () => {})
+    await nodeRedis.connect()
   })
   after(async () => {
     await client.quit()
+    await nodeRedis.close()
     await cluster.stop()
   })
 
@@ -27,6 +33,19 @@ describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
       const actual = await replay(trace, store, `cl${n}`)
       assert.deepEqual(actual, expected, trace.name)
     }
+  })
+
+  it('node-redis createCluster: the same decisions, and reset reaches the key\'s slot', async () => {
+    const store = new RedisStore({ client: nodeRedis })
+    for (const [n, trace] of [...handWritten, ...randomTraces(20, 12)].entries()) {
+      const expected = await replay(trace, new MemoryStore(), `nr${n}`)
+      const actual = await replay(trace, store, `nr${n}`)
+      assert.deepEqual(actual, expected, trace.name)
+    }
+    const limiter = new Limiter({ store, prefix: 'nr-reset', policies: [{ algorithm: 'fixed-window', limit: 1, windowMs: 60_000 }, { algorithm: 'sliding-log', limit: 1, windowMs: 60_000 }] })
+    assert.deepEqual([(await limiter.limit('u')).allowed, (await limiter.limit('u')).allowed], [true, false])
+    await limiter.reset('u')
+    assert.equal((await limiter.limit('u')).allowed, true)
   })
 
   it('spreads keys over all three masters; one call\'s keys share a slot (no CROSSSLOT)', async () => {
