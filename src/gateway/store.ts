@@ -4,6 +4,7 @@
  * only when the config asks for Redis.
  */
 import { MemoryStore } from '../stores/memory/memory-store.ts'
+import { trackConnectionErrors } from '../stores/redis/clients.ts'
 import { LIMITER_CLIENT_OPTIONS, RedisStore } from '../stores/redis/redis-store.ts'
 import type { Store } from '../stores/store.ts'
 import type { GatewayConfig } from './config.ts'
@@ -41,7 +42,8 @@ export async function openStore(config: GatewayConfig, onWarning: (message: stri
       sentinels: options.sentinel.sentinels.map(hostPort),
       ...(options.sentinel.password !== undefined ? { sentinelPassword: options.sentinel.password } : {}),
     })
-    client.on('error', () => { /* reported through failing decisions and the health probe */ })
+    // Reported through failing decisions and the health probe, which name it.
+    trackConnectionErrors(client)
     await connected(client)
     const store = new RedisStore({ client, ...storeOptions })
     return { store, description: `redis-sentinel ${options.sentinel.name}`, close: () => quit(client) }
@@ -51,7 +53,8 @@ export async function openStore(config: GatewayConfig, onWarning: (message: stri
     enableOfflineQueue: false,
     redisOptions: { ...LIMITER_CLIENT_OPTIONS, ...password },
   })
-  client.on('error', () => { /* reported through failing decisions and the health probe */ })
+  // Reported through failing decisions and the health probe, which name it.
+  trackConnectionErrors(client)
   await connected(client)
   const store = new RedisStore({ client, ...storeOptions })
   return { store, description: `redis-cluster (${nodes.length} seed nodes)`, close: () => quit(client) }

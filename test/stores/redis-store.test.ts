@@ -5,7 +5,7 @@ import { createClient } from 'redis'
 import { Limiter, MemoryStore, RedisStore, redisKey, type Policy, type Store } from '../../src/index.ts'
 import { handWritten, randomTraces, replay, type Trace } from '../conformance/traces.ts'
 import type { RedisOptions } from 'ioredis'
-import { scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
+import { freePort, scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
 
 const traces: Trace[] = [...handWritten, ...randomTraces(80, 7)]
 
@@ -215,6 +215,34 @@ describe('RedisStore', () => {
     assert.throws(() => new RedisStore({ url: 'http://x' }), /redis:\/\/ or rediss:\/\/ URL/)
     assert.throws(() => new RedisStore({ client: {} as never }), /ioredis Redis \/ Cluster or a node-redis client/)
     assert.throws(() => new RedisStore({ url: redis.url, timeout: 5 } as never), /timeout is not a RedisStore option/)
+  })
+})
+
+describe('RedisStore on a URL it cannot use', () => {
+  let redis: RedisServer
+  before(async () => {
+    redis = await startRedis()
+    await redis.client().config('SET', 'requirepass', 'right-password')
+  })
+  after(async () => { await redis.stop() })
+
+  it('says why its connection is down: a wrong password, nobody listening', async () => {
+    const observed: string[] = []
+    const wrongPassword = new RedisStore({ url: `redis://:wrong-password@127.0.0.1:${redis.port}` })
+    const nobody = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })
+    try {
+      const limiter = new Limiter({ store: wrongPassword, onStoreFailure: 'closed', policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, error) => observed.push(error?.message ?? '') } })
+      // ioredis alone says "Stream isn't writeable and enableOfflineQueue options is false".
+      await assert.rejects(wrongPassword.ping(), /WRONGPASS/)
+      const decision = await limiter.limit('k')
+      assert.equal(decision.allowed, false)
+      assert.equal(decision.reason, 'store-error')
+      assert.match(observed[0] ?? '', /WRONGPASS/)
+      await assert.rejects(nobody.ping(), /ECONNREFUSED/)
+    } finally {
+      await wrongPassword.close()
+      await nobody.close()
+    }
   })
 })
 

@@ -43,9 +43,48 @@ export interface ScriptRunner {
 }
 
 export function runnerFor(client: unknown): ScriptRunner {
-  if (isIoredis(client)) return ioredisRunner(client)
-  if (isNodeRedis(client)) return nodeRedisRunner(client)
-  throw new SluiceError('ERR_SLUICE_REDIS_CLIENT', 'client must be an ioredis Redis / Cluster or a node-redis client / cluster')
+  const runner = isIoredis(client) ? ioredisRunner(client) : isNodeRedis(client) ? nodeRedisRunner(client) : undefined
+  if (runner === undefined) throw new SluiceError('ERR_SLUICE_REDIS_CLIENT', 'client must be an ioredis Redis / Cluster or a node-redis client / cluster')
+  const connectionError = connectionErrors.get(client as object)
+  return connectionError === undefined ? runner : explainingFailures(runner, connectionError)
+}
+
+interface ConnectionEvents {
+  on(event: 'error', listener: (error: Error) => void): unknown
+  on(event: 'ready', listener: () => void): unknown
+}
+
+/** For the connections sluice opens itself: the last error each reported since it was last ready. */
+const connectionErrors = new WeakMap<object, () => string | undefined>()
+
+/**
+ * Listens to the 'error' events of a connection sluice owns. While it is down,
+ * ioredis fails each command with words of its own ("Stream isn't writeable
+ * and enableOfflineQueue options is false") that do not say why: the calls'
+ * errors then also carry the connection's last error (`WRONGPASS ...`,
+ * `connect ECONNREFUSED 127.0.0.1:6379`), which logs and /status show.
+ */
+export function trackConnectionErrors(client: ConnectionEvents): void {
+  let last: string | undefined
+  client.on('error', (error: Error) => { last = error?.message })
+  client.on('ready', () => { last = undefined })
+  connectionErrors.set(client, () => last)
+}
+
+function explainingFailures(runner: ScriptRunner, connectionError: () => string | undefined): ScriptRunner {
+  const explained = (error: unknown): never => {
+    const why = connectionError()
+    if (why === undefined || !(error instanceof Error) || error.message.includes(why)) throw error
+    throw new Error(`${error.message} (the connection's last error: ${why})`, { cause: error })
+  }
+  return {
+    cluster: runner.cluster,
+    runLimit: (keys, args) => runner.runLimit(keys, args).catch(explained),
+    del: (keys) => runner.del(keys).catch(explained),
+    ping: () => runner.ping().catch(explained),
+    info: (section) => runner.info(section).catch(explained),
+    quit: () => runner.quit(),
+  }
 }
 
 function isIoredis(client: unknown): client is IoredisClient {

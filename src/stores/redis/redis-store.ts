@@ -9,7 +9,7 @@ import { ArgumentError, SluiceError } from '../../core/errors.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import type { Store, StoreCall } from '../store.ts'
-import { runnerFor, type RedisClient, type ScriptRunner } from './clients.ts'
+import { runnerFor, trackConnectionErrors, type RedisClient, type ScriptRunner } from './clients.ts'
 
 export type { RedisClient, IoredisClient, NodeRedisClient } from './clients.ts'
 
@@ -320,7 +320,8 @@ export const LIMITER_CLIENT_OPTIONS = Object.freeze({
 function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
   const loading = import('ioredis').then(({ Redis }) => {
     const client = new Redis(url, LIMITER_CLIENT_OPTIONS)
-    client.on('error', () => { /* reported through the failing calls; the client reconnects */ })
+    // Reported through the failing calls, which name it; the client reconnects.
+    trackConnectionErrors(client)
     return client
   })
   let runner: ScriptRunner | undefined
