@@ -212,6 +212,15 @@ async function checkConfig(args: readonly string[], out: Out, err: Out): Promise
   }
 }
 
+/** A Redis URL fit for a terminal or a CI log: its password, if any, replaced by `***`. */
+function withoutPassword(url: string): string {
+  if (!URL.canParse(url)) return url
+  const parsed = new URL(url)
+  if (parsed.password === '') return url
+  parsed.password = '***'
+  return parsed.href
+}
+
 async function inspect(args: readonly string[], out: Out, err: Out): Promise<number> {
   const parsed = options(() => parseArgs({
     args: [...args],
@@ -258,7 +267,7 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
   try {
     await client.connect()
   } catch (error) {
-    err(`sluice inspect: cannot reach ${url}: ${(cause ?? (error as Error)).message}`)
+    err(`sluice inspect: cannot reach ${withoutPassword(url)}: ${(cause ?? (error as Error)).message}`)
     client.disconnect()
     return 3
   }

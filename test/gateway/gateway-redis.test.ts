@@ -104,6 +104,12 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     assert.match(viaConfig.stdout, /api\.plan \[tier free\] {2}free-day: 2\/2 left/)
     const unreachable = await runCli(['inspect', '--redis', 'redis://127.0.0.1:1', 'user:bob'])
     assert.equal(unreachable.code, 3)
+    assert.match(unreachable.stderr, /cannot reach redis:\/\/127\.0\.0\.1:1: connect ECONNREFUSED/)
+    // The password of a URL that cannot connect stays off the terminal and the CI log.
+    const wrongPassword = await runCli(['inspect', '--redis', `redis://admin:hunter2@127.0.0.1:${redis.port}`, 'user:bob'])
+    assert.equal(wrongPassword.code, 3)
+    assert.match(wrongPassword.stderr, /cannot reach redis:\/\/admin:\*\*\*@127\.0\.0\.1:\d+: WRONGPASS/)
+    assert.doesNotMatch(wrongPassword.stderr, /hunter2/)
     assert.equal((await runCli(['inspect', 'user:bob'])).code, 2)
   })
 
