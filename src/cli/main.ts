@@ -8,7 +8,7 @@
 import { readFileSync, realpathSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { SluiceError } from '../core/errors.ts'
+import { maskCredentials, SluiceError } from '../core/errors.ts'
 import { resolvePolicies } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
@@ -212,15 +212,6 @@ async function checkConfig(args: readonly string[], out: Out, err: Out): Promise
   }
 }
 
-/** A Redis URL fit for a terminal or a CI log: its password, if any, replaced by `***`. */
-function withoutPassword(url: string): string {
-  if (!URL.canParse(url)) return url
-  const parsed = new URL(url)
-  if (parsed.password === '') return url
-  parsed.password = '***'
-  return parsed.href
-}
-
 async function inspect(args: readonly string[], out: Out, err: Out): Promise<number> {
   const parsed = options(() => parseArgs({
     args: [...args],
@@ -267,7 +258,7 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
   try {
     await client.connect()
   } catch (error) {
-    err(`sluice inspect: cannot reach ${withoutPassword(url)}: ${(cause ?? (error as Error)).message}`)
+    err(`sluice inspect: cannot reach ${maskCredentials(url)}: ${(cause ?? (error as Error)).message}`)
     client.disconnect()
     return 3
   }

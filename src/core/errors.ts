@@ -103,7 +103,8 @@ export class QueueFullError extends SluiceError {
 /** Short, safe rendering of a bad value for an error message. */
 export function describe(value: unknown): string {
   if (typeof value === 'string') {
-    return JSON.stringify(value.length > 64 ? `${value.slice(0, 61)}...` : value)
+    const shown = maskCredentials(value)
+    return JSON.stringify(shown.length > 64 ? `${shown.slice(0, 61)}...` : shown)
   }
   if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') {
     return String(value)
@@ -113,4 +114,9 @@ export function describe(value: unknown): string {
   if (typeof value === 'function') return 'a function'
   if (typeof (value as { then?: unknown }).then === 'function') return 'a promise'
   return `an object`
+}
+
+/** A URL's user and password masked wherever one appears in `text` (`redis://admin:pw@host` reads `redis://***@host`): errors land in logs. */
+export function maskCredentials(text: string): string {
+  return text.replace(/([a-z][a-z0-9+.-]*:\/{0,2})[^/@\s"]+@/gi, '$1***@')
 }

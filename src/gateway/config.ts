@@ -12,7 +12,7 @@ import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } f
 import safeRegex from 'safe-regex2'
 import { z } from 'zod'
 import { REFUNDABLE } from '../algorithms/index.ts'
-import { ArgumentError, PolicyError, SluiceError } from '../core/errors.ts'
+import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../core/errors.ts'
 import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, type ClientIpOptions } from '../http/client-ip.ts'
@@ -29,10 +29,24 @@ export class ConfigError extends SluiceError {
   }
 }
 
-/** A value in a problem, cut short: a file given by mistake (a key list, a certificate) is not echoed into logs. */
+/**
+ * A value in a problem, cut short (a file given by mistake, a key list or a
+ * certificate, is not echoed into logs) and with any URL's credentials masked
+ * (`redis://***@host`): check-config runs in CI logs.
+ */
 const show = (value: unknown): string => {
-  const text = value === undefined ? 'nothing' : JSON.stringify(value) ?? String(value)
+  const text = maskCredentials(value === undefined ? 'nothing' : JSON.stringify(value) ?? String(value))
   return text.length > 80 ? `${text.slice(0, 60)}... (${text.length} characters)` : text
+}
+
+/** What a value is, for problems with fields whose values are secrets: never the value itself. */
+const kindOf = (value: unknown): string =>
+  value === null ? 'null' : Array.isArray(value) ? 'a list' : typeof value === 'object' ? 'an object' : `a ${typeof value} (not shown: a secret)`
+
+/** A password, a shared secret, an API key: its problems say what it should be, never what it is. */
+const secret = (mayBeEmpty: boolean) => {
+  const text = z.string({ error: (issue) => `expected a${mayBeEmpty ? '' : ' non-empty'} string, got ${kindOf(issue.input)}` })
+  return mayBeEmpty ? text : text.min(1, { error: 'expected a non-empty string' })
 }
 
 const positiveInt = (what = 'a positive integer') =>
@@ -190,9 +204,9 @@ const redisOptions = {
   sentinel: z.strictObject({
     sentinels: z.array(z.string().regex(/^[^\s/]+:\d+$/, { error: (issue) => `expected host:port, got ${show(issue.input)}` })).min(1),
     name: nonEmpty,
-    password: z.string().optional(),
+    password: secret(true).optional(),
   }).optional(),
-  password: z.string().optional(),
+  password: secret(true).optional(),
   time: z.enum(['server', 'client']).optional(),
 }
 
@@ -213,7 +227,7 @@ const store = z.discriminatedUnion('type', [
 const identity = z.strictObject({
   jwt: z.strictObject({
     algorithms: z.array(nonEmpty).min(1),
-    secret: nonEmpty.optional(),
+    secret: secret(false).optional(),
     publicKey: nonEmpty.optional(),
     publicKeyFile: nonEmpty.optional(),
     jwksUrl: z.url().optional(),
@@ -228,7 +242,7 @@ const identity = z.strictObject({
   apiKey: z.strictObject({
     header: nonEmpty.default('x-api-key'),
     /** The keys that exist; another value is no identity. Without keys (or keysFile) any value is a key. */
-    keys: z.array(nonEmpty).min(1).optional(),
+    keys: z.array(secret(false)).min(1).optional(),
     /** A file of keys, one per line (`#` comments, blank lines ignored), read at start and on reload. */
     keysFile: nonEmpty.optional(),
   }).refine((value) => value.keys === undefined || value.keysFile === undefined, { message: 'takes keys or keysFile, not both' }).optional(),

@@ -76,6 +76,24 @@ routes:
     assert.equal(problem, `(file): expected object, got ${JSON.stringify(secret).slice(0, 60)}... (${secret.length + 2} characters) (line 1)`)
   })
 
+  it('never quotes a secret in a problem: passwords, the JWT secret, API keys, and the credentials of a URL', async () => {
+    const found = await problems(minimal('      - { policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 } }', `
+store: { type: redis, url: "http://admin:hunter2-a@127.0.0.1:6379", password: 123456789, sentinel: { sentinels: ["127.0.0.1:26379"], name: m, password: 987654321 } }
+identity:
+  jwt: { algorithms: [HS256], secret: 112233445566 }
+  apiKey: { keys: [sk_live_kept, 998877] }
+`).replace('http://127.0.0.1:9', 'http://user:hunter2-b@127.0.0.1:9'))
+    const text = found.join('\n')
+    for (const secret of ['hunter2', '123456789', '987654321', '112233445566', '998877', 'sk_live']) assert.ok(!text.includes(secret), `${secret} quoted in:\n${text}`)
+    // Each is still named, with what was expected.
+    assert.ok(found.includes('store.url: expected a redis:// or rediss:// URL, got "http://***@127.0.0.1:6379" (line 3)'), text)
+    assert.ok(found.includes('store.password: expected a string, got a number (not shown: a secret) (line 3)'), text)
+    assert.ok(found.includes('store.sentinel.password: expected a string, got a number (not shown: a secret) (line 3)'), text)
+    assert.ok(found.includes('identity.jwt.secret: expected a non-empty string, got a number (not shown: a secret) (line 5)'), text)
+    assert.ok(found.includes('identity.apiKey.keys[1]: expected a non-empty string, got a number (not shown: a secret) (line 6)'), text)
+    assert.ok(found.some((p) => p.startsWith('routes[0].upstream: expected an http:// or https:// URL without query or credentials, got "http://***@127.0.0.1:9"')), text)
+  })
+
   it('checks what spans sections: duplicate names, costs beyond a limit, unconfigured identities, tiers', async () => {
     const text = `
 identity:

@@ -213,6 +213,8 @@ describe('RedisStore', () => {
   it('refuses bad options with a clear error', () => {
     assert.throws(() => new RedisStore({} as never), /client or url is required/)
     assert.throws(() => new RedisStore({ url: 'http://x' }), /redis:\/\/ or rediss:\/\/ URL/)
+    // A mistyped URL's password stays out of the error, which lands in logs.
+    assert.throws(() => new RedisStore({ url: 'redis:/admin:hunter2@127.0.0.1:6379' }), (error: Error) => error.message.includes('(got "redis:/***@127.0.0.1:6379")') && !error.message.includes('hunter2'))
     assert.throws(() => new RedisStore({ client: {} as never }), /ioredis Redis \/ Cluster or a node-redis client/)
     assert.throws(() => new RedisStore({ url: redis.url, timeout: 5 } as never), /timeout is not a RedisStore option/)
   })
