@@ -9,7 +9,7 @@ import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { checkBoolean, rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
-import { checkObserver, Limiter, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
+import { checkObserver, checkPrefix, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
 import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
@@ -272,7 +272,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   const headerOptions = options.headers ?? {}
   checkHeaderOptions(headerOptions)
   const seenPolicyNames = new Map<string, string>()
-  const statePrefix = httpStatePrefix(options.prefix)
+  const statePrefix = httpStatePrefix(checkPrefix(options.prefix ?? 'sluice', MAX_PREFIX_LENGTH - ':http'.length))
   // One store for every limiter here, the default one too: rules that share a key are decided by a
   // limiter over all their policies, which must see the state each rule's own limiter wrote.
   const store = options.store ?? new MemoryStore()
@@ -306,6 +306,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   const rules: CompiledRule[] = options.rules.map((rule, index) => {
     if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
     rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
+    if (rule.name !== undefined && (typeof rule.name !== 'string' || rule.name === '')) throw new ArgumentError(`rules[${index}].name`, rule.name, 'must be a non-empty string')
     const name = rule.name ?? `rule-${index}`
     // One prefix for every rule: rules that share a key are decided in one store call,
     // which needs their state under one prefix; policy names keep it apart.

@@ -47,8 +47,9 @@ export function apiKey(header = 'x-api-key', options: ApiKeyOptions = {}): KeyRe
   if (!isHeaderName(header)) throw new ArgumentError('header', header, 'must be a header name')
   checkOptions('options', 'an apiKey option', options, API_KEY_OPTIONS)
   const name = header.toLowerCase()
-  const prefix = options.prefix ?? 'apikey'
+  const prefix = kindPrefix(options.prefix ?? 'apikey')
   const maxLength = options.maxLength ?? 256
+  if (typeof maxLength !== 'number' || !Number.isInteger(maxLength) || maxLength < 1) throw new ArgumentError('maxLength', maxLength, 'must be a positive integer (the longest value that is a key)')
   const known = knownKeys(options.keys)
   return function apiKeyOf(request) {
     const value = request.header(name)?.trim()
@@ -57,6 +58,14 @@ export function apiKey(header = 'x-api-key', options: ApiKeyOptions = {}): KeyRe
     if (known !== undefined && !known(value)) return undefined
     return `${prefix}:${value}`
   }
+}
+
+/** A resolver's key prefix (`user`, `apikey`): it keeps kinds of keys apart, so it cannot be empty. */
+function kindPrefix(prefix: unknown): string {
+  if (typeof prefix !== 'string' || !/^[\x21-\x7e]{1,64}$/.test(prefix)) {
+    throw new ArgumentError('prefix', prefix, 'must be 1 to 64 printable ASCII characters without spaces (it keeps kinds of keys apart: user:42, apikey:abc)')
+  }
+  return prefix
 }
 
 function knownKeys(keys: ApiKeyOptions['keys']): ((key: string) => boolean) | undefined {
@@ -98,9 +107,10 @@ const JWT_OPTIONS = new Set(['claim', 'prefix', 'algorithms', 'secret', 'publicK
  * unverifiable tokens give no key.
  */
 export function jwtClaim(options: JwtClaimOptions): KeyResolver {
-  const claim = options.claim ?? 'sub'
-  const prefix = options.prefix ?? 'user'
   const verified = jwtVerifier(options)
+  const claim = options.claim ?? 'sub'
+  if (typeof claim !== 'string' || claim === '') throw new ArgumentError('claim', claim, "must be the name of a claim, e.g. 'sub'")
+  const prefix = kindPrefix(options.prefix ?? 'user')
   return async function jwtClaimOf(request) {
     const value = claimOf(await verified(request), claim)
     return value === undefined ? undefined : `${prefix}:${value}`
@@ -126,6 +136,13 @@ export function jwtVerifier(options: JwtVerifierOptions): (request: HttpRequest)
   }
   const sources = [options.secret, options.publicKey, options.jwksUrl].filter((s) => s !== undefined)
   if (sources.length !== 1) throw new ArgumentError('secret', '...', 'exactly one of secret, publicKey or jwksUrl is required')
+  // jose checks a claim against what it is given: an empty issuer would accept any, an object none, silently.
+  for (const name of ['issuer', 'audience'] as const) {
+    const value: unknown = options[name]
+    if (value !== undefined && !(typeof value === 'string' && value !== '') && !(Array.isArray(value) && value.length > 0 && value.every((v) => typeof v === 'string' && v !== ''))) {
+      throw new ArgumentError(name, value, 'must be a non-empty string or a non-empty list of them')
+    }
+  }
   const key = verificationKey(options)
   const verifyOptions = {
     algorithms: options.algorithms,

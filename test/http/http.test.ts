@@ -400,6 +400,11 @@ describe('HTTP configuration', () => {
     // Found only on the first request before: 'rule.key is not a function', 'cost must be a positive integer'.
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', policies, key: 'x-api-key' as never }] }), /^ArgumentError: rule "api" key must be a function of the request .* \(got "x-api-key"\)/)
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', policies, cost: '2' as never }] }), /^ArgumentError: rule "api" cost must be a positive integer, or a function of the request returning one \(got "2"\)/)
+    // These were TypeErrors ("Cannot convert a Symbol value to a string"), or a rule named "[object Object]".
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: Symbol('api') as never, policies }] }), /^ArgumentError: rules\[0\]\.name must be a non-empty string/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: {} as never, policies }] }), /^ArgumentError: rules\[0\]\.name must be a non-empty string \(got an object\)/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], prefix: Object.create(null) as never }), /^ArgumentError: prefix must be 1 to 59 printable ASCII characters without spaces or braces/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], prefix: 'x'.repeat(60) }), /^ArgumentError: prefix must be 1 to 59/)
   })
 
   it('a match or skip predicate that returns a promise fails the request, instead of matching (or skipping) every request', async () => {

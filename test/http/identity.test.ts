@@ -157,6 +157,26 @@ describe('identity', () => {
     assert.throws(() => clientIpKey({ trustProxy: 1, header: 'x-real-ip' as never }), /header must be 'x-forwarded-for' or 'forwarded' \(got "x-real-ip"\)/)
   })
 
+  it('refuses, when made, options that would identify nobody, or check nothing, in silence', async () => {
+    // An empty issuer made jose skip the issuer check (any issuer passed); an object made every token fail it.
+    assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], issuer: '' }), /issuer must be a non-empty string or a non-empty list of them \(got ""\)/)
+    assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], audience: [] }), /audience must be a non-empty string or a non-empty list of them/)
+    assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], issuer: { iss: 'x' } as never }), /issuer must be/)
+    assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], claim: '' }), /claim must be the name of a claim/)
+    assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], claim: 5 as never }), /claim must be the name of a claim/)
+    // The prefix keeps kinds apart: '' or a non-string made user:… and apikey:… keys meet or read "[object Object]:…".
+    assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], prefix: '' }), /prefix must be 1 to 64 printable ASCII characters without spaces/)
+    assert.throws(() => apiKey('x-api-key', { prefix: {} as never }), /prefix must be 1 to 64 printable ASCII/)
+    // maxLength 0 made every key too long; NaN or a string, none.
+    for (const maxLength of [0, -1, 1.5, Number.NaN, '64']) assert.throws(() => apiKey('x-api-key', { maxLength: maxLength as never }), /maxLength must be a positive integer/)
+    // jwtClaim(null) was a TypeError reading its claim.
+    assert.throws(() => jwtClaim(null as never), /options must be an object/)
+    // What is still taken: lists of issuers and audiences, a claim other than sub, a prefix with a colon.
+    const resolve = jwtClaim({ secret, algorithms: ['HS256'], issuer: ['a', 'b'], audience: 'api', claim: 'tenant', prefix: 'org:tenant' })
+    const token = await new SignJWT({ tenant: 'acme' }).setProtectedHeader({ alg: 'HS256' }).setIssuer('b').setAudience('api').setExpirationTime('1h').sign(new TextEncoder().encode(secret))
+    assert.equal(await resolve(request(bearer(token))), 'org:tenant:acme')
+  })
+
   it('refuses, when made, a key that cannot verify the listed algorithms (every token would silently be no identity)', async () => {
     const rsaPem = await exportSPKI((await generateKeyPair('RS256')).publicKey)
     const edPem = await exportSPKI((await generateKeyPair('EdDSA')).publicKey)
