@@ -136,7 +136,7 @@ export function jwtVerifier(options: JwtVerifierOptions): (request: HttpRequest)
   }
   const sources = [options.secret, options.publicKey, options.jwksUrl].filter((s) => s !== undefined)
   if (sources.length !== 1) throw new ArgumentError('secret', '...', 'exactly one of secret, publicKey or jwksUrl is required')
-  // jose checks a claim against what it is given: an empty issuer would accept any, an object none, silently.
+  // jose checks a claim against what it is given: an empty issuer, an empty list or an object matches no token, silently.
   for (const name of ['issuer', 'audience'] as const) {
     const value: unknown = options[name]
     if (value !== undefined && !(typeof value === 'string' && value !== '') && !(Array.isArray(value) && value.length > 0 && value.every((v) => typeof v === 'string' && v !== ''))) {

@@ -158,7 +158,7 @@ describe('identity', () => {
   })
 
   it('refuses, when made, options that would identify nobody, or check nothing, in silence', async () => {
-    // An empty issuer made jose skip the issuer check (any issuer passed); an object made every token fail it.
+    // An empty issuer, an empty list or an object made every token fail jose's check: no token was ever an identity.
     assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], issuer: '' }), /issuer must be a non-empty string or a non-empty list of them \(got ""\)/)
     assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], audience: [] }), /audience must be a non-empty string or a non-empty list of them/)
     assert.throws(() => jwtClaim({ secret, algorithms: ['HS256'], issuer: { iss: 'x' } as never }), /issuer must be/)
