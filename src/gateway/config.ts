@@ -382,13 +382,16 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     unset.add(formatPath(path))
     problems.push(`${formatPath(path)}: ${message} (line ${lineOf(offset) ?? '?'})`)
   })
+  const aliases = aliasProblems(doc).map(({ name, offset, inside }) => inside
+    ? `YAML: *${name} is inside the &${name} it refers to, so the value would contain itself (line ${lineOf(offset) ?? '?'})`
+    : `YAML: *${name} refers to no anchor &${name} before it (line ${lineOf(offset) ?? '?'})`)
+  if (aliases.length > 0) throw new ConfigError(file, aliases)
   let data: unknown
   try {
     data = doc.toJS() ?? {}
   } catch (error) {
-    // An alias with no anchor before it, or the yaml package's guard against alias expansion bombs ("billion laughs").
-    const unresolved = unresolvedAliases(doc).map(({ name, offset }) => `YAML: *${name} refers to no anchor &${name} before it (line ${lineOf(offset) ?? '?'})`)
-    throw new ConfigError(file, unresolved.length > 0 ? unresolved : [`YAML: ${(error as Error).message}`])
+    // The yaml package's guard against alias expansion bombs ("billion laughs").
+    throw new ConfigError(file, [`YAML: ${(error as Error).message}`])
   }
   const at = (path: readonly PropertyKey[]) => lineOf(nodeOffset(doc, path))
   const report = (path: readonly PropertyKey[], message: string) => {
@@ -464,19 +467,26 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
 type Report = (path: readonly PropertyKey[], message: string) => void
 
 /** Aliases (`*name`) whose anchor (`&name`) does not come before them: YAML resolves an alias only to an earlier anchor. */
-function unresolvedAliases(doc: Document): Array<{ name: string; offset: number | undefined }> {
-  const anchors = new Set<string>()
-  const unresolved: Array<{ name: string; offset: number | undefined }> = []
+/**
+ * Aliases that cannot be expanded: with no anchor before them, or inside the
+ * node their anchor names (`a: &x [*x]`), whose value would contain itself.
+ */
+function aliasProblems(doc: Document): Array<{ name: string; offset: number | undefined; inside: boolean }> {
+  const anchors = new Map<string, { range?: [number, number, number] | null | undefined }>()
+  const problems: Array<{ name: string; offset: number | undefined; inside: boolean }> = []
   visit(doc, {
     Node(_key, node) {
       if (isAlias(node)) {
-        if (!anchors.has(node.source)) unresolved.push({ name: node.source, offset: node.range?.[0] })
+        const anchored = anchors.get(node.source)
+        const at = node.range?.[0]
+        if (anchored === undefined) problems.push({ name: node.source, offset: at, inside: false })
+        else if (at !== undefined && anchored.range != null && at >= anchored.range[0] && at < anchored.range[2]) problems.push({ name: node.source, offset: at, inside: true })
       } else if (node.anchor !== undefined) {
-        anchors.add(node.anchor)
+        anchors.set(node.anchor, node)
       }
     },
   })
-  return unresolved
+  return problems
 }
 
 /** What a valid config may not mean to do: logged at start and reload, printed by check-config. */

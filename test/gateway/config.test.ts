@@ -326,6 +326,34 @@ upstreams: &limits []
     ])
   })
 
+  it('refuses an alias inside the node it names (the value would contain itself) with a problem, not a crash', async () => {
+    // It was a TypeError ("Converting circular structure to JSON"): check-config printed a stack and exited 3.
+    const text = `
+admin:
+  watch: &watched
+    - *watched
+routes: &routes
+  - name: api
+    upstream: http://127.0.0.1:9
+    limits: *routes
+`
+    assert.deepEqual(await problems(text), [
+      'YAML: *watched is inside the &watched it refers to, so the value would contain itself (line 4)',
+      'YAML: *routes is inside the &routes it refers to, so the value would contain itself (line 8)',
+    ])
+    // Aliases of nodes that are done, also of a redefined anchor, are taken.
+    const reused = await parseConfig(`
+routes:
+  - { name: a, upstream: &up http://127.0.0.1:9, match: { path: &p /a/**, method: POST } }
+  - { name: b, upstream: *up, match: { path: *p } }
+  - { name: c, upstream: *up, match: { path: &p /c/**, host: c.test } }
+  - { name: d, upstream: *up, match: { path: *p } }
+`, 'test.yaml', {})
+    assert.deepEqual(reused.routes.map((route) => [route.name, route.upstream, route.match?.path]), [
+      ['a', 'http://127.0.0.1:9', '/a/**'], ['b', 'http://127.0.0.1:9', '/a/**'], ['c', 'http://127.0.0.1:9', '/c/**'], ['d', 'http://127.0.0.1:9', '/c/**'],
+    ])
+  })
+
   it('names unnamed policies after their route, so equal limits on two routes never share state', async () => {
     const policy = '{ algorithm: fixed-window, limit: 5, windowMs: 1000 }'
     const config = await parseConfig(`
