@@ -382,10 +382,8 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     unset.add(formatPath(path))
     problems.push(`${formatPath(path)}: ${message} (line ${lineOf(offset) ?? '?'})`)
   })
-  const aliases = aliasProblems(doc).map(({ name, offset, inside }) => inside
-    ? `YAML: *${name} is inside the &${name} it refers to, so the value would contain itself (line ${lineOf(offset) ?? '?'})`
-    : `YAML: *${name} refers to no anchor &${name} before it (line ${lineOf(offset) ?? '?'})`)
-  if (aliases.length > 0) throw new ConfigError(file, aliases)
+  const unreadable = shapeProblems(doc).map(({ problem, offset }) => `YAML: ${problem} (line ${lineOf(offset) ?? '?'})`)
+  if (unreadable.length > 0) throw new ConfigError(file, unreadable)
   let data: unknown
   try {
     data = doc.toJS() ?? {}
@@ -468,19 +466,26 @@ type Report = (path: readonly PropertyKey[], message: string) => void
 
 /** Aliases (`*name`) whose anchor (`&name`) does not come before them: YAML resolves an alias only to an earlier anchor. */
 /**
- * Aliases that cannot be expanded: with no anchor before them, or inside the
- * node their anchor names (`a: &x [*x]`), whose value would contain itself.
+ * What no config can be made of: an alias with no anchor before it, or inside
+ * the node its anchor names (`a: &x [*x]`), whose value would contain itself;
+ * a key that is a map or a list (`? [a]: b`), which no field is named.
  */
-function aliasProblems(doc: Document): Array<{ name: string; offset: number | undefined; inside: boolean }> {
+function shapeProblems(doc: Document): Array<{ problem: string; offset: number | undefined }> {
   const anchors = new Map<string, { range?: [number, number, number] | null | undefined }>()
-  const problems: Array<{ name: string; offset: number | undefined; inside: boolean }> = []
+  const problems: Array<{ problem: string; offset: number | undefined }> = []
   visit(doc, {
+    Pair(_key, pair) {
+      const key = pair.key as { range?: [number, number, number] | null } | null
+      if (key !== null && typeof key === 'object' && !isScalar(key) && !isAlias(key)) problems.push({ problem: 'a key that is a map or a list; keys are names', offset: key.range?.[0] })
+    },
     Node(_key, node) {
       if (isAlias(node)) {
         const anchored = anchors.get(node.source)
         const at = node.range?.[0]
-        if (anchored === undefined) problems.push({ name: node.source, offset: at, inside: false })
-        else if (at !== undefined && anchored.range != null && at >= anchored.range[0] && at < anchored.range[2]) problems.push({ name: node.source, offset: at, inside: true })
+        if (anchored === undefined) problems.push({ problem: `*${node.source} refers to no anchor &${node.source} before it`, offset: at })
+        else if (at !== undefined && anchored.range != null && at >= anchored.range[0] && at < anchored.range[2]) {
+          problems.push({ problem: `*${node.source} is inside the &${node.source} it refers to, so the value would contain itself`, offset: at })
+        }
       } else if (node.anchor !== undefined) {
         anchors.set(node.anchor, node)
       }

@@ -354,6 +354,18 @@ routes:
     ])
   })
 
+  it('refuses a key that is a map or a list, naming its line, without a process warning', async (t) => {
+    // The yaml package turned it into a string ("[ x ]") with a process warning on stderr.
+    const warnings: string[] = []
+    const onWarning = (warning: Error) => warnings.push(warning.message)
+    process.on('warning', onWarning)
+    t.after(() => { process.off('warning', onWarning) })
+    const text = minimal('      - { policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 } }').replace('    upstream:', '    ? [x]\n    : y\n    upstream:')
+    assert.deepEqual(await problems(text), ['YAML: a key that is a map or a list; keys are names (line 5)'])
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(warnings, [])
+  })
+
   it('names unnamed policies after their route, so equal limits on two routes never share state', async () => {
     const policy = '{ algorithm: fixed-window, limit: 5, windowMs: 1000 }'
     const config = await parseConfig(`
