@@ -464,9 +464,9 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
 
 type Report = (path: readonly PropertyKey[], message: string) => void
 
-/** Aliases (`*name`) whose anchor (`&name`) does not come before them: YAML resolves an alias only to an earlier anchor. */
 /**
- * What no config can be made of: an alias with no anchor before it, or inside
+ * What no config can be made of: an alias with no anchor before it (YAML
+ * resolves an alias only to an earlier anchor), or inside
  * the node its anchor names (`a: &x [*x]`), whose value would contain itself;
  * a key that is a map or a list (`? [a]: b`), which no field is named.
  */
