@@ -9,6 +9,7 @@ import { createPublicKey, type KeyObject } from 'node:crypto'
 import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { ArgumentError } from '../core/errors.ts'
 import { checkOptions } from '../core/options.ts'
+import { checkPrefix } from '../limiter/limiter.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import type { HttpRequest, KeyResolver } from './handler.ts'
 import { isHeaderName } from './match.ts'
@@ -47,7 +48,7 @@ export function apiKey(header = 'x-api-key', options: ApiKeyOptions = {}): KeyRe
   if (!isHeaderName(header)) throw new ArgumentError('header', header, 'must be a header name')
   checkOptions('options', 'an apiKey option', options, API_KEY_OPTIONS)
   const name = header.toLowerCase()
-  const prefix = kindPrefix(options.prefix ?? 'apikey')
+  const prefix = checkPrefix(options.prefix ?? 'apikey')
   const maxLength = options.maxLength ?? 256
   if (typeof maxLength !== 'number' || !Number.isInteger(maxLength) || maxLength < 1) throw new ArgumentError('maxLength', maxLength, 'must be a positive integer (the longest value that is a key)')
   const known = knownKeys(options.keys)
@@ -58,14 +59,6 @@ export function apiKey(header = 'x-api-key', options: ApiKeyOptions = {}): KeyRe
     if (known !== undefined && !known(value)) return undefined
     return `${prefix}:${value}`
   }
-}
-
-/** A resolver's key prefix (`user`, `apikey`): it keeps kinds of keys apart, so it cannot be empty. */
-function kindPrefix(prefix: unknown): string {
-  if (typeof prefix !== 'string' || !/^[\x21-\x7e]{1,64}$/.test(prefix)) {
-    throw new ArgumentError('prefix', prefix, 'must be 1 to 64 printable ASCII characters without spaces (it keeps kinds of keys apart: user:42, apikey:abc)')
-  }
-  return prefix
 }
 
 function knownKeys(keys: ApiKeyOptions['keys']): ((key: string) => boolean) | undefined {
@@ -110,7 +103,7 @@ export function jwtClaim(options: JwtClaimOptions): KeyResolver {
   const verified = jwtVerifier(options)
   const claim = options.claim ?? 'sub'
   if (typeof claim !== 'string' || claim === '') throw new ArgumentError('claim', claim, "must be the name of a claim, e.g. 'sub'")
-  const prefix = kindPrefix(options.prefix ?? 'user')
+  const prefix = checkPrefix(options.prefix ?? 'user')
   return async function jwtClaimOf(request) {
     const value = claimOf(await verified(request), claim)
     return value === undefined ? undefined : `${prefix}:${value}`
