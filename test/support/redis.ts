@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import type { TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis, type RedisOptions } from 'ioredis'
 
@@ -93,11 +94,17 @@ async function spawnRedis(port: number, extraArgs: string[]): Promise<Spawned> {
   return { ok: false, output }
 }
 
+/**
+ * Ready when the server on `port` answers and is `child`: another suite's Redis
+ * that took the port between freePort() and the bind would answer PING too, and
+ * two suites sharing one dataset (one of them killing it) decide wrongly at random.
+ */
 async function waitForPing(port: number, child: ChildProcess): Promise<boolean> {
   const deadline = Date.now() + 5000
   while (Date.now() < deadline && child.exitCode === null) {
-    const probe = spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'PING'], { encoding: 'utf8', timeout: 1000 })
-    if (probe.stdout?.trim() === 'PONG') return true
+    const probe = spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'INFO', 'server'], { encoding: 'utf8', timeout: 1000 })
+    const pid = /^process_id:(\d+)/m.exec(probe.stdout ?? '')?.[1]
+    if (pid !== undefined) return Number(pid) === child.pid
     await sleep(50)
   }
   return false
@@ -122,4 +129,28 @@ export async function scanKeys(client: Redis, pattern: string): Promise<string[]
     keys.push(...batch)
   } while (cursor !== '0')
   return keys
+}
+
+/**
+ * Runs `burst` (given the attempt's number, for a fresh prefix) and returns its
+ * counts, unless Redis's clock stepped meanwhile: a CI machine's clock being
+ * corrected moves server time by more than a window at once, which frees the
+ * whole limit, and exactness cannot be asserted across it. Then it runs again,
+ * at most three times. A step is told from a slow burst by this process's
+ * monotonic clock, which steps never move.
+ */
+export async function onSteadyClock(t: TestContext, redis: RedisServer, burst: (attempt: number) => Promise<number[]>): Promise<number[]> {
+  const client = redis.client()
+  const serverMs = async () => {
+    const [seconds, micros] = await client.time()
+    return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+  }
+  for (let attempt = 1; ; attempt++) {
+    const [server0, mono0] = [await serverMs(), performance.now()]
+    const counts = await burst(attempt)
+    const step = (await serverMs()) - server0 - (performance.now() - mono0)
+    if (Math.abs(step) < 1000) return counts
+    t.diagnostic(`attempt ${attempt}: Redis's clock stepped ${Math.round(step)} ms during the burst (counts ${counts.join(', ')})`)
+    if (attempt === 3) throw new Error('Redis\'s clock stepped during each of three bursts: exactness cannot be checked on this machine')
+  }
 }
