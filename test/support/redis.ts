@@ -7,7 +7,6 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis, type RedisOptions } from 'ioredis'
 
@@ -129,28 +128,4 @@ export async function scanKeys(client: Redis, pattern: string): Promise<string[]
     keys.push(...batch)
   } while (cursor !== '0')
   return keys
-}
-
-/**
- * Runs `burst` (given the attempt's number, for a fresh prefix) and returns its
- * counts, unless Redis's clock stepped meanwhile: a CI machine's clock being
- * corrected moves server time by more than a window at once, which frees the
- * whole limit, and exactness cannot be asserted across it. Then it runs again,
- * at most three times. A step is told from a slow burst by this process's
- * monotonic clock, which steps never move.
- */
-export async function onSteadyClock(t: TestContext, redis: RedisServer, burst: (attempt: number) => Promise<number[]>): Promise<number[]> {
-  const client = redis.client()
-  const serverMs = async () => {
-    const [seconds, micros] = await client.time()
-    return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
-  }
-  for (let attempt = 1; ; attempt++) {
-    const [server0, mono0] = [await serverMs(), performance.now()]
-    const counts = await burst(attempt)
-    const step = (await serverMs()) - server0 - (performance.now() - mono0)
-    if (Math.abs(step) < 1000) return counts
-    t.diagnostic(`attempt ${attempt}: Redis's clock stepped ${Math.round(step)} ms during the burst (counts ${counts.join(', ')})`)
-    if (attempt === 3) throw new Error('Redis\'s clock stepped during each of three bursts: exactness cannot be checked on this machine')
-  }
 }
