@@ -293,13 +293,23 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     for (const stateKey of found.sort()) {
       const policy = stateKey.slice(head.length)
       const [type, ttl] = await Promise.all([client.type(stateKey), client.pttl(stateKey)])
-      const value = type === 'zset' ? `${await client.zcard(stateKey)} log entries` : type === 'string' ? String(await client.get(stateKey)) : type
+      const value = type === 'zset' ? await describeLog(client, stateKey) : type === 'string' ? String(await client.get(stateKey)) : type
       out(`  ${policy}: ${value} (expires in ${ttl} ms)`)
     }
     return 0
   } finally {
     await client.quit().catch(() => client.disconnect())
   }
+}
+
+/** A sliding log as the Lua script keeps it: members 'running total:cost' (see lua/limit.lua). */
+async function describeLog(client: import('ioredis').Redis, key: string): Promise<string> {
+  const [count, oldest, newest] = await Promise.all([client.zcard(key), client.zrange(key, '0', '0'), client.zrange(key, '-1', '-1')])
+  const parse = (member: string | undefined) => /^(\d+):(\d+)$/.exec(member ?? '')?.slice(1).map(Number)
+  const [first, last] = [parse(oldest[0]), parse(newest[0])]
+  if (first === undefined || last === undefined) return `${count} log entries`
+  const units = (last[0] as number) - (first[0] as number) + (first[1] as number)
+  return `${units} units logged in ${count} entries (some may have left the window)`
 }
 
 function check(args: readonly string[], out: (line: string) => void): number {

@@ -2,12 +2,14 @@ import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
-import { Limiter, MemoryStore, RedisStore, redisKey, type Policy, type Store } from '../../src/index.ts'
+import { Limiter, MemoryStore, RedisStore, redisKey, type Decision, type Policy, type Store } from '../../src/index.ts'
 import { handWritten, randomTraces, replay, type Trace } from '../conformance/traces.ts'
 import type { RedisOptions } from 'ioredis'
 import { freePort, scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
 
 const traces: Trace[] = [...handWritten, ...randomTraces(80, 7)]
+
+const pick = ({ allowed, remaining, retryAfterMs, resetAfterMs }: Decision) => ({ allowed, remaining, retryAfterMs, resetAfterMs })
 
 /** One policy of each algorithm, limit 3: a fixed window of `fixedMs`, the others spanning `windowMs`. */
 function everyAlgorithm(fixedMs: number, windowMs: number): Policy[] {
@@ -169,14 +171,34 @@ describe('RedisStore', () => {
     assert.deepEqual(await scanKeys(admin, 'ttl:*'), [])
   })
 
-  it('keeps sliding-log entries of one millisecond apart and trims the set every call', async () => {
+  it('keeps one sliding-log entry per millisecond (calls of one millisecond share it, as in the memory log) and trims the set every call', async () => {
     const admin = redis.client()
-    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'zset', policies: { algorithm: 'sliding-log', limit: 50, windowMs: 1000, name: 'log' }, clock: () => 5000 })
-    await Promise.all(Array.from({ length: 60 }, () => limiter.limit('k')))
-    assert.equal(await admin.zcard('zset:{k}:log'), 50, '50 distinct members at one timestamp')
-    const later = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'zset', policies: { algorithm: 'sliding-log', limit: 50, windowMs: 1000, name: 'log' }, clock: () => 6000 })
-    assert.equal((await later.limit('k')).remaining, 49)
-    assert.equal(await admin.zcard('zset:{k}:log'), 1, 'expired entries trimmed')
+    const log = (now: number) => new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'zset', policies: { algorithm: 'sliding-log', limit: 50, windowMs: 1000, name: 'log' }, clock: () => now })
+    const at5000 = log(5000)
+    const decisions = await Promise.all(Array.from({ length: 60 }, () => at5000.limit('k')))
+    assert.equal(decisions.filter((d) => d.allowed).length, 50)
+    // A member is 'running total:cost': the live entries' cost is newest total - oldest total + oldest cost.
+    assert.deepEqual(await admin.zrange('zset:{k}:log', '0', '-1', 'WITHSCORES'), ['50:50', '5000'])
+    assert.equal((await log(6000).limit('k')).remaining, 49)
+    assert.deepEqual(await admin.zrange('zset:{k}:log', '0', '-1', 'WITHSCORES'), ['1:1', '6000'], 'the expired entry trimmed; totals start again')
+    const at6500 = log(6500)
+    await at6500.limit('k', { cost: 3 })
+    await log(6700).limit('k', { cost: 2 })
+    assert.deepEqual(await admin.zrange('zset:{k}:log', '0', '-1'), ['1:1', '4:3', '6:2'])
+    // Refused for 45 more: the oldest two entries (4 units) must leave, and the second leaves at 7500.
+    assert.deepEqual(pick(await log(6800).limit('k', { cost: 48 })), { allowed: false, remaining: 44, retryAfterMs: 700, resetAfterMs: 900 })
+  })
+
+  it('restarts sliding-log totals before they pass 2^53, deciding exactly as before', async () => {
+    const admin = redis.client()
+    const key = 'rebase:{k}:log'
+    const oldest = 2 ** 53 - 6
+    await admin.zadd(key, 1000, `${oldest}:3`, 1500, `${oldest + 5}:5`)
+    await admin.pexpire(key, 60_000)
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'rebase', policies: { algorithm: 'sliding-log', limit: 10, windowMs: 10_000, name: 'log' }, clock: () => 2000 })
+    assert.deepEqual(pick(await limiter.limit('k', { cost: 2 })), { allowed: true, remaining: 0, retryAfterMs: 0, resetAfterMs: 10_000 })
+    assert.deepEqual(await admin.zrange(key, '0', '-1', 'WITHSCORES'), ['3:3', '1000', '8:5', '1500', '10:2', '2000'])
+    assert.deepEqual(pick(await limiter.limit('k')), { allowed: false, remaining: 0, retryAfterMs: 9000, resetAfterMs: 10_000 })
   })
 
   it('hashes keys too long to store, never rejecting them', async () => {

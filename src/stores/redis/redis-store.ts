@@ -3,7 +3,6 @@
  * mirrors the TypeScript algorithms and writes every policy of the call or
  * none. "Now" is the Redis server's clock unless the limiter injects one.
  */
-import { randomBytes } from 'node:crypto'
 import { monotonicClock } from '../../core/clock.ts'
 import { ArgumentError, SluiceError } from '../../core/errors.ts'
 import { limitOf } from '../../core/policy.ts'
@@ -87,8 +86,6 @@ export class RedisStore implements Store {
   private readonly warn: (message: string) => void
   /** Per-policy script arguments, built once per limiter's policy list. */
   private readonly argsOf = new WeakMap<readonly ResolvedPolicy[], string[]>()
-  private readonly idPrefix = randomBytes(6).toString('base64url')
-  private batchCount = 0
   private queue: Pending[] = []
   private flushScheduled = false
 
@@ -207,8 +204,7 @@ export class RedisStore implements Store {
   /** One script invocation for the batch (see lua/limit.lua for the layout). */
   private run(batch: Pending[]): Promise<unknown> {
     const keys: string[] = []
-    // Unique per batch; with a call's number it names that call's sliding-log entries.
-    const args: string[] = [`${this.idPrefix}${(this.batchCount++).toString(36)}`, '0']
+    const args: string[] = ['0']
     const setIndex = new Map<readonly ResolvedPolicy[], number>()
     const runs: string[] = []
     let previous: StoreCall | undefined
@@ -237,7 +233,7 @@ export class RedisStore implements Store {
       previousNow = now
     }
     runs.push(String(runLength))
-    args[1] = String(setIndex.size)
+    args[0] = String(setIndex.size)
     for (const value of runs) args.push(value)
     return this.runner.runLimit(keys, args)
   }

@@ -11,8 +11,7 @@
 -- in everything but their key (the usual case) share one run descriptor, so a
 -- call costs Redis one key argument and three reply integers per policy.
 --
--- ARGV[1]  batch id: with the call's number, names its sliding-log entries
--- ARGV[2]  s, the number of policy sets; then per set: n, and per policy the
+-- ARGV[1]  s, the number of policy sets; then per set: n, and per policy the
 --          algorithm and four parameters (5 n values)
 -- then per run of consecutive calls, 5 values: now in epoch ms ('' = the
 --          server clock, TIME, read once), cost (0 = peek: decide for cost 1,
@@ -55,12 +54,6 @@ local function pair(a, b)
   return format(PAIR, a, b)
 end
 
--- A sliding-log entry's name: the batch id and the call's number in the batch
--- (built only when an entry is written).
-local function entry_id(call)
-  return ARGV[1] .. ':' .. call
-end
-
 -- A decision is an array (Lua builds one in half the time of a record):
 local ALLOWED, REMAINING, RESET_AFTER, RETRY_AFTER, WAIT = 1, 2, 3, 4, 5
 -- The limit is not kept (the caller knows its policies); it stays a parameter
@@ -69,8 +62,8 @@ local function decision(allowed, limit, remaining, reset_after, retry_after, wai
   return { allowed, remaining, reset_after, retry_after, wait }
 end
 
--- Each algorithm: (key, state string or false, now, cost, p1..p4, max_wait)
--- -> decision, new state (string; nil for sliding-log), ttl ms, commit function
+-- Each algorithm: (key, state string or false, now, cost, p1..p4, max_wait, peek)
+-- -> decision, new state (string; a commit function for sliding-log), ttl ms
 
 ------------------------------------------------------------------ fixed window
 local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wait)
@@ -97,22 +90,49 @@ local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wai
 end
 
 ------------------------------------------------------------------- sliding log
--- Entries: sorted-set members 'cost:callid' scored by time. The TypeScript log
--- is the same list of (time, cost) pairs.
-local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, call, peek)
+-- The log is a sorted set with one member per millisecond in which calls were
+-- allowed, scored by that time: calls of one millisecond share an entry, as
+-- in the TypeScript log. A member is named 'total:cost': the entry's summed
+-- cost, and the running total of the costs logged up to and including it.
+-- The live entries' summed cost is then two reads, not a walk of the log:
+-- the newest total, less the oldest total, plus the oldest cost. Totals only
+-- grow while the key lives; near 2^53 they are restarted from the oldest
+-- live entry (one rewrite of the log, once in 2^53 units of cost).
+local MAX_TOTAL = 2 ^ 53
+
+local function log_entry(member)
+  local total, cost = match(member, '^(%d+):(%d+)$')
+  return tonumber(total), tonumber(cost)
+end
+
+-- Rewrites the log with totals counted from `base`: the same entries, times and costs.
+local function rebase_log(key, base)
+  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  redis.call('DEL', key)
+  for i = 1, #entries, 2 do
+    local total, cost = log_entry(entries[i])
+    redis.call('ZADD', key, entries[i + 1], pair(total - base, cost))
+  end
+end
+
+local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
   local cutoff = now - window_ms
   -- Trimming what has left the window changes no decision, now or later.
   redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  local used = 0
-  local costs, times = {}, {}
-  for i = 1, #entries, 2 do
-    local c = tonumber(match(entries[i], '^(%d+):'))
-    costs[#costs + 1] = c
-    times[#times + 1] = tonumber(entries[i + 1])
-    used = used + c
+  local used, base, last_time = 0, 0, now
+  local newest, newest_total, newest_cost, oldest_time, oldest_total
+  local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if tail[1] then
+    newest = tail[1]
+    newest_total, newest_cost = log_entry(newest)
+    last_time = tonumber(tail[2])
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local oldest_cost
+    oldest_total, oldest_cost = log_entry(head[1])
+    oldest_time = tonumber(head[2])
+    base = oldest_total - oldest_cost
+    used = newest_total - base
   end
-  local last_time = (#times > 0) and times[#times] or now
 
   if cost == 0 then
     -- A peek, or a policy shown uncharged: the log as it stands, replenished when its newest entry leaves.
@@ -121,28 +141,48 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, call, p
   end
 
   if used + cost <= limit then
+    -- Never an entry earlier than the newest: a clock stepping back must not reorder the log.
     local time = max(now, last_time)
     local reset_after = time + window_ms - now
     local commit = nil
     if not peek then
       commit = function(ttl)
-        redis.call('ZADD', key, int(time), int(cost) .. ':' .. entry_id(call))
+        if newest and newest_total + cost >= MAX_TOTAL then
+          rebase_log(key, base)
+          newest = pair(newest_total - base, newest_cost)
+          newest_total = newest_total - base
+        end
+        if newest and time == last_time then
+          -- The newest entry's millisecond: that entry takes this cost too.
+          redis.call('ZREM', key, newest)
+          redis.call('ZADD', key, int(time), pair(newest_total + cost, newest_cost + cost))
+        else
+          redis.call('ZADD', key, int(time), pair((newest_total or 0) + cost, cost))
+        end
         redis.call('PEXPIRE', key, int(ttl))
       end
     end
     return decision(1, limit, limit - used - cost, reset_after, 0, 0), commit, reset_after
   end
 
-  local excess = used + cost - limit
-  local freed, retry_after = 0, 0
-  for i = 1, #costs do
-    freed = freed + costs[i]
-    if freed >= excess then
-      retry_after = times[i] + window_ms - now
-      break
-    end
-  end
+  -- The call fits once the oldest entries holding `excess` units have left:
+  -- the first entry whose total reaches base + excess (a search by rank).
   local reset_after = (used > 0) and (last_time + window_ms - now) or 0
+  local excess = used + cost - limit
+  local target = base + excess
+  local retry_after = reset_after
+  if used > 0 and oldest_total >= target then
+    retry_after = oldest_time + window_ms - now
+  elseif used > 0 and newest_total >= target then
+    -- Totals ascend with rank: rank lo's is below the target, rank hi's reaches it.
+    local lo, hi = 0, redis.call('ZCARD', key) - 1
+    while hi - lo > 1 do
+      local mid = floor((lo + hi) / 2)
+      local total = log_entry(redis.call('ZRANGE', key, mid, mid)[1])
+      if total >= target then hi = mid else lo = mid end
+    end
+    retry_after = tonumber(redis.call('ZRANGE', key, hi, hi, 'WITHSCORES')[2]) + window_ms - now
+  end
   return decision(0, limit, limit - used, reset_after, retry_after, 0), nil, reset_after
 end
 
@@ -329,8 +369,8 @@ end
 
 -- Policy sets, parsed once: each policy as { algorithm function, name, p1..p4 }.
 local sets = {}
-local a = 3
-for s = 1, tonumber(ARGV[2]) do
+local a = 2
+for s = 1, tonumber(ARGV[1]) do
   local n = tonumber(ARGV[a])
   local set = {}
   for i = 1, n do
@@ -344,22 +384,22 @@ for s = 1, tonumber(ARGV[2]) do
 end
 
 -- Policy i of a call whose keys start after KEYS[k0].
-local function run(set, k0, i, now, c, wait, call, peek)
+local function run(set, k0, i, now, c, wait, peek)
   local policy = set[i]
   local key = KEYS[k0 + i]
   local raw = false
   if policy[2] ~= 'sliding-log' then raw = redis.call('GET', key) end
-  return policy[1](key, raw, now, c, policy[3], policy[4], policy[5], policy[6], wait, call, peek)
+  return policy[1](key, raw, now, c, policy[3], policy[4], policy[5], policy[6], wait, peek)
 end
 
-local function uncharged(set, k0, i, now, call)
-  local d = run(set, k0, i, now, 0, 0, call, true)
+local function uncharged(set, k0, i, now)
+  local d = run(set, k0, i, now, 0, 0, true)
   d[WAIT] = 0
   return d
 end
 
 -- One call against the policies of `set`, keys from KEYS[k0 + 1].
-local function decide(set, k0, now, cost, max_wait, call, ttl_slack)
+local function decide(set, k0, now, cost, max_wait, ttl_slack)
   local n = #set
   if cost < 0 then
     -- Refund: give -cost units back to every policy (buckets only), then show each.
@@ -367,7 +407,7 @@ local function decide(set, k0, now, cost, max_wait, call, ttl_slack)
       local policy = set[i]
       local key = KEYS[k0 + i]
       local refunded = REFUNDS[policy[2]](redis.call('GET', key), now, -cost, policy[3], policy[4], policy[5], policy[6])
-      local d, state, ttl = policy[1](key, refunded, now, 0, policy[3], policy[4], policy[5], policy[6], 0, call, true)
+      local d, state, ttl = policy[1](key, refunded, now, 0, policy[3], policy[4], policy[5], policy[6], 0, true)
       -- Still in debt after the refund, the view refuses and returns no state:
       -- the refunded state is then current already (no time has passed).
       redis.call('SET', key, state or refunded, 'PX', int(max(1, ttl) + ttl_slack))
@@ -379,8 +419,8 @@ local function decide(set, k0, now, cost, max_wait, call, ttl_slack)
   if cost == 0 then
     -- Peek: remaining and reset as they stand; allowed / retry for a call of cost 1.
     for i = 1, n do
-      local d = uncharged(set, k0, i, now, call)
-      local single = run(set, k0, i, now, 1, 0, call, true)
+      local d = uncharged(set, k0, i, now)
+      local single = run(set, k0, i, now, 1, 0, true)
       d[ALLOWED] = single[ALLOWED]
       d[RETRY_AFTER] = single[RETRY_AFTER]
       push(d)
@@ -390,7 +430,7 @@ local function decide(set, k0, now, cost, max_wait, call, ttl_slack)
 
   if n == 1 then
     -- One policy: the same rule without the bookkeeping (commit iff allowed).
-    local d, state, ttl = run(set, k0, 1, now, cost, max_wait, call, false)
+    local d, state, ttl = run(set, k0, 1, now, cost, max_wait, false)
     if d[ALLOWED] == 1 then
       if type(state) == 'function' then
         state(max(1, ttl) + ttl_slack)
@@ -405,7 +445,7 @@ local function decide(set, k0, now, cost, max_wait, call, ttl_slack)
   local decisions, states, ttls = {}, {}, {}
   local all_allowed = true
   for i = 1, n do
-    decisions[i], states[i], ttls[i] = run(set, k0, i, now, cost, max_wait, call, false)
+    decisions[i], states[i], ttls[i] = run(set, k0, i, now, cost, max_wait, false)
     if decisions[i][ALLOWED] == 0 then all_allowed = false end
   end
 
@@ -425,7 +465,7 @@ local function decide(set, k0, now, cost, max_wait, call, ttl_slack)
     for i = 1, n do
       if decisions[i][ALLOWED] == 1 then
         -- Allowed it stays (uncharged, a fixed window reserved ahead would read as refused).
-        local d = uncharged(set, k0, i, now, call)
+        local d = uncharged(set, k0, i, now)
         d[ALLOWED] = 1
         d[RETRY_AFTER] = 0
         push(d)
@@ -436,7 +476,7 @@ local function decide(set, k0, now, cost, max_wait, call, ttl_slack)
   end
 end
 
-local k, call = 0, 0
+local k = 0
 while a <= #ARGV do
   local now, slack = now_of(ARGV[a])
   if now == nil then
@@ -446,8 +486,7 @@ while a <= #ARGV do
   local set = sets[tonumber(ARGV[a + 3])]
   local n = #set
   for _ = 1, tonumber(ARGV[a + 4]) do
-    call = call + 1
-    decide(set, k, now, cost, max_wait, call, slack)
+    decide(set, k, now, cost, max_wait, slack)
     k = k + n
   end
   a = a + 5
