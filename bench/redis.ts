@@ -114,7 +114,7 @@ async function main(): Promise<void> {
       for (const [label, key, extra] of [['hot', 'bfw:{hot}:fw', []], ['100k', 'bfw:{__rand_int__}:fw', ['-r', '100000']]] as const) {
         const args = ['-p', String(redis.port), '-c', '1', '-P', String(pipeline), '-n', String(Math.ceil((inFlight === 1 ? 50_000 : 300_000) / batch)), '--csv', ...extra,
           'EVALSHA', LIMIT_SHA, String(batch), ...Array.from({ length: batch }, () => key),
-          'bench', '1', '1', 'fixed-window', String(HUGE), '3600000', '', '', '', '1', '0', '1', String(batch)]
+          '1', '1', 'fixed-window', String(HUGE), '3600000', '', '', '', '1', '0', '1', String(batch)]
         const csv = execFileSync('redis-benchmark', args, { encoding: 'utf8' }).trim().split('\n')
         const rate = Number(JSON.parse(`[${csv[csv.length - 1]}]`)[1]) * batch
         ceiling.set(`${label}|${inFlight}`, rate)
