@@ -13,6 +13,8 @@ const redis = new Redis(url, { maxRetriesPerRequest: 1 })
 const server = createServer(withRateLimit((_req, res) => { res.end(`ok from ${process.pid}`) }, {
   rules: [{ name: 'shared', policies: policy }],
   store: new RedisStore({ client: redis }),
+  // Exact sharing is the point: a busy CI machine must not turn a slow Redis call into a local decision.
+  storeTimeoutMs: 10_000,
   prefix,
   onWarning: () => {},
 }))
