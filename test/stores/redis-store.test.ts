@@ -201,6 +201,24 @@ describe('RedisStore', () => {
     assert.deepEqual(pick(await limiter.limit('k')), { allowed: false, remaining: 0, retryAfterMs: 9000, resetAfterMs: 10_000 })
   })
 
+  it('rewrites a sliding log of the previous layout (a member per call) once, keeping its times, costs and expiry', async () => {
+    const admin = redis.client()
+    const key = 'legacy:{k}:log'
+    // As sluice wrote it before: 'cost:batch:call' per call; one written by both layouts in a rolling upgrade.
+    await admin.zadd(key, 5000, '1:AbCdEfGh0:1', 5000, '1:AbCdEfGh0:2', 5000, '3:AbCdEfGh1:1', 5400, '2:XyZ-_9a0:4')
+    await admin.zadd('legacy:{mixed}:log', 5000, '3:3', 5400, '1:AbCdEfGh7:1')
+    await admin.pexpire(key, 60_000)
+    const at = (now: number) => new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'legacy', policies: { algorithm: 'sliding-log', limit: 10, windowMs: 1000, name: 'log' }, clock: () => now })
+    // 7 units logged: 4 more is 1 too many, and the oldest entry (5 units at 5000) frees it at 6000.
+    assert.deepEqual(pick(await at(5500).limit('k', { cost: 4 })), { allowed: false, remaining: 3, retryAfterMs: 500, resetAfterMs: 900 })
+    assert.deepEqual(await admin.zrange(key, '0', '-1', 'WITHSCORES'), ['5:5', '5000', '7:2', '5400'])
+    assert.ok(await admin.pttl(key) > 50_000, 'a refused call keeps the expiry it found')
+    assert.deepEqual(pick(await at(5500).limit('k', { cost: 3 })), { allowed: true, remaining: 0, retryAfterMs: 0, resetAfterMs: 1000 })
+    assert.deepEqual(await admin.zrange(key, '0', '-1'), ['5:5', '7:2', '10:3'])
+    assert.equal((await at(5500).peek('mixed')).remaining, 6)
+    assert.deepEqual(await admin.zrange('legacy:{mixed}:log', '0', '-1'), ['3:3', '4:1'])
+  })
+
   it('hashes keys too long to store, never rejecting them', async () => {
     const admin = redis.client()
     const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'long', policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'fw' } })

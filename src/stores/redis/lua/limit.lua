@@ -105,6 +105,27 @@ local function log_entry(member)
   return tonumber(total), tonumber(cost)
 end
 
+-- sluice before this layout named one member per call, 'cost:batch:call'. Such a
+-- log (or one that old and new instances wrote together, in a rolling upgrade)
+-- is rewritten once into entries with totals: same times, same costs, same expiry.
+local function migrate_log(key)
+  local ttl = redis.call('PTTL', key)
+  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  redis.call('DEL', key)
+  local total, time, cost = 0, nil, 0
+  for i = 1, #entries, 2 do
+    local _, c = log_entry(entries[i])
+    c = c or tonumber(match(entries[i], '^(%d+):')) or 0
+    if time ~= nil and entries[i + 1] ~= time then
+      redis.call('ZADD', key, time, pair(total, cost))
+      cost = 0
+    end
+    time, cost, total = entries[i + 1], cost + c, total + c
+  end
+  if time ~= nil then redis.call('ZADD', key, time, pair(total, cost)) end
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+end
+
 -- Rewrites the log with totals counted from `base`: the same entries, times and costs.
 local function rebase_log(key, base)
   local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
@@ -123,10 +144,15 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
   local newest, newest_total, newest_cost, oldest_time, oldest_total
   local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if tail[1] then
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if not (log_entry(tail[1]) and log_entry(head[1])) then
+      migrate_log(key)
+      tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    end
     newest = tail[1]
     newest_total, newest_cost = log_entry(newest)
     last_time = tonumber(tail[2])
-    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     local oldest_cost
     oldest_total, oldest_cost = log_entry(head[1])
     oldest_time = tonumber(head[2])
