@@ -138,13 +138,17 @@ end
 
 local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
   local cutoff = now - window_ms
-  -- Trimming what has left the window changes no decision, now or later.
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
   local used, base, last_time = 0, 0, now
   local newest, newest_total, newest_cost, oldest_time, oldest_total
-  local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if tail[1] then
-    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if head[1] and tonumber(head[2]) <= cutoff then
+    -- Trimming what has left the window changes no decision, now or later;
+    -- only a log whose oldest entry has left has anything to trim.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+    head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  end
+  if head[1] then
+    local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     if not (log_entry(tail[1]) and log_entry(head[1])) then
       migrate_log(key)
       tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
