@@ -171,7 +171,7 @@ describe('RedisStore', () => {
     assert.deepEqual(await scanKeys(admin, 'ttl:*'), [])
   })
 
-  it('keeps one sliding-log entry per millisecond (calls of one millisecond share it, as in the memory log) and trims the set every call', async () => {
+  it('keeps one sliding-log entry per millisecond (calls of one millisecond share it, as in the memory log) and trims the set when a call is allowed', async () => {
     const admin = redis.client()
     const log = (now: number) => new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'zset', policies: { algorithm: 'sliding-log', limit: 50, windowMs: 1000, name: 'log' }, clock: () => now })
     const at5000 = log(5000)
@@ -187,6 +187,27 @@ describe('RedisStore', () => {
     assert.deepEqual(await admin.zrange('zset:{k}:log', '0', '-1'), ['1:1', '4:3', '6:2'])
     // Refused for 45 more: the oldest two entries (4 units) must leave, and the second leaves at 7500.
     assert.deepEqual(pick(await log(6800).limit('k', { cost: 48 })), { allowed: false, remaining: 44, retryAfterMs: 700, resetAfterMs: 900 })
+  })
+
+  it('a sliding log trims only when a call is allowed, as the memory log does: a clock that steps back after a refusal reopens nothing', async () => {
+    const admin = redis.client()
+    let now = 1000
+    const policies: Policy = { algorithm: 'sliding-log', limit: 2, windowMs: 1000, name: 'log' }
+    const onRedis = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'stepback', policies, clock: () => now, blockCache: false })
+    const inMemory = new Limiter({ store: new MemoryStore(), prefix: 'stepback', policies, clock: () => now })
+    const both = async (cost: number) => {
+      const [a, b] = [await onRedis.limit('k', { cost }), await inMemory.limit('k', { cost })]
+      assert.deepEqual(pick(a), pick(b), `at ${now}, cost ${cost}`)
+      return pick(a)
+    }
+    assert.equal((await both(1)).allowed, true)
+    now = 1500
+    assert.equal((await both(1)).allowed, true)
+    now = 2100 // the entry of 1000 has left; 2 more do not fit beside the one of 1500
+    assert.deepEqual(await both(2), { allowed: false, remaining: 1, retryAfterMs: 400, resetAfterMs: 400 })
+    assert.equal(await admin.zcard('stepback:{k}:log'), 2, 'a refusal trims nothing')
+    now = 1900 // the clock steps back: both entries are in the window again
+    assert.deepEqual(await both(1), { allowed: false, remaining: 0, retryAfterMs: 100, resetAfterMs: 600 })
   })
 
   it('restarts sliding-log totals before they pass 2^53, deciding exactly as before', async () => {

@@ -136,23 +136,28 @@ local function rebase_log(key, base)
   end
 end
 
+-- The oldest entry still in the window, past `stale` ones at or before the cutoff.
+local function first_live(key, cutoff, stale)
+  if stale then return redis.call('ZRANGEBYSCORE', key, '(' .. int(cutoff), '+inf', 'WITHSCORES', 'LIMIT', 0, 1) end
+  return redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+end
+
 local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
   local cutoff = now - window_ms
   local used, base, last_time = 0, 0, now
   local newest, newest_total, newest_cost, oldest_time, oldest_total
+  -- Entries that have left the window are trimmed when a call is allowed, as the
+  -- memory log is, and never on a refusal or a peek: a clock that steps back
+  -- afterwards finds them still counted, and no window reopens.
   local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  if head[1] and tonumber(head[2]) <= cutoff then
-    -- Trimming what has left the window changes no decision, now or later;
-    -- only a log whose oldest entry has left has anything to trim.
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-    head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  end
+  local stale = head[1] ~= nil and tonumber(head[2]) <= cutoff
+  if stale then head = first_live(key, cutoff, true) end
   if head[1] then
     local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     if not (log_entry(tail[1]) and log_entry(head[1])) then
       migrate_log(key)
       tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-      head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      head = first_live(key, cutoff, stale)
     end
     newest = tail[1]
     newest_total, newest_cost = log_entry(newest)
@@ -177,6 +182,7 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
     local commit = nil
     if not peek then
       commit = function(ttl)
+        if stale then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(cutoff)) end
         if newest and newest_total + cost >= MAX_TOTAL then
           rebase_log(key, base)
           newest = pair(newest_total - base, newest_cost)
@@ -205,7 +211,8 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
     retry_after = oldest_time + window_ms - now
   elseif used > 0 and newest_total >= target then
     -- Totals ascend with rank: rank lo's is below the target, rank hi's reaches it.
-    local lo, hi = 0, redis.call('ZCARD', key) - 1
+    local lo = stale and redis.call('ZCOUNT', key, '-inf', int(cutoff)) or 0
+    local hi = redis.call('ZCARD', key) - 1
     while hi - lo > 1 do
       local mid = floor((lo + hi) / 2)
       local total = log_entry(redis.call('ZRANGE', key, mid, mid)[1])
