@@ -105,10 +105,13 @@ local function log_entry(member)
   return tonumber(total), tonumber(cost)
 end
 
--- sluice before this layout named one member per call, 'cost:batch:call'. Such a
--- log (or one that old and new instances wrote together, in a rolling upgrade)
--- is rewritten once into entries with totals: same times, same costs, same expiry.
-local function migrate_log(key)
+-- Rewrites the log with totals counted from 0: the same times, costs and
+-- expiry. It reads either layout, so it serves two ends: restarting totals
+-- that near 2^53 (once a commit has trimmed what left the window), and a log
+-- that sluice wrote before this layout, one member per call named
+-- 'cost:batch:call' (or one that old and new instances wrote together, in a
+-- rolling upgrade), which it turns into entries.
+local function rewrite_log(key)
   local ttl = redis.call('PTTL', key)
   local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   redis.call('DEL', key)
@@ -124,16 +127,6 @@ local function migrate_log(key)
   end
   if time ~= nil then redis.call('ZADD', key, time, pair(total, cost)) end
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-end
-
--- Rewrites the log with totals counted from `base`: the same entries, times and costs.
-local function rebase_log(key, base)
-  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  redis.call('DEL', key)
-  for i = 1, #entries, 2 do
-    local total, cost = log_entry(entries[i])
-    redis.call('ZADD', key, entries[i + 1], pair(total - base, cost))
-  end
 end
 
 -- The oldest entry still in the window, past `stale` ones at or before the cutoff.
@@ -154,16 +147,18 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
   if stale then head = first_live(key, cutoff, true) end
   if head[1] then
     local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if not (log_entry(tail[1]) and log_entry(head[1])) then
-      migrate_log(key)
+    local oldest_cost
+    newest_total, newest_cost = log_entry(tail[1])
+    oldest_total, oldest_cost = log_entry(head[1])
+    if not (newest_total and oldest_total) then
+      rewrite_log(key)
       tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
       head = first_live(key, cutoff, stale)
+      newest_total, newest_cost = log_entry(tail[1])
+      oldest_total, oldest_cost = log_entry(head[1])
     end
     newest = tail[1]
-    newest_total, newest_cost = log_entry(newest)
     last_time = tonumber(tail[2])
-    local oldest_cost
-    oldest_total, oldest_cost = log_entry(head[1])
     oldest_time = tonumber(head[2])
     base = oldest_total - oldest_cost
     used = newest_total - base
@@ -184,7 +179,7 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
       commit = function(ttl)
         if stale then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(cutoff)) end
         if newest and newest_total + cost >= MAX_TOTAL then
-          rebase_log(key, base)
+          rewrite_log(key)
           newest = pair(newest_total - base, newest_cost)
           newest_total = newest_total - base
         end
