@@ -326,9 +326,18 @@ function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
       new Promise<void>((resolve) => {
         runner = runnerFor(client)
         if (client.status === 'ready') return resolve()
-        // Wait for the first connection, but never longer than a connect timeout.
-        const timer = setTimeout(resolve, 2000)
-        client.once('ready', () => { clearTimeout(timer); resolve() })
+        // Wait for the first connection, but never longer than a connect timeout,
+        // and not at all once it has failed: calls then fail at once, naming the
+        // connection's error, instead of timing out on a refused connection.
+        const settle = (): void => {
+          clearTimeout(timer)
+          client.off('ready', settle)
+          client.off('error', settle)
+          resolve()
+        }
+        const timer = setTimeout(settle, 2000)
+        client.once('ready', settle)
+        client.once('error', settle)
       }),
   )
   const deferred: ScriptRunner = {
