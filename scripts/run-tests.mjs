@@ -4,6 +4,7 @@
 import { spawnSync } from 'node:child_process'
 import { readdirSync } from 'node:fs'
 import { join, relative } from 'node:path'
+import { ensureSystemPackages } from './system-packages.mjs'
 
 const root = new URL('..', import.meta.url).pathname
 const only = process.argv.slice(2)
@@ -24,6 +25,8 @@ if (files.length === 0) {
   console.error(`no test files match ${only.join(' ')}`)
   process.exit(1)
 }
+// A package that stays missing fails the suites that need it, saying so; the rest still run.
+ensureSystemPackages()
 const result = spawnSync(
   process.execPath,
   ['--import', 'tsx', '--test', '--test-reporter=spec', '--test-concurrency=2', ...files],
