@@ -118,10 +118,16 @@ export async function offer(count: number, intervalMs: number, send: (index: num
   return Promise.all(pending)
 }
 
-/** Refusals in each window after the first window that saw any request. */
-export function refusalsAfterFirstWindow(server: LimitedServer): number[] {
+/**
+ * Refusals in each window after the first window that saw any request, or with
+ * `fromFirstRefusal`, after the window of the first refusal: a client that the
+ * server tells nothing but `Retry-After` learns the limit from its first 429,
+ * and on a slow machine the requests it sent before can reach a second window.
+ */
+export function refusalsAfterFirstWindow(server: LimitedServer, fromFirstRefusal = false): number[] {
   const windows = server.arrivals.map((arrival) => Math.floor(arrival.at / server.windowMs))
-  const first = Math.min(...windows)
+  const refusals = server.arrivals.filter((arrival) => arrival.status !== 200).map((arrival) => Math.floor(arrival.at / server.windowMs))
+  const first = fromFirstRefusal && refusals.length > 0 ? Math.min(...refusals) : Math.min(...windows)
   const last = Math.max(...windows)
   const counts: number[] = []
   for (let window = first + 1; window <= last; window++) counts.push(server.refusedByWindow.get(window) ?? 0)
