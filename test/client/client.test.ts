@@ -31,7 +31,8 @@ describe('the client against servers that announce their limits in each dialect'
       // The Retry-After dialects announce no quota: the client learns from its first 429.
       const perWindow = refusalsAfterFirstWindow(guarded, dialect.startsWith('retry-after'))
       t.diagnostic(`${dialect}: without the client ${bare.refused} x 429 of ${OFFERED}; with it ${guarded.refused} x 429 (${perWindow.join(' ')} per window after the first), all ${statuses.length} completed with 200`)
-      assert.ok(withoutClient.filter((status) => status === 429).length >= 100, `${dialect}: the bare load is refused hundreds of times`)
+      // The load is well over the limit (a slow machine offers less than 10x, so not a fixed count).
+      assert.ok(withoutClient.filter((status) => status === 429).length >= LIMIT, `${dialect}: without the client, more than a window's limit is refused`)
       assert.deepEqual(statuses.filter((status) => status !== 200), [], `${dialect}: every request completes`)
       assert.ok(perWindow.every((refusals) => refusals <= 1), `${dialect}: at most one 429 per window after the first: ${perWindow.join(' ')}`)
       assert.equal(guarded.admitted, OFFERED)
