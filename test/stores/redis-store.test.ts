@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
 import { Limiter, MemoryStore, RedisStore, redisKey, type Decision, type Policy, type Store } from '../../src/index.ts'
 import { handWritten, randomTraces, replay, type Trace } from '../conformance/traces.ts'
-import type { RedisOptions } from 'ioredis'
+import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { freePort, scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
 
 const traces: Trace[] = [...handWritten, ...randomTraces(80, 7)]
@@ -317,6 +317,36 @@ describe('RedisStore on a URL it cannot use', () => {
       await wrongPassword.close()
       await nobody.close()
       for (const store of closing) await store.close()
+    }
+  })
+})
+
+describe('RedisStore on a client of yours that re-sends commands after a reconnect', () => {
+  it('warns once at construction, naming the setting; a client set up for a limiter, node-redis and a URL get no warning', async () => {
+    const port = await freePort()
+    const options = { host: '127.0.0.1', port, lazyConnect: true }
+    const clients = [new Redis(options), new Redis({ ...options, autoResendUnfulfilledCommands: false })]
+    const cluster = [new Cluster([{ host: '127.0.0.1', port }], { lazyConnect: true }), new Cluster([{ host: '127.0.0.1', port }], { lazyConnect: true, redisOptions: { autoResendUnfulfilledCommands: false } })]
+    const nodeRedis = createClient({ url: `redis://127.0.0.1:${port}` })
+    const warned = (client: unknown): string[] => {
+      const warnings: string[] = []
+      new RedisStore({ client: client as Redis, onWarning: (message) => warnings.push(message) })
+      return warnings
+    }
+    try {
+      const [defaults, forLimiter] = clients.map(warned)
+      assert.equal(defaults?.length, 1)
+      assert.match(defaults?.[0] ?? '', /autoResendUnfulfilledCommands.*charged, again/)
+      assert.deepEqual(forLimiter, [])
+      const [clusterDefaults, clusterForLimiter] = cluster.map(warned)
+      assert.equal(clusterDefaults?.length, 1)
+      assert.deepEqual(clusterForLimiter, [])
+      assert.deepEqual(warned(nodeRedis), [])
+      const fromUrl: string[] = []
+      await new RedisStore({ url: `redis://127.0.0.1:${port}`, onWarning: (message) => fromUrl.push(message) }).close()
+      assert.deepEqual(fromUrl, [])
+    } finally {
+      for (const client of [...clients, ...cluster]) client.disconnect()
     }
   })
 })

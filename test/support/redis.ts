@@ -46,7 +46,7 @@ export async function startRedis(extraArgs: string[] = []): Promise<RedisServer>
         port,
         url: `redis://127.0.0.1:${port}`,
         client(options) {
-          const settings: RedisOptions = { host: '127.0.0.1', port, maxRetriesPerRequest: 1, ...options }
+          const settings: RedisOptions = { host: '127.0.0.1', port, maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false, ...options }
           // ioredis's overloads reject an optional `replyMapping` under exactOptionalPropertyTypes.
           const client = new Redis(settings as never)
           client.on('error', () => {})

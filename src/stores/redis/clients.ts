@@ -87,6 +87,18 @@ function explainingFailures(runner: ScriptRunner, connectionError: () => string 
   }
 }
 
+/**
+ * Whether the client re-sends the commands that were in flight when its
+ * connection dropped (ioredis's default, `autoResendUnfulfilledCommands`): a
+ * decision that Redis had already made would then be made, and charged, twice.
+ */
+export function resendsAfterReconnect(client: unknown): boolean {
+  if (!isIoredis(client)) return false
+  const { options, isCluster } = client as { options?: { autoResendUnfulfilledCommands?: boolean; redisOptions?: { autoResendUnfulfilledCommands?: boolean } }; isCluster?: boolean }
+  const setting = isCluster === true ? options?.redisOptions?.autoResendUnfulfilledCommands : options?.autoResendUnfulfilledCommands
+  return setting !== false
+}
+
 function isIoredis(client: unknown): client is IoredisClient {
   return typeof client === 'object' && client !== null && typeof (client as IoredisClient).defineCommand === 'function'
 }

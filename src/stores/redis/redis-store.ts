@@ -8,7 +8,7 @@ import { ArgumentError, SluiceError } from '../../core/errors.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import type { Store, StoreCall } from '../store.ts'
-import { runnerFor, trackConnectionErrors, type RedisClient, type ScriptRunner } from './clients.ts'
+import { resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type ScriptRunner } from './clients.ts'
 
 export type { RedisClient, IoredisClient, NodeRedisClient } from './clients.ts'
 
@@ -118,6 +118,9 @@ export class RedisStore implements Store {
       this.runner = runnerFor(options.client)
       this.ready = Promise.resolve()
       this.owned = false
+      if (resendsAfterReconnect(options.client)) {
+        this.warn('sluice: this ioredis client re-sends the commands in flight when its connection drops (autoResendUnfulfilledCommands, true by default): a decision Redis already made can be made, and charged, again. Create it with { autoResendUnfulfilledCommands: false } (and a commandTimeout), or pass { url } and let the store open its connection.')
+      }
     }
   }
 
