@@ -87,7 +87,7 @@ describe('sluiceFastify with @fastify/websocket', () => {
   it('limits WebSocket connections on websocket routes: past the limit the upgrade gets the 429', async () => {
     const app = Fastify({ logger: false })
     await app.register(fastifyWebsocket)
-    await app.register(sluiceFastify, { rules: [{ name: 'connects', policies: { algorithm: 'fixed-window', name: 'connects', limit: 2, windowMs: 60_000 } }] })
+    await app.register(sluiceFastify, { rules: [{ name: 'connects', policies: { algorithm: 'sliding-log', name: 'connects', limit: 2, windowMs: 60_000 } }] })
     app.get('/chat', { websocket: true }, (socket) => { socket.on('message', (data: Buffer) => socket.send(`echo ${String(data)}`)) })
     await app.listen({ port: 0, host: '127.0.0.1' })
     try {

@@ -172,6 +172,7 @@ describe('store failures under load (real redis-server)', () => {
       store,
       prefix: 'down',
       policies: { algorithm: 'fixed-window', limit: 10, windowMs: 60_000 },
+      clock: () => 90_000, // the fallback's five calls in one window, wherever the wall clock is
       storeTimeoutMs: 100,
       expectedInstances: 3,
       circuit: { failures: 1, probeIntervalMs: 60_000 },
@@ -190,8 +191,10 @@ describe('store failures under load (real redis-server)', () => {
     const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
     const policy = { algorithm: 'fixed-window', limit: 3, windowMs: 60_000, name: 'api' } as const
     const fallbackStore = new MemoryStore()
-    const alone = new Limiter({ store: down, policies: policy, fallbackStore, circuit: { failures: 1, probeIntervalMs: 60_000 } })
-    const withLogin = new Limiter({ store: down, policies: [policy, { algorithm: 'fixed-window', limit: 10, windowMs: 60_000, name: 'login' }], fallbackStore })
+    // One instant for all four calls: on the wall clock they could straddle a minute's boundary.
+    const clock = () => 90_000
+    const alone = new Limiter({ store: down, policies: policy, fallbackStore, clock, circuit: { failures: 1, probeIntervalMs: 60_000 } })
+    const withLogin = new Limiter({ store: down, policies: [policy, { algorithm: 'fixed-window', limit: 10, windowMs: 60_000, name: 'login' }], fallbackStore, clock })
     const allowed = []
     for (const limiter of [alone, withLogin, alone, withLogin]) allowed.push((await limiter.limit('k')).allowed)
     assert.deepEqual(allowed, [true, true, true, false])
