@@ -17,7 +17,7 @@ const [framework, limiter, redisUrl] = process.argv.slice(2) as [string, string,
 const HUGE = 1_000_000_000
 // Per client IP, one minute, never reached: the cost of deciding, not of refusing.
 const rules = [{ name: 'api', policies: { algorithm: 'fixed-window' as const, limit: HUGE, windowMs: 60_000, name: 'api' } }]
-const store: Store | undefined = limiter === 'sluice-redis' ? new RedisStore({ client: new Redis(redisUrl as string) }) : undefined
+const store: Store | undefined = limiter === 'sluice-redis' ? new RedisStore({ client: new Redis(redisUrl as string, { autoResendUnfulfilledCommands: false }) }) : undefined
 const sluiceOptions = { rules, onWarning: () => {}, ...(store ? { store } : {}) }
 
 if (framework === 'express') {
