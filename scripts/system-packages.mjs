@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // The Debian packages the test suite runs, installed when missing (DESIGN.md:
-// `npm test` installs what a fresh machine lacks). Run by scripts/run-tests.mjs
-// before the tests, and on its own by .ci/run. SLUICE_NO_INSTALL=1 only reports.
+// `npm test` installs what a fresh machine lacks), by scripts/run-tests.mjs
+// before the tests; `node scripts/system-packages.mjs` alone exits 1 while any
+// is missing. SLUICE_NO_INSTALL=1 only reports.
 //   redis-server       the Redis suites start their own servers on loopback ports
 //   prometheus         promtool checks the gateway's alert rules (a structural check otherwise)
 //   openssl            the gateway's HTTPS test makes its certificate
