@@ -11,9 +11,10 @@ import type { AddressInfo } from 'node:net'
 import { Agent, type Dispatcher } from 'undici'
 
 const upstream = `http://127.0.0.1:${process.argv[2] ?? '0'}`
+const host = new URL(upstream).host
 const agent = new Agent({ keepAliveTimeout: 5000, connections: 256 })
 const server = createServer((req, res) => {
-  agent.dispatch({ origin: upstream, path: req.url ?? '/', method: req.method as Dispatcher.HttpMethod, headers: { host: new URL(upstream).host } }, {
+  agent.dispatch({ origin: upstream, path: req.url ?? '/', method: req.method as Dispatcher.HttpMethod, headers: { host } }, {
     onRequestStart() {},
     onResponseStart(_controller, statusCode, headers) { res.writeHead(statusCode, headers as Record<string, string>) },
     onResponseData(_controller, chunk) { res.write(chunk) },
