@@ -438,9 +438,15 @@ function tunnel(client: Socket, upstream: Duplex): void {
   client.pipe(upstream)
 }
 
+const KEEP_ALIVE: ReadonlySet<string> = new Set(['keep-alive'])
+const CLOSE: ReadonlySet<string> = new Set(['close'])
+
 /** Header names a `Connection` field lists: hop-by-hop for this message. */
 function connectionTokens(value: string | string[] | undefined): ReadonlySet<string> {
   if (value === undefined) return NONE
+  // Nearly every message says one of these: no set built per message for them.
+  if (value === 'keep-alive' || value === 'Keep-Alive') return KEEP_ALIVE
+  if (value === 'close' || value === 'Close') return CLOSE
   return new Set(String(value).split(',').map((token) => token.trim().toLowerCase()).filter((token) => token !== ''))
 }
 

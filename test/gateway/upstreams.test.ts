@@ -4,7 +4,7 @@
  * failing, their connections dropped).
  */
 import assert from 'node:assert/strict'
-import { createServer, type Server } from 'node:http'
+import { createServer, request as httpRequest, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import parsePrometheus from 'parse-prometheus-text-format'
@@ -252,5 +252,46 @@ ${['pool', 'post', 'patch', 'put'].map((name) => `
       assert.equal((await garbled.json() as { detail: string }).detail, 'The upstream answered with a response that is not valid HTTP.', garble.slice(0, 60))
     }
     assert.deepEqual((await series('sluice_upstream_failures_total', ['route', 'failure'])).filter(([route]) => route === 'garbled'), [['garbled', 'invalid', String(garbles.length)]])
+  })
+})
+
+describe('gateway: hop-by-hop fields', () => {
+  it('drops the fields a Connection header lists, both ways, in any spelling; passes the rest', async () => {
+    const seen: Array<Record<string, string | string[] | undefined>> = []
+    const server = createServer((req, res) => {
+      seen.push(req.headers)
+      const listed = req.url === '/listed'
+      res.writeHead(200, { connection: listed ? 'keep-alive, X-Upstream-Hop' : 'keep-alive', 'x-upstream-hop': 'internal', 'keep-alive': 'timeout=77', 'x-kept': 'yes' })
+      res.end('ok')
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const gateway = await startGateway(withRoutes(`
+  - name: all
+    upstream: http://127.0.0.1:${(server.address() as AddressInfo).port}`))
+    try {
+      const send = (path: string, connection: string) => new Promise<{ headers: Record<string, string | string[] | undefined> }>((resolve, reject) => {
+        const port = Number(new URL(gateway.url).port)
+        const request = httpRequest({ host: '127.0.0.1', port, path, headers: { connection, 'x-client-hop': 'secret', 'x-client-kept': 'yes' } }, (response) => {
+          response.resume()
+          response.on('end', () => resolve({ headers: response.headers }))
+        })
+        request.on('error', reject)
+        request.end()
+      })
+      const listed = await send('/listed', 'keep-alive, X-Client-Hop')
+      assert.equal(seen[0]?.['x-client-hop'], undefined, 'a field the client listed in Connection never reaches the upstream')
+      assert.equal(seen[0]?.['x-client-kept'], 'yes')
+      assert.equal(listed.headers['x-upstream-hop'], undefined, 'a field the upstream listed never reaches the client')
+      assert.equal(listed.headers['x-kept'], 'yes')
+      // Connection: keep-alive alone (the common message) lists no other field: both pass.
+      const plain = await send('/plain', 'Keep-Alive')
+      assert.equal(seen[1]?.['x-client-hop'], 'secret')
+      assert.equal(plain.headers['x-upstream-hop'], 'internal')
+      assert.notEqual(plain.headers['keep-alive'], 'timeout=77', "the upstream's Keep-Alive is about its own connection, not the client's")
+    } finally {
+      await gateway.stop()
+      server.closeAllConnections()
+      server.close()
+    }
   })
 })
