@@ -35,7 +35,9 @@ export class PolicyError extends SluiceError {
 
   constructor(field: string, value: unknown, problem: string, policy?: string) {
     const where = policy === undefined ? '' : `policy "${policy}": `
-    super('ERR_SLUICE_POLICY', `${where}${field} ${problem} (got ${describe(value)})`)
+    // A missing field needs no "(got undefined)": "limit is required" says it.
+    const got = value === undefined && problem === 'is required' ? '' : ` (got ${describe(value)})`
+    super('ERR_SLUICE_POLICY', `${where}${field} ${problem}${got}`)
     this.policy = policy
     this.field = field
     this.value = value

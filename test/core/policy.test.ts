@@ -20,7 +20,7 @@ describe('policy validation', () => {
     policyError({ algorithm: 'sliding-window', limit: 5, windowMs: Infinity }, 'windowMs', /finite number \(got Infinity\)/)
     policyError({ algorithm: 'token-bucket', capacity: 1.5, refillTokens: 1, refillIntervalMs: 1 }, 'capacity', /positive integer \(got 1.5\)/)
     policyError({ algorithm: 'token-bucket', capacity: '10', refillTokens: 1, refillIntervalMs: 1 }, 'capacity', /got "10"/)
-    policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1 }, 'refillIntervalMs', /is required/)
+    policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1 }, 'refillIntervalMs', /refillIntervalMs is required$/)
     policyError({ algorithm: 'leaky-bucket', capacity: 10, leakTokens: 1, leakIntervalMs: 0 }, 'leakIntervalMs', /got 0/)
     policyError({ algorithm: 'leaky-bucket', capacity: 10, leakTokens: 1, leakIntervalMs: 10, mode: 'queue' }, 'mode', /police, shape/)
     policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 10, refill: 'lazy' }, 'refill', /greedy, interval/)
