@@ -24,7 +24,8 @@ const NEEDED = [
 export function ensureSystemPackages() {
   const missing = NEEDED.filter((need) => !need.present()).map((need) => need.pkg)
   if (missing.length === 0) return []
-  const command = `apt-get install -y --no-install-recommends ${missing.join(' ')}`
+  const install = (quiet) => `apt-get install -y ${quiet}--no-install-recommends ${missing.join(' ')}`
+  const command = install('')
   const root = process.getuid?.() === 0
   const sudo = !root && onPath('sudo') && spawnSync('sudo', ['-n', 'true'], { stdio: 'ignore' }).status === 0
   if (process.env.SLUICE_NO_INSTALL === '1' || !onPath('apt-get') || (!root && !sudo)) {
@@ -33,7 +34,7 @@ export function ensureSystemPackages() {
   }
   console.error(`sluice tests: installing ${missing.join(', ')} (Debian packages the suite runs)`)
   const prefix = root ? '' : 'sudo '
-  const run = spawnSync('sh', ['-c', `${prefix}apt-get update -qq && DEBIAN_FRONTEND=noninteractive ${prefix}${command.replace('-y', '-y -qq')} >/dev/null`], { stdio: 'inherit' })
+  const run = spawnSync('sh', ['-c', `${prefix}apt-get update -qq && DEBIAN_FRONTEND=noninteractive ${prefix}${install('-qq ')} >/dev/null`], { stdio: 'inherit' })
   if (run.status !== 0) console.error(`sluice tests: apt-get failed (exit ${run.status}); install by hand: sudo ${command}`)
   return NEEDED.filter((need) => !need.present()).map((need) => need.pkg)
 }

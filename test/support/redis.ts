@@ -87,7 +87,7 @@ async function spawnRedis(port: number, extraArgs: string[]): Promise<Spawned> {
   let output = ''
   child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
   child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  if (await waitForPing(port, child)) return { ok: true, child, dir }
+  if (await waitUntilServing(port, child)) return { ok: true, child, dir }
   await stopProcess(child)
   rmSync(dir, { recursive: true, force: true })
   return { ok: false, output }
@@ -98,7 +98,7 @@ async function spawnRedis(port: number, extraArgs: string[]): Promise<Spawned> {
  * that took the port between freePort() and the bind would answer PING too, and
  * two suites sharing one dataset (one of them killing it) decide wrongly at random.
  */
-async function waitForPing(port: number, child: ChildProcess): Promise<boolean> {
+async function waitUntilServing(port: number, child: ChildProcess): Promise<boolean> {
   const deadline = Date.now() + 5000
   while (Date.now() < deadline && child.exitCode === null) {
     const probe = spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'INFO', 'server'], { encoding: 'utf8', timeout: 1000 })

@@ -338,7 +338,7 @@ function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
           client.off('error', settle)
           resolve()
         }
-        const timer = setTimeout(settle, 2000)
+        const timer = setTimeout(settle, LIMITER_CLIENT_OPTIONS.connectTimeout)
         client.once('ready', settle)
         client.once('error', settle)
       }),
