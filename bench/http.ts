@@ -25,6 +25,7 @@ import { emit, QUICK } from './report.ts'
 const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 3))
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 5))
 const CONNECTIONS = 50
+const VARIANTS = ['bare', 'noop', 'peer', 'sluice-memory', 'sluice-redis']
 
 interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number; cpuUsPerRequest: number | undefined }
 
@@ -88,7 +89,10 @@ try {
     const rows: Record<string, Row> = {}
     const samples: Record<string, Row[]> = {}
     for (let round = 0; round < ROUNDS; round++) {
-      for (const limiter of ['bare', 'noop', 'peer', 'sluice-memory', 'sluice-redis']) (samples[limiter] ??= []).push(await measure(framework, limiter, redis.url))
+      // Each round starts with the next variant, so none always takes the same place in the sequence
+      // (trials here measured the first server of a round slowest more often than chance, cause not found).
+      const order = VARIANTS.map((_, i) => VARIANTS[(i + round) % VARIANTS.length] as string)
+      for (const limiter of order) (samples[limiter] ??= []).push(await measure(framework, limiter, redis.url))
     }
     for (const [limiter, runs] of Object.entries(samples)) rows[limiter] = median(runs)
     const bare = rows.bare as Row
