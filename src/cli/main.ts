@@ -321,8 +321,9 @@ function check(args: readonly string[], out: (line: string) => void): number {
   try {
     parsed = JSON.parse(args[0] as string)
   } catch (error) {
+    // The policy is the input, as a config file is to check-config: malformed input is exit 1.
     out(`sluice check: not valid JSON: ${(error as Error).message}`)
-    return 2
+    return 1
   }
   try {
     out(JSON.stringify(resolvePolicies(parsed), null, 2))

@@ -85,13 +85,15 @@ describe('package', () => {
     }
   })
 
-  it('ships a sluice bin: version, check, demo, and exit 2 on an unknown command', () => {
+  it('ships a sluice bin: version, check (exit 1 for a bad policy, malformed JSON included), demo, and exit 2 on bad usage', () => {
     const bin = new URL('../../dist/cli/main.js', import.meta.url).pathname
     const run = (...args: string[]) => execFileSync(process.execPath, [bin, ...args], { encoding: 'utf8' })
     assert.match(run('version'), /^\d+\.\d+\.\d+/)
     assert.match(run('check', '{"algorithm":"fixed-window","limit":5,"windowMs":1000}'), /"name": "fixed-window:5\/1s"/)
     assert.match(run('demo'), /sliding-log:5\/1s/)
     assert.throws(() => run('check', '{"algorithm":"fixed-window","limit":0,"windowMs":1000}'), (e: { status: number; stdout: string }) => e.status === 1 && /limit must be a positive integer/.test(e.stdout))
+    assert.throws(() => run('check', '{"algorithm":'), (e: { status: number; stdout: string }) => e.status === 1 && /not valid JSON/.test(e.stdout))
+    assert.throws(() => run('check'), (e: { status: number }) => e.status === 2)
     assert.throws(() => run('launch'), (e: { status: number }) => e.status === 2)
   })
 
