@@ -116,7 +116,7 @@ function delay() return math.floor(-mean * math.log(1 - math.random()) + 0.5) en
  * response's latency, so a first run, not counted, finds the latency to
  * subtract, and each run corrects the delay by the rate the last one achieved.
  * (The first run after a peak also shows the proxy settling: the Node ones
- * gave 2-3x their later p99 in it.)
+ * gave 2-6x their later p99 in it.)
  */
 function atRate(url: string, rate: number): { p50: number; p99: number; rps: number } {
   const script = join(dir, 'paced.lua')
