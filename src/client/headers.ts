@@ -45,6 +45,14 @@ export interface Announcement {
 
 const MAX_POLICIES = 16
 
+/**
+ * The longest wait believed from a `Retry-After`, or from a reset announced
+ * without a window: a day, the longest quota period APIs commonly announce.
+ * A longer one (a slip, or `2^53` from a broken server) is read as a day, so
+ * the partition is asked again then, rather than never in this process's life.
+ */
+export const LONGEST_BELIEVED_WAIT_MS = 86_400_000
+
 /** A case-insensitive header lookup: a fetch `Headers`, or undici's raw header object. */
 export type HeaderLookup = (name: string) => string | undefined
 
@@ -53,7 +61,7 @@ export function readAnnouncement(header: HeaderLookup, now: number): Announcemen
   const serverNow = dateOf(header('date')) ?? now
   const announcement: Announcement = { quotas: [] }
   const retryAfter = retryAfterMs(header('retry-after'), serverNow)
-  if (retryAfter !== undefined) announcement.retryAfterMs = retryAfter
+  if (retryAfter !== undefined) announcement.retryAfterMs = Math.min(retryAfter, LONGEST_BELIEVED_WAIT_MS)
   const advice = header('stripe-should-retry')?.trim().toLowerCase()
   if (advice === 'true' || advice === 'false') announcement.shouldRetry = advice === 'true'
   // A response served from a cache describes the quota as it was then (draft: ignore it).
@@ -69,11 +77,13 @@ export function readAnnouncement(header: HeaderLookup, now: number): Announcemen
  * count, the slowest, is gone by then). Believed, a server's slip (milliseconds
  * sent as seconds, an epoch sent as a delta) would stop the client sending to
  * it for as long as the slip says, years; read as two windows, the client asks
- * again then.
+ * again then. With no window to hold it against, a reset is believed up to
+ * LONGEST_BELIEVED_WAIT_MS.
  */
 function withinTwoWindows(quota: AnnouncedQuota): AnnouncedQuota {
-  if (quota.windowMs === undefined || quota.resetAfterMs === undefined || quota.resetAfterMs <= 2 * quota.windowMs) return quota
-  return { ...quota, resetAfterMs: 2 * quota.windowMs }
+  if (quota.resetAfterMs === undefined) return quota
+  const longest = quota.windowMs === undefined ? LONGEST_BELIEVED_WAIT_MS : 2 * quota.windowMs
+  return quota.resetAfterMs <= longest ? quota : { ...quota, resetAfterMs: longest }
 }
 
 /** `Retry-After`: delay-seconds, or an HTTP date read against the server's clock. */

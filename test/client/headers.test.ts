@@ -82,8 +82,18 @@ describe('reading announced limits', () => {
     // A sliding window's count is gone only at the end of the next window: up to two windows is believed.
     assert.equal(read({ 'RateLimit-Policy': '"api";q=200;w=60', RateLimit: '"api";r=199;t=119' }).quotas[0]?.resetAfterMs, 119_000)
     assert.equal(read({ RateLimit: 'limit=10, remaining=0, reset=60000', 'RateLimit-Policy': '10;w=60' }).quotas[0]?.resetAfterMs, 120_000)
-    // With no window announced there is nothing to hold the reset against.
-    assert.equal(read({ RateLimit: '"x";r=0;t=99999' }).quotas[0]?.resetAfterMs, 99_999_000)
+    // With no window announced there is nothing to hold the reset against but a day.
+    assert.equal(read({ RateLimit: '"x";r=0;t=86399' }).quotas[0]?.resetAfterMs, 86_399_000)
+    assert.equal(read({ RateLimit: '"x";r=0;t=99999' }).quotas[0]?.resetAfterMs, 86_400_000)
+    assert.equal(read({ 'RateLimit-Limit': '5', 'RateLimit-Remaining': '0', 'RateLimit-Reset': String(2 ** 53) }).quotas[0]?.resetAfterMs, 86_400_000)
+    // A window longer than a day holds its own resets: a monthly quota's reset is believed.
+    assert.equal(read({ 'RateLimit-Policy': '"month";q=1000;w=2592000', RateLimit: '"month";r=0;t=1728000' }).quotas[0]?.resetAfterMs, 1_728_000_000)
+  })
+
+  it('believes a Retry-After up to a day: a slip cannot silence the client for the rest of its life', () => {
+    assert.equal(read({ 'Retry-After': '86400' }).retryAfterMs, 86_400_000)
+    assert.equal(read({ 'Retry-After': '99999999999' }).retryAfterMs, 86_400_000)
+    assert.equal(read({ 'Retry-After': new Date(NOW + 10 * 86_400_000).toUTCString(), Date: new Date(NOW).toUTCString() }).retryAfterMs, 86_400_000)
   })
 
   it('ignores what it cannot read, and fields of a response served from a cache', () => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { PartitionQuota, retryDelayMs, type Announcement } from '../../src/client/index.ts'
+import { PartitionQuota, readAnnouncement, retryDelayMs, type Announcement } from '../../src/client/index.ts'
 
 const told = (remaining: number, resetAfterMs: number, extra: Partial<Announcement> = {}): Announcement => ({
   quotas: [{ name: 'default', limit: 5, remaining, resetAfterMs, windowMs: 10_000 }],
@@ -59,6 +59,22 @@ describe('the learned quota of one partition', () => {
     assert.equal(retryAt, 7_100)
     assert.deepEqual(quota.admit(200), { kind: 'wait', until: 7_100, reason: 'retry-after' })
     assert.equal(quota.admit(7_100).kind, 'go')
+  })
+
+  it('a server slip (Retry-After or a reset of years) silences the partition for a day at most, then it asks again', () => {
+    const DAY = 86_400_000
+    const slips: Array<Record<string, string>> = [
+      { 'retry-after': '99999999999' },
+      { 'ratelimit-limit': '5', 'ratelimit-remaining': '0', 'ratelimit-reset': String(2 ** 53) },
+      { 'x-ratelimit-limit': '5', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '999999999' },
+    ]
+    for (const fields of slips) {
+      const quota = new PartitionQuota(60_000)
+      quota.admit(0)
+      quota.settle(readAnnouncement((name) => fields[name], 0), 429, 0)
+      assert.equal(quota.admit(DAY - 1).kind, 'wait', JSON.stringify(fields))
+      assert.equal(quota.admit(DAY + 1_000).kind, 'go', JSON.stringify(fields))
+    }
   })
 
   it('a 429 without Retry-After waits for the announced reset', () => {
