@@ -115,8 +115,10 @@ function delay() return math.floor(-mean * math.log(1 - math.random()) + 0.5) en
  * median p99 of HALF_RUNS runs. A connection's cycle is its delay plus the
  * response's latency, so a first run, not counted, finds the latency to
  * subtract, and each run corrects the delay by the rate the last one achieved.
- * (The first run after a peak also shows the proxy settling: the Node ones
- * gave 2-6x their later p99 in it.)
+ * (The first run is also when a Node proxy opens its upstream connections
+ * again, their keep-alive lapsed while the other targets were measured: the
+ * Node ones gave 2-6x their later p99 in it, the gateway about half that with
+ * a keep-alive longer than the idle time.)
  */
 function atRate(url: string, rate: number): { p50: number; p99: number; rps: number } {
   const script = join(dir, 'paced.lua')
