@@ -67,7 +67,7 @@ export function readAnnouncement(header: HeaderLookup, now: number): Announcemen
   // A response served from a cache describes the quota as it was then (draft: ignore it).
   const age = Number(header('age') ?? '0')
   if (Number.isFinite(age) && age > 0) return announcement
-  announcement.quotas = (namedItems(header) ?? draft7(header) ?? draft6(header) ?? legacy(header, serverNow) ?? []).map(withinTwoWindows)
+  announcement.quotas = (namedItems(header) ?? draft7(header) ?? draft6(header) ?? legacy(header, serverNow) ?? []).map(withBelievableReset)
   return announcement
 }
 
@@ -80,7 +80,7 @@ export function readAnnouncement(header: HeaderLookup, now: number): Announcemen
  * again then. With no window to hold it against, a reset is believed up to
  * LONGEST_BELIEVED_WAIT_MS.
  */
-function withinTwoWindows(quota: AnnouncedQuota): AnnouncedQuota {
+function withBelievableReset(quota: AnnouncedQuota): AnnouncedQuota {
   if (quota.resetAfterMs === undefined) return quota
   const longest = quota.windowMs === undefined ? LONGEST_BELIEVED_WAIT_MS : 2 * quota.windowMs
   return quota.resetAfterMs <= longest ? quota : { ...quota, resetAfterMs: longest }
