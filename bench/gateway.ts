@@ -109,6 +109,8 @@ local mean = tonumber(os.getenv("MEAN_MS"))
 math.randomseed(os.time())
 function delay() return math.floor(-mean * math.log(1 - math.random()) + 0.5) end
 `
+const pacedScript = join(dir, 'paced.lua')
+writeFileSync(pacedScript, PACED_SCRIPT)
 
 /**
  * Latency at `rate` requests/s, spread as independent clients send them: the
@@ -120,22 +122,19 @@ function delay() return math.floor(-mean * math.log(1 - math.random()) + 0.5) en
  * Node ones gave 2-6x their later p99 in it, the gateway about half that with
  * a keep-alive longer than the idle time.)
  */
-function atRate(url: string, rate: number): { p50: number; p99: number; rps: number } {
-  const script = join(dir, 'paced.lua')
-  writeFileSync(script, PACED_SCRIPT)
+function atRate(url: string, rate: number): Peak {
   const cycleMs = (1000 * CONNECTIONS) / rate
   let delayMs = cycleMs
   const runs: Peak[] = []
   for (let i = 0; i <= HALF_RUNS; i++) {
-    const run = wrk(url, ['-s', script], { MEAN_MS: String(delayMs) })
+    const run = wrk(url, ['-s', pacedScript], { MEAN_MS: String(delayMs) })
     if (i > 0) runs.push(run)
     console.log(`  ${url} at ${rate.toFixed(0)}/s, ${i === 0 ? 'calibration' : `run ${i}`}: mean delay ${delayMs.toFixed(2)} ms, ${run.rps.toFixed(0)}/s, p99 ${run.p99.toFixed(2)} ms`)
     const latencyMs = (1000 * CONNECTIONS) / run.rps - delayMs
     delayMs = Math.max(0, cycleMs - latencyMs)
   }
   runs.sort((a, b) => a.p99 - b.p99)
-  const median = runs[Math.floor(runs.length / 2)] as Peak
-  return { p50: median.p50, p99: median.p99, rps: median.rps }
+  return runs[Math.floor(runs.length / 2)] as Peak
 }
 
 try {
@@ -182,7 +181,7 @@ routes:
       wrk(url) // warm-up (JIT, pools), not counted
       peaks[name] = wrk(url)
     }
-    const half: Record<string, ReturnType<typeof atRate>> = {}
+    const half: Record<string, Peak> = {}
     for (const name of ['nginx', 'bare', 'sluice'] as const) half[name] = atRate(targets[name], (peaks[name] as Peak).rps / 2)
 
     console.log(`${'target'.padEnd(28)}${'req/s'.padStart(10)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'half-peak p99 ms'.padStart(18)}`)

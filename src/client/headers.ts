@@ -51,7 +51,7 @@ const MAX_POLICIES = 16
  * A longer one (a slip, or `2^53` from a broken server) is read as a day, so
  * the partition is asked again then, rather than never in this process's life.
  */
-export const LONGEST_BELIEVED_WAIT_MS = 86_400_000
+const LONGEST_BELIEVED_WAIT_MS = 86_400_000
 
 /** A case-insensitive header lookup: a fetch `Headers`, or undici's raw header object. */
 export type HeaderLookup = (name: string) => string | undefined

@@ -293,7 +293,7 @@ describe('RedisStore on a URL it cannot use', () => {
     const observed: string[] = []
     const wrongPassword = new RedisStore({ url: `redis://:wrong-password@127.0.0.1:${redis.port}` })
     const nobody = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })
-    const closing: RedisStore[] = []
+    const refusing = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })
     try {
       const limiter = new Limiter({ store: wrongPassword, onStoreFailure: 'closed', policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, error) => observed.push(error?.message ?? '') } })
       // ioredis alone says "Stream isn't writeable and enableOfflineQueue options is false".
@@ -305,8 +305,6 @@ describe('RedisStore on a URL it cannot use', () => {
       // A refused connection fails the first decision at once, naming the refusal,
       // rather than holding it until storeTimeoutMs and calling it a timeout.
       observed.length = 0
-      const refusing = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })
-      closing.push(refusing)
       const refused = new Limiter({ store: refusing, onStoreFailure: 'closed', storeTimeoutMs: 1500, policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, error) => observed.push(error?.message ?? '') } })
       const first = await refused.limit('k')
       assert.equal(first.allowed, false)
@@ -316,7 +314,7 @@ describe('RedisStore on a URL it cannot use', () => {
     } finally {
       await wrongPassword.close()
       await nobody.close()
-      for (const store of closing) await store.close()
+      await refusing.close()
     }
   })
 })
