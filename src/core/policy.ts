@@ -198,6 +198,7 @@ function oneOf<T extends string>(
 
 function exactProduct(a: number, b: number, what: string, policy: string | undefined): void {
   if (a * b > MAX_EXACT) {
-    throw new PolicyError(what.split(' x ')[0] ?? what, a, `is too large: ${what} must stay below 2^53 for exact arithmetic`, policy)
+    // The product is what is too large: show the other factor too, or a huge window reads as a bad limit.
+    throw new PolicyError(what.split(' x ')[0] ?? what, a, `is too large: ${what} (${b}) must stay below 2^53 for exact arithmetic`, policy)
   }
 }

@@ -22,6 +22,8 @@ export interface Traffic {
 
 /** The most events one simulation replays, from a pattern or a CSV file. */
 const MAX_EVENTS = 5_000_000
+/** Longer than any recording: a span beyond it is a unit mistake (the simulated clock also ends at the year 9999). */
+const MAX_SPAN_MS = 100 * 365.25 * 24 * 3600 * 1000
 
 export const PATTERNS = ['steady', 'boundary-burst', 'morning-ramp', 'batch-spikes', 'attack'] as const
 export type PatternName = (typeof PATTERNS)[number]
@@ -175,6 +177,10 @@ export function parseCsv(text: string, name = 'csv'): Traffic {
     if (time < previous) {
       problems.push({ line: lineNumber, problem: `timestamp ${stamp} is earlier than the line before; sort the file by time` })
       continue
+    }
+    if (first !== undefined && time - first > MAX_SPAN_MS) {
+      problems.push({ line: lineNumber, problem: `timestamp ${stamp} is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds? They must be milliseconds` })
+      break
     }
     previous = time
     first ??= time

@@ -38,6 +38,8 @@ describe('policy validation', () => {
   it('refuses numbers too large for exact integer arithmetic', () => {
     policyError({ algorithm: 'token-bucket', capacity: 2 ** 40, refillTokens: 1, refillIntervalMs: 2 ** 20 }, 'capacity', /below 2\^53/)
     policyError({ algorithm: 'fixed-window', limit: 2 ** 60, windowMs: 1000 }, 'limit', /at most/)
+    // A modest limit over a huge window: the message shows the window, which is what to change.
+    policyError({ algorithm: 'sliding-window', limit: 100, windowMs: 2 ** 50 }, 'limit', /^limit is too large: limit x windowMs \(1125899906842624\) must stay below 2\^53 for exact arithmetic \(got 100\)$/)
   })
 
   it('derives readable names, accepts custom ones, and refuses duplicates', () => {

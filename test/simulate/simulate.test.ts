@@ -107,5 +107,7 @@ describe('CSV traffic', () => {
       return true
     })
     assert.throws(() => parseCsv('# nothing\n'), /no events/)
+    // Nanoseconds read as milliseconds: a span no recording has, and past the simulated clock's end.
+    assert.throws(() => parseCsv('0,a\n1000,a\n9007199254740991,a\n'), /line 3: timestamp 9007199254740991 is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds\? They must be milliseconds$/)
   })
 })
