@@ -7,7 +7,7 @@
  * instead, so the committed full results (which the README quotes) stay.
  *
  *   npm run bench                  (about 13 minutes on 2 cores)
- *   npm run bench -- --quick       (about 2 minutes: shorter rounds, fewer cells)
+ *   npm run bench -- --quick       (about 2.5 minutes: shorter rounds, fewer cells)
  *   npm run bench -- --only redis,algorithms
  *
  * Each benchmark's own output goes to bench/results.log.
