@@ -36,6 +36,7 @@ const CONNECTIONS = 64
 /** Requests per second per client that neither proxy reaches on this machine. */
 const RATE = 1_000_000
 const HALF_RUNS = 3
+const LABELS: Record<string, string> = { direct: 'direct to the upstream', nginx: 'nginx limit_req proxy', bare: 'bare Node proxy (no limit)', sluice: 'sluice gateway (memory)' }
 
 for (const tool of ['nginx', 'wrk']) {
   if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) {
@@ -186,7 +187,7 @@ routes:
 
     console.log(`${'target'.padEnd(28)}${'req/s'.padStart(10)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'half-peak p99 ms'.padStart(18)}`)
     for (const [name, peak] of Object.entries(peaks)) {
-      const label = { direct: 'direct to the upstream', nginx: 'nginx limit_req proxy', bare: 'bare Node proxy (no limit)', sluice: 'sluice gateway (memory)' }[name] ?? name
+      const label = LABELS[name] ?? name
       const h = half[name]
       console.log(`${label.padEnd(28)}${peak.rps.toFixed(0).padStart(10)}${peak.p50.toFixed(2).padStart(9)}${peak.p99.toFixed(2).padStart(9)}${(h === undefined ? '' : `${h.p99.toFixed(2)} @${h.rps.toFixed(0)}/s`).padStart(18)}${peak.errors + peak.non2xx > 0 ? `  (${peak.errors} socket errors, ${peak.non2xx} non-2xx)` : ''}`)
     }
@@ -198,12 +199,11 @@ routes:
       `sluice / bare Node proxy: ${(((peaks.sluice as Peak).rps / (peaks.bare as Peak).rps) * 100).toFixed(0)}%   (what the limit, headers, logs and metrics cost inside Node)`,
     ]
     console.log(`\n${notes.join('\n')}`)
-    const labels: Record<string, string> = { direct: 'direct to the upstream', nginx: 'nginx limit_req proxy', bare: 'bare Node proxy (no limit)', sluice: 'sluice gateway (memory)' }
     emit({
       bench: 'gateway',
       title: `Gateway: wrk 1 thread x ${CONNECTIONS} connections x ${SECONDS} s; p99 at half of each proxy's peak: wrk, the same connections each waiting a random time before each request, median of ${HALF_RUNS}`,
       columns: ['target', 'req/s', 'p50 ms', 'p99 ms', 'p99 at half peak', 'vs nginx'],
-      rows: Object.entries(peaks).map(([name, peak]) => [labels[name] ?? name, Math.round(peak.rps), peak.p50.toFixed(2), peak.p99.toFixed(2),
+      rows: Object.entries(peaks).map(([name, peak]) => [LABELS[name] ?? name, Math.round(peak.rps), peak.p50.toFixed(2), peak.p99.toFixed(2),
         half[name] === undefined ? '' : `${half[name]?.p99.toFixed(2)} ms @${half[name]?.rps.toFixed(0)}/s`, `${((peak.rps / (peaks.nginx as Peak).rps) * 100).toFixed(0)}%`]),
       notes,
     })

@@ -111,7 +111,7 @@ try {
       const vsPeer = limiter.startsWith('sluice') ? `${peerRatio.toFixed(2)}x` : ''
       const cpu = cpuCell(row, bare)
       if (limiter === 'bare-again') noise.push(`${framework} ${vsBare}`)
-      table.push([framework, label, Math.round(row.rps), row.p99, vsBare, limiter.startsWith('sluice') ? `${peerRatio.toFixed(2)}x` : '', cpu])
+      table.push([framework, label, Math.round(row.rps), row.p99, vsBare, vsPeer, cpu])
       console.log(`${framework.padEnd(10)}${label.padEnd(20).slice(0, 16)}${row.rps.toFixed(0).padStart(10)}${String(row.p99).padStart(9)}${vsBare.padStart(10)}${vsPeer.padStart(10)}  ${cpu}${row.errors + row.non2xx > 0 ? `  (${row.errors} errors, ${row.non2xx} non-2xx)` : ''}`)
     }
   }
