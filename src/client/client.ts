@@ -17,7 +17,7 @@ import type { Policy } from '../core/types.ts'
 import { checkPrefix, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver } from '../limiter/limiter.ts'
 import { StoreCallFailures, type StoreCallFailure } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
-import type { Store } from '../stores/store.ts'
+import { checkStore, type Store } from '../stores/store.ts'
 import { readAnnouncement, type Announcement, type HeaderLookup } from './headers.ts'
 import { PartitionQuota } from './quota.ts'
 import { InterceptedRequest } from './interceptor.ts'
@@ -203,10 +203,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     this.random = functionOr('random', options.random, Math.random)
     // Checked here, not when the first quota is shared: a prefix no limiter takes would stop the sharing without a word.
     const prefix = checkPrefix(options.prefix ?? 'sluice-client', MAX_PREFIX_LENGTH - ':quota'.length)
-    const store = options.store
-    if (store !== undefined && (typeof store !== 'object' || store === null || typeof store.consume !== 'function')) {
-      throw new ArgumentError('store', store, 'must be a MemoryStore, a RedisStore or another Store')
-    }
+    const store = options.store === undefined ? undefined : checkStore(options.store)
     // A failing store falls back to this process's own counts: the fleet no longer paces together, which its owner should hear.
     const failures = new StoreCallFailures((failure) => {
       if (this.listenerCount('storeFailed') > 0) this.emit('storeFailed', failure)

@@ -49,8 +49,9 @@ export class ArgumentError extends SluiceError {
   readonly argument: string
   readonly value: unknown
 
-  constructor(argument: string, value: unknown, problem: string) {
-    super('ERR_SLUICE_ARGUMENT', `${argument} ${problem} (got ${describe(value)})`)
+  /** `hint`, after the value: what the caller most likely meant. */
+  constructor(argument: string, value: unknown, problem: string, hint?: string) {
+    super('ERR_SLUICE_ARGUMENT', `${argument} ${problem} (got ${describe(value)})${hint === undefined ? '' : `; ${hint}`}`)
     this.argument = argument
     this.value = value
   }

@@ -223,7 +223,11 @@ export interface PipelineExtras {
  */
 export function createRateLimitPipeline(options: RateLimitOptions, extras: PipelineExtras = {}): (request: HttpRequest) => HttpOutcome | Promise<HttpOutcome> {
   if (typeof options !== 'object' || options === null || !Array.isArray(options.rules) || options.rules.length === 0) {
-    throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules')
+    // `policies` at the top, as the Limiter takes them, is the likely slip.
+    const hint = typeof options === 'object' && options !== null && 'policies' in options && !('rules' in options)
+      ? 'policies go in a rule: rules: [{ policies }]'
+      : undefined
+    throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules', hint)
   }
   rejectUnknown('a rate-limit option', options, OPTIONS)
   const warn = warningSink(options)

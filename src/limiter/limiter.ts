@@ -10,7 +10,7 @@ import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
-import { isSyncStore, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
+import { checkStore, isSyncStore, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
 import { BlockCache } from './block-cache.ts'
 import { Circuit, withTimeout, type CircuitOptions, type FailureReason } from './circuit.ts'
 import { combine } from './decision.ts'
@@ -145,10 +145,7 @@ export class Limiter {
       throw new ArgumentError('clock', options.clock, 'must be a function returning epoch milliseconds')
     }
     this.clock = options.clock
-    const store = options.store ?? new MemoryStore()
-    if (typeof store !== 'object' || store === null || typeof store.consume !== 'function') {
-      throw new ArgumentError('store', store, 'must be a MemoryStore, a RedisStore or another Store')
-    }
+    const store = options.store === undefined ? new MemoryStore() : checkStore(options.store)
     this.store = store
     this.local = isSyncStore(store) ? store : undefined
 

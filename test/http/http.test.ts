@@ -372,6 +372,7 @@ describe('HTTP configuration', () => {
   it('refuses at start-up what cannot work, naming it', async () => {
     const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
     assert.throws(() => createRateLimitHandler({ rules: [] }), /rules must be a non-empty array/)
+    assert.throws(() => createRateLimitHandler({ policies } as never), /rules must be a non-empty array of rules \(got undefined\); policies go in a rule: rules: \[\{ policies \}\]$/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], skipPaths: ['/x'] } as never), /skipPaths is not a rate-limit option/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { paths: '/x' } } as never] }), /paths is not a match option/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { path: 'api/**' } }] }), /must be path patterns starting with "\/"/)

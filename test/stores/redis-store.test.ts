@@ -278,6 +278,14 @@ describe('RedisStore', () => {
     assert.throws(() => new RedisStore({ url: 'redis:/admin:hunter2@127.0.0.1:6379' }), (error: Error) => error.message.includes('(got "redis:/***@127.0.0.1:6379")') && !error.message.includes('hunter2'))
     assert.throws(() => new RedisStore({ client: {} as never }), /ioredis Redis \/ Cluster or a node-redis client/)
     assert.throws(() => new RedisStore({ url: redis.url, timeout: 5 } as never), /timeout is not a RedisStore option/)
+    // What rate-limiter-flexible users reach for first: the client itself, or a URL, where the options go.
+    const client = redis.client()
+    assert.throws(() => new RedisStore(client as never), /options must be an object with "client" or "url" \(got an object\); pass the client as new RedisStore\(\{ client \}\)$/)
+    assert.throws(() => new RedisStore(createClient() as never), /pass the client as new RedisStore\(\{ client \}\)$/)
+    assert.throws(() => new RedisStore(redis.url as never), /; pass a URL as new RedisStore\(\{ url \}\)$/)
+    assert.throws(() => new RedisStore({ client: redis.url as never }), /\(got "redis:\/\/127\.0\.0\.1:\d+"\); a URL goes in url: new RedisStore\(\{ url \}\)$/)
+    assert.throws(() => new Limiter({ store: client as never, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1000 } }), /store must be a MemoryStore, a RedisStore or another Store \(got an object\); a Redis client goes in a RedisStore: store: new RedisStore\(\{ client \}\)$/)
+    assert.throws(() => new Limiter({ store: new Map() as never, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1000 } }), /another Store \(got an object\)$/)
   })
 })
 

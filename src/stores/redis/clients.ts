@@ -2,7 +2,7 @@
  * One narrow interface over the Redis clients sluice accepts, and a small shim
  * per driver. The store never looks at a driver again after this.
  */
-import { SluiceError } from '../../core/errors.ts'
+import { describe, SluiceError } from '../../core/errors.ts'
 import { LIMIT_SCRIPT, LIMIT_SHA } from './script.ts'
 
 type AnyFunction = (...args: never[]) => unknown
@@ -44,7 +44,10 @@ export interface ScriptRunner {
 
 export function runnerFor(client: unknown): ScriptRunner {
   const runner = isIoredis(client) ? ioredisRunner(client) : isNodeRedis(client) ? nodeRedisRunner(client) : undefined
-  if (runner === undefined) throw new SluiceError('ERR_SLUICE_REDIS_CLIENT', 'client must be an ioredis Redis / Cluster or a node-redis client / cluster')
+  if (runner === undefined) {
+    const hint = typeof client === 'string' ? '; a URL goes in url: new RedisStore({ url })' : ''
+    throw new SluiceError('ERR_SLUICE_REDIS_CLIENT', `client must be an ioredis Redis / Cluster or a node-redis client / cluster (got ${describe(client)})${hint}`)
+  }
   const connectionError = connectionErrors.get(client as object)
   return connectionError === undefined ? runner : explainingFailures(runner, connectionError)
 }

@@ -5,9 +5,10 @@
  */
 import { monotonicClock } from '../../core/clock.ts'
 import { ArgumentError, SluiceError } from '../../core/errors.ts'
+import { rejectUnknown } from '../../core/options.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
-import type { Store, StoreCall } from '../store.ts'
+import { looksLikeRedisClient, type Store, type StoreCall } from '../store.ts'
 import { resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type ScriptRunner } from './clients.ts'
 
 export type { RedisClient, IoredisClient, NodeRedisClient } from './clients.ts'
@@ -91,13 +92,12 @@ export class RedisStore implements Store {
 
   constructor(options: RedisStoreOptions) {
     if (typeof options !== 'object' || options === null) {
-      throw new ArgumentError('options', options, 'must be an object with "client" or "url"')
+      throw new ArgumentError('options', options, 'must be an object with "client" or "url"', typeof options === 'string' ? 'pass a URL as new RedisStore({ url })' : undefined)
     }
-    for (const [name, value] of Object.entries(options)) {
-      if (!OPTIONS.has(name) && value !== undefined) {
-        throw new ArgumentError(name, value, `is not a RedisStore option (known: ${[...OPTIONS].join(', ')})`)
-      }
+    if (looksLikeRedisClient(options)) {
+      throw new ArgumentError('options', options, 'must be an object with "client" or "url"', 'pass the client as new RedisStore({ client })')
     }
+    rejectUnknown('a RedisStore option', options, OPTIONS)
     if ((options.client === undefined) === (options.url === undefined)) {
       throw new ArgumentError('client', options.client, 'or url is required, and only one of them')
     }
