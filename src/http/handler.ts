@@ -223,10 +223,12 @@ export interface PipelineExtras {
  */
 export function createRateLimitPipeline(options: RateLimitOptions, extras: PipelineExtras = {}): (request: HttpRequest) => HttpOutcome | Promise<HttpOutcome> {
   if (typeof options !== 'object' || options === null || !Array.isArray(options.rules) || options.rules.length === 0) {
-    // `policies` at the top, as the Limiter takes them, is the likely slip.
-    const hint = typeof options === 'object' && options !== null && 'policies' in options && !('rules' in options)
-      ? 'policies go in a rule: rules: [{ policies }]'
-      : undefined
+    // The likely slips: `policies` at the top, as the Limiter takes them; the factory itself
+    // handed to the framework (`app.use(rateLimit)`), which then calls it with a request.
+    const given = typeof options === 'object' && options !== null ? options as object : {}
+    const hint = 'policies' in given && !('rules' in given) ? 'policies go in a rule: rules: [{ policies }]'
+      : 'socket' in given && 'rawHeaders' in given ? 'this is a request: call the factory with the options, as in app.use(rateLimit({ rules }))'
+        : undefined
     throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules', hint)
   }
   rejectUnknown('a rate-limit option', options, OPTIONS)

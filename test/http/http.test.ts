@@ -3,12 +3,14 @@
  * sockets, with the memory store and with Redis.
  */
 import assert from 'node:assert/strict'
-import { request as httpRequest } from 'node:http'
+import { IncomingMessage, request as httpRequest, ServerResponse } from 'node:http'
 import http2 from 'node:http2'
-import type { AddressInfo } from 'node:net'
+import { Socket, type AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import { createRateLimitHandler, MemoryStore, RedisStore, type Store } from '../../src/index.ts'
-import type { RateLimitOptions } from '../../src/http/adapters/node.ts'
+import { withRateLimit as withNodeRateLimit, type RateLimitOptions } from '../../src/http/adapters/node.ts'
+import { rateLimit } from '../../src/http/adapters/express.ts'
+import { withRateLimit as withFetchRateLimit } from '../../src/http/adapters/fetch.ts'
 import { createRateLimitPipeline, type HttpOutcome } from '../../src/http/handler.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { expressServer, fastifyServer, fetchServer, nodeServer, type StartServer } from './servers.ts'
@@ -373,6 +375,12 @@ describe('HTTP configuration', () => {
     const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
     assert.throws(() => createRateLimitHandler({ rules: [] }), /rules must be a non-empty array/)
     assert.throws(() => createRateLimitHandler({ policies } as never), /rules must be a non-empty array of rules \(got undefined\); policies go in a rule: rules: \[\{ policies \}\]$/)
+    // The factory handed to the framework as if it were the middleware: Express calls it with a request.
+    assert.throws(() => rateLimit(new IncomingMessage(new Socket()) as never), /rules must be a non-empty array of rules \(got undefined\); this is a request: call the factory with the options, as in app\.use\(rateLimit\(\{ rules \}\)\)$/)
+    assert.throws(() => withNodeRateLimit(undefined as never, { rules: [{ policies }] }), /listener must be a function \(req, res\) => \.\.\. \(got undefined\); withRateLimit wraps a listener/)
+    assert.throws(() => withNodeRateLimit(new IncomingMessage(new Socket()) as never, new ServerResponse(new IncomingMessage(new Socket())) as never), /listener must be a function .*\(got an object\); withRateLimit wraps a listener: createServer\(withRateLimit\(listener, \{ rules \}\)\)$/)
+    assert.throws(() => withFetchRateLimit({ rules: [{ policies }] } as never, { rules: [{ policies }] }), /handler must be a function \(request\) => Response \(got an object\); withRateLimit wraps a handler/)
+    assert.throws(() => withFetchRateLimit(() => new Response('ok'), { rules: [{ policies }] }, '127.0.0.1' as never), /remoteAddress must be a function .*\(got "127\.0\.0\.1"\)$/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], skipPaths: ['/x'] } as never), /skipPaths is not a rate-limit option/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { paths: '/x' } } as never] }), /paths is not a match option/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { path: 'api/**' } }] }), /must be path patterns starting with "\/"/)

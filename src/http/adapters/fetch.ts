@@ -4,6 +4,7 @@
  * client's address is passed in by the caller (Hono: `getConnInfo(c)`).
  */
 import { createRateLimitHandler, recordDecision, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { ArgumentError } from '../../core/errors.ts'
 import { normalizePath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -61,6 +62,10 @@ export function withRateLimit<Rest extends unknown[]>(
   options: RateLimitOptions,
   remoteAddress: (request: Request, ...rest: Rest) => string | undefined = () => undefined,
 ): (request: Request, ...rest: Rest) => Promise<Response> {
+  if (typeof handler !== 'function') {
+    throw new ArgumentError('handler', handler, 'must be a function (request) => Response', 'withRateLimit wraps a handler: withRateLimit(handler, { rules }, remoteAddress)')
+  }
+  if (typeof remoteAddress !== 'function') throw new ArgumentError('remoteAddress', remoteAddress, 'must be a function (request, ...rest) => string | undefined')
   const limiter = rateLimitFetch(options)
   return async function rateLimitedFetch(request, ...rest) {
     const { response, headers, settle } = await limiter.check(request, remoteAddress(request, ...rest))

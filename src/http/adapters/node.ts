@@ -9,7 +9,7 @@ import { ServerResponse, type IncomingMessage } from 'node:http'
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import type { Socket } from 'node:net'
 import { createRateLimitPipeline, isPromise, recordDecision, warningSink, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
-import { messageOf } from '../../core/errors.ts'
+import { ArgumentError, messageOf } from '../../core/errors.ts'
 import { requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -157,6 +157,9 @@ export function withRateLimit(
   listener: (req: never, res: never) => unknown,
   options: RateLimitOptions,
 ): (req: NodeRequest, res: NodeResponse) => void {
+  if (typeof listener !== 'function') {
+    throw new ArgumentError('listener', listener, 'must be a function (req, res) => ...', 'withRateLimit wraps a listener: createServer(withRateLimit(listener, { rules }))')
+  }
   const handle = listener as (req: NodeRequest, res: NodeResponse) => unknown
   const limit = nodeLimiter(options)
   const warn = warningSink(options)
