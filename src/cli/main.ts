@@ -235,7 +235,7 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     return 2
   }
   if (!/^rediss?:\/\//.test(url)) {
-    err(`sluice inspect: --redis must be a redis:// or rediss:// URL (got ${JSON.stringify(url)})`)
+    err(`sluice inspect: --redis must be a redis:// or rediss:// URL (got ${maskCredentials(JSON.stringify(url))})`)
     return 2
   }
   let config: Awaited<ReturnType<typeof loadConfig>> | undefined

@@ -111,6 +111,11 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     assert.match(wrongPassword.stderr, /cannot reach redis:\/\/\*\*\*@127\.0\.0\.1:\d+: WRONGPASS/)
     assert.doesNotMatch(wrongPassword.stderr, /hunter2/)
     assert.equal((await runCli(['inspect', 'user:bob'])).code, 2)
+    // A URL of the wrong scheme is refused the same way, its password masked too.
+    const wrongScheme = await runCli(['inspect', '--redis', 'https://admin:hunter2@127.0.0.1:6379', 'user:bob'])
+    assert.equal(wrongScheme.code, 2)
+    assert.match(wrongScheme.stderr, /--redis must be a redis:\/\/ or rediss:\/\/ URL \(got "https:\/\/\*\*\*@127\.0\.0\.1:6379"\)/)
+    assert.doesNotMatch(wrongScheme.stderr, /hunter2/)
   })
 
   it('logs, in its own log, that a Redis evicting keys when full can reset limits', async () => {
