@@ -119,7 +119,50 @@ export function describe(value: unknown): string {
   return `an object`
 }
 
-/** A URL's user and password masked wherever one appears in `text` (`redis://admin:pw@host` reads `redis://***@host`): errors land in logs. */
+/**
+ * A URL's user and password masked wherever one appears in `text`
+ * (`redis://admin:pw@host` reads `redis://***@host`): errors land in logs.
+ * What `/([a-z][a-z0-9+.-]*:\/{0,2})[^/@\s"]+@/gi` would replace with `$1***@`,
+ * in linear time: that regex backtracks quadratically over a long run of
+ * letters (a 1 MB config file given by mistake took minutes). Each `@` is
+ * looked back from only as far as the one before it, which no match crosses.
+ */
 export function maskCredentials(text: string): string {
-  return text.replace(/([a-z][a-z0-9+.-]*:\/{0,2})[^/@\s"]+@/gi, '$1***@')
+  let masked = ''
+  let copied = 0
+  for (let at = text.indexOf('@'); at !== -1; at = text.indexOf('@', at + 1)) {
+    let start = at
+    while (start > copied && !NOT_USERINFO.test(text[start - 1] as string)) start--
+    const secret = start < at ? secretStart(text, copied, start, at) : undefined
+    if (secret === undefined) continue
+    masked += `${text.slice(copied, secret)}***`
+    copied = at
+  }
+  return masked + text.slice(copied)
+}
+
+const NOT_USERINFO = /[\s/@"]/
+const SCHEME = /[a-z0-9+.-]/i
+const LETTER = /[a-z]/i
+
+/**
+ * Where the masked part of `text[start, at)` (no `/`, `@`, space or quote in
+ * it) begins: all of it after `scheme:/` or `scheme://`, else what follows the
+ * first `scheme:` inside it; undefined when neither is there.
+ */
+function secretStart(text: string, floor: number, start: number, at: number): number | undefined {
+  let slashes = start
+  while (slashes > floor && start - slashes < 2 && text[slashes - 1] === '/') slashes--
+  if (slashes < start && slashes - 1 > floor && text[slashes - 1] === ':') {
+    for (let i = slashes - 2; i >= floor && SCHEME.test(text[i] as string); i--) {
+      if (LETTER.test(text[i] as string)) return start
+    }
+  }
+  let letter = false
+  for (let i = start; i < at - 1; i++) {
+    const char = text[i] as string
+    if (char === ':' && letter) return i + 1
+    letter = SCHEME.test(char) ? letter || LETTER.test(char) : false
+  }
+  return undefined
 }

@@ -5,7 +5,10 @@ import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { exportSPKI, generateKeyPair } from 'jose'
+import fc from 'fast-check'
 import { parse } from 'yaml'
+import { maskCredentials } from '../../src/core/errors.ts'
+import { fcOptions } from '../helpers.ts'
 import { ConfigError, configJsonSchema, configWarnings, parseConfig } from '../../src/gateway/config.ts'
 import { runCli } from '../support/gateway.ts'
 
@@ -74,6 +77,29 @@ routes:
     const secret = `sk_live_${'x'.repeat(200)}`
     const [problem] = await problems(`${secret}\n`)
     assert.equal(problem, `(file): expected object, got ${JSON.stringify(secret).slice(0, 60)}... (${secret.length + 2} characters) (line 1)`)
+  })
+
+  it('sluice check-config answers for a large wrong file (one long line) rather than hang: masking credentials takes linear time', async () => {
+    // A regular expression took minutes on this (it backtracked over the run of letters from every start);
+    // runCli gives up after 20 s.
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-long-line-'))
+    try {
+      writeFileSync(join(dir, 'sluice.yaml'), `${'a'.repeat(300_000)}\n`)
+      const { code, stderr } = await runCli(['check-config', join(dir, 'sluice.yaml')])
+      assert.equal(code, 1)
+      assert.match(stderr, new RegExp(`\\(file\\): expected object, got "a{59}\\.\\.\\. \\(300002 characters\\) \\(line 1\\)`))
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('masks credentials exactly where the URL pattern scheme:[//]user:password@ finds them', () => {
+    const reference = (text: string) => text.replace(/([a-z][a-z0-9+.-]*:\/{0,2})[^/@\s"]+@/gi, '$1***@')
+    const char = fc.constantFrom('a', 'B', '1', '+', '.', '-', ':', '/', '@', ' ', '"', '\n', 'é', '_', '%')
+    fc.assert(fc.property(fc.array(char, { maxLength: 40 }).map((chars) => chars.join('')), (text) => {
+      assert.equal(maskCredentials(text), reference(text), JSON.stringify(text))
+    }), fcOptions(50_000))
+    assert.equal(maskCredentials('redis://admin:pw@host and rediss://:pw@10.0.0.1:6380/0'), 'redis://***@host and rediss://***@10.0.0.1:6380/0')
   })
 
   it('never quotes a secret in a problem: passwords, the JWT secret, API keys, and the credentials of a URL', async () => {
