@@ -4,6 +4,7 @@
  */
 import { ArgumentError } from '../core/errors.ts'
 import type { HttpRequest } from './handler.ts'
+import { compileGlob } from './glob.ts'
 import { normalizePath } from './path.ts'
 
 export interface MatchOptions {
@@ -55,25 +56,14 @@ function alsoAsRouted(matches: (path: string) => boolean): (path: string) => boo
   return (path) => matches(path) || (/[;\\]/.test(path) && matches(normalizePath(path.replace(/\\/g, '/').replace(/;[^/]*/g, ''))))
 }
 
-/**
- * A `**` segment is zero or more segments (`/orders/**` is `/orders` and
- * everything below it, as in Spring's path patterns); `**` within a segment
- * anything; `*` anything within one segment; everything else literal.
- */
+/** Path patterns (see compileGlob), one or a list: a path matches when any of them does. */
 export function compilePaths(patterns: string | readonly string[], what: string, caseSensitive = true): (path: string) => boolean {
   if (typeof patterns !== 'string' && !Array.isArray(patterns)) throw new ArgumentError(what, patterns, 'must be path patterns starting with "/" (one, or a list)')
-  const regexes = (typeof patterns === 'string' ? [patterns] : patterns).map((pattern) => {
+  const matchers = (typeof patterns === 'string' ? [patterns] : patterns).map((pattern) => {
     if (typeof pattern !== 'string' || !pattern.startsWith('/')) throw new ArgumentError(what, pattern, 'must be path patterns starting with "/"')
-    const source = pattern.split(/(\/\*\*(?=\/|$)|\*\*|\*)/).map((part) => {
-      if (part === '/**') return '(?:/.*)?'
-      if (part === '**') return '.*'
-      if (part === '*') return '[^/]*'
-      return part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')
-    }).join('')
-    // A trailing slash names the same resource to most routers (Express's default, Fastify's ignoreTrailingSlash).
-    return new RegExp(`^${source}${pattern.endsWith('/') ? '' : '/?'}$`, caseSensitive ? '' : 'i')
+    return compileGlob(pattern, caseSensitive)
   })
-  return (path) => regexes.some((regex) => regex.test(path))
+  return (path) => matchers.some((matches) => matches(path))
 }
 
 /**
