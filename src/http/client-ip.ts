@@ -50,9 +50,11 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
   if (forwardingHeader !== 'x-forwarded-for' && forwardingHeader !== 'forwarded') {
     throw new ArgumentError('header', options.header, "must be 'x-forwarded-for' or 'forwarded'")
   }
-  const forwardedChain = forwardingHeader === 'forwarded'
-    ? (header: HeaderReader) => forwardedFor(header('forwarded'))
-    : (header: HeaderReader) => xForwardedFor(header('x-forwarded-for'))
+  // Entries are read as addresses only as far as the walk goes: a header can hold thousands a client wrote.
+  const forwardedEntries = forwardingHeader === 'forwarded'
+    ? (header: HeaderReader) => entriesOf(header('forwarded'))
+    : (header: HeaderReader) => entriesOf(header('x-forwarded-for'))
+  const addressOf = forwardingHeader === 'forwarded' ? forwardedFor : parse
   const trust = options.trustProxy ?? false
   let trusted: (address: Address) => boolean = () => false
   let hops = 0
@@ -86,17 +88,17 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
     if (!hasForwarding) return { key: peerKey(remoteAddress), ignoredForwarding: false }
     if (!trustsAny) return { key: peerKey(remoteAddress), ignoredForwarding: true }
     const peer = parse(remoteAddress)
-    const forwarded = forwardedChain(header)
     if (peer === undefined) return { key: undefined, ignoredForwarding: false }
-    if (forwarded.length === 0) return { key: keyOf(peer, prefix), ignoredForwarding: false }
-    // The chain as the last proxy saw it: the forwarded addresses, then the peer.
-    const chain = [...forwarded, peer]
+    // The chain as the last proxy saw it: the forwarded entries, then the peer.
+    const entries = forwardedEntries(header)
     let client: Address = peer
-    if (hops > 0) {
-      client = chain[Math.max(0, chain.length - 1 - hops)] ?? peer
-    } else {
-      for (let i = chain.length - 1; i >= 0; i--) {
-        const address = chain[i]
+    if (entries.length === 0) {
+      // Nothing forwarded: the peer is the client.
+    } else if (hops > 0) {
+      client = addressOf(entries[Math.max(0, entries.length - hops)]) ?? peer
+    } else if (trusted(peer)) {
+      for (let i = entries.length - 1; i >= 0; i--) {
+        const address = addressOf(entries[i])
         if (address === undefined) break // unparseable: stop at the last address a trusted proxy vouched for
         client = address
         if (!trusted(address)) break
@@ -129,19 +131,15 @@ function parse(raw: string | undefined): Address | undefined {
   return address
 }
 
-/** Addresses from RFC 7239 `Forwarded` (`for=`), left to right; an entry that is not an address is kept as undefined so the walk stops there. */
-function forwardedFor(forwarded: string | undefined): Array<Address | undefined> {
-  if (forwarded === undefined || forwarded === '') return []
-  return forwarded.split(',').map((element) => {
-    const pair = element.split(';').map((p) => p.trim()).find((p) => p.toLowerCase().startsWith('for='))
-    return pair === undefined ? undefined : parse(pair.slice(4))
-  })
+/** A forwarding header's comma-separated entries, left to right. */
+function entriesOf(value: string | undefined): string[] {
+  return value === undefined || value === '' ? [] : value.split(',')
 }
 
-/** Addresses from `X-Forwarded-For`, likewise. */
-function xForwardedFor(xff: string | undefined): Array<Address | undefined> {
-  if (xff === undefined || xff === '') return []
-  return xff.split(',').map((entry) => parse(entry))
+/** The address of an RFC 7239 `Forwarded` element's `for=`; undefined when it has none that is an address, so the walk stops there. */
+function forwardedFor(element: string | undefined): Address | undefined {
+  const pair = element?.split(';').map((p) => p.trim()).find((p) => p.toLowerCase().startsWith('for='))
+  return pair === undefined ? undefined : parse(pair.slice(4))
 }
 
 function parseRange(cidr: string): [Address, number] {
