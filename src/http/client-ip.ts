@@ -92,11 +92,9 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
     // The chain as the last proxy saw it: the forwarded entries, then the peer.
     const entries = forwardedEntries(header)
     let client: Address = peer
-    if (entries.length === 0) {
-      // Nothing forwarded: the peer is the client.
-    } else if (hops > 0) {
+    if (entries.length > 0 && hops > 0) {
       client = addressOf(entries[Math.max(0, entries.length - hops)]) ?? peer
-    } else if (trusted(peer)) {
+    } else if (entries.length > 0 && trusted(peer)) {
       for (let i = entries.length - 1; i >= 0; i--) {
         const address = addressOf(entries[i])
         if (address === undefined) break // unparseable: stop at the last address a trusted proxy vouched for
