@@ -17,19 +17,26 @@
  * Fastify's ignoreTrailingSlash), so a pattern without one matches with one too.
  */
 export function compileGlob(pattern: string, caseSensitive: boolean): (path: string) => boolean {
-  const parts = pattern.split(/(\/\*\*(?=\/|$)|\*\*|\*)/)
+  const parts = pattern.split(WILDCARDS)
   const wildcards = parts.filter((part) => part === '/**' || part === '**' || part === '*').length
   if (wildcards <= 1) {
-    const source = parts.map((part) => {
-      if (part === '/**') return '(?:/.*)?'
-      if (part === '**') return '.*'
-      if (part === '*') return '[^/]*'
-      return part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')
-    }).join('')
-    const regex = new RegExp(`^${source}${pattern.endsWith('/') ? '' : '/?'}$`, caseSensitive ? '' : 'i')
+    const regex = globRegex(pattern, caseSensitive)
     return (path) => regex.test(path)
   }
   return stepper(parts, !pattern.endsWith('/'), caseSensitive)
+}
+
+const WILDCARDS = /(\/\*\*(?=\/|$)|\*\*|\*)/
+
+/** The pattern as a regular expression: what it means, and how patterns of one wildcard are matched. */
+export function globRegex(pattern: string, caseSensitive: boolean): RegExp {
+  const source = pattern.split(WILDCARDS).map((part) => {
+    if (part === '/**') return '(?:/.*)?'
+    if (part === '**') return '.*'
+    if (part === '*') return '[^/]*'
+    return part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')
+  }).join('')
+  return new RegExp(`^${source}${pattern.endsWith('/') ? '' : '/?'}$`, caseSensitive ? '' : 'i')
 }
 
 const CHAR = 0

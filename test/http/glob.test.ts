@@ -5,19 +5,13 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import fc from 'fast-check'
-import { compileGlob } from '../../src/http/glob.ts'
+import { compileGlob, globRegex } from '../../src/http/glob.ts'
 import { fcOptions } from '../helpers.ts'
 import { nodeServer } from './servers.ts'
 
-/** What a pattern means, as the regular expression it reads as: `/**` zero or more segments, `**` anything, `*` anything but `/`. */
+/** What a pattern means: the regular expression it reads as (`/**` zero or more segments, `**` anything, `*` anything but `/`). */
 function reference(pattern: string, caseSensitive: boolean): (path: string) => boolean {
-  const source = pattern.split(/(\/\*\*(?=\/|$)|\*\*|\*)/).map((part) => {
-    if (part === '/**') return '(?:/.*)?'
-    if (part === '**') return '.*'
-    if (part === '*') return '[^/]*'
-    return part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')
-  }).join('')
-  const regex = new RegExp(`^${source}${pattern.endsWith('/') ? '' : '/?'}$`, caseSensitive ? '' : 'i')
+  const regex = globRegex(pattern, caseSensitive)
   return (path) => regex.test(path)
 }
 
