@@ -43,6 +43,7 @@ const CHAR = 0
 const SEGMENT = 1 // any character but `/`, any number of times
 const ANY = 2 // any character, any number of times
 const NONE = -1
+const SLASH = 0x2f
 
 /**
  * The pattern as states: state i consumes the character `codes[i]` and moves
@@ -78,6 +79,10 @@ function stepper(parts: readonly string[], optionalTrailingSlash: boolean, caseS
   // The step at which each state was last added, so that a list holds each state once.
   const added = new Uint32Array(accept + 1)
   let step = 0
+  const nextStep = () => {
+    step = step === 0xffffffff ? 1 : step + 1
+    if (step === 1) added.fill(0)
+  }
   // Adds state i and what it reaches without consuming (always a later state, so this ends).
   const add = (list: Int32Array, i: number): void => {
     if (added[i] === step) return
@@ -89,16 +94,14 @@ function stepper(parts: readonly string[], optionalTrailingSlash: boolean, caseS
     if (skip !== NONE) add(list, skip)
   }
   return (path) => {
-    step = step === 0xffffffff ? 1 : step + 1
-    if (step === 1) added.fill(0)
+    nextStep()
     size = 0
     add(current, 0)
     for (let at = 0; at < path.length && size > 0; at++) {
       const raw = path.charCodeAt(at)
       const code = caseSensitive ? raw : foldCode(raw)
       const count = size
-      step = step === 0xffffffff ? 1 : step + 1
-      if (step === 1) added.fill(0)
+      nextStep()
       size = 0
       for (let k = 0; k < count; k++) {
         const i = current[k] as number
@@ -116,8 +119,6 @@ function stepper(parts: readonly string[], optionalTrailingSlash: boolean, caseS
     return false
   }
 }
-
-const SLASH = 0x2f
 
 /** A UTF-16 unit as a case-insensitive regular expression (no `u` flag) compares it: ECMAScript's Canonicalize. */
 function foldCode(code: number): number {
