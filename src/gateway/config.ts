@@ -5,7 +5,7 @@
  * every problem listed, each as `path: problem (line N)`.
  */
 import { createHash } from 'node:crypto'
-import { readFileSync } from 'node:fs'
+import { closeSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import { createSecureContext } from 'node:tls'
 import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
@@ -359,11 +359,41 @@ function yamlProblems(errors: ReadonlyArray<{ message: string; pos: [number, num
   return problems
 }
 
+/** The largest file the config is read from or names (its API keys: 64 MiB is about a million of them). */
+const MAX_FILE_BYTES = 64 * 1024 * 1024
+
+/**
+ * A file, read whole unless it is larger than MAX_FILE_BYTES: a wrong path (a
+ * log, a disk image, /dev/zero, which never ends) is refused with a reason
+ * rather than read into memory, or read forever.
+ */
+function readBounded(path: string): Buffer {
+  const fd = openSync(path, 'r')
+  try {
+    const tooLarge = () => new Error(`larger than ${MAX_FILE_BYTES / 1024 / 1024} MiB: is it the right file?`)
+    const stat = fstatSync(fd)
+    if (stat.size > MAX_FILE_BYTES) throw tooLarge()
+    if (stat.isFile()) return readFileSync(fd)
+    // Devices and pipes tell no size: read until the end, or until past the bound.
+    const chunk = Buffer.alloc(65_536)
+    const chunks: Buffer[] = []
+    let length = 0
+    for (let read = readSync(fd, chunk); read > 0; read = readSync(fd, chunk)) {
+      length += read
+      if (length > MAX_FILE_BYTES) throw tooLarge()
+      chunks.push(Buffer.from(chunk.subarray(0, read)))
+    }
+    return Buffer.concat(chunks, length)
+  } finally {
+    closeSync(fd)
+  }
+}
+
 /** Reads, checks and resolves a config file; throws a ConfigError listing every problem. */
 export async function loadConfig(file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
   let text: string
   try {
-    text = readFileSync(file, 'utf8')
+    text = readBounded(file).toString('utf8')
   } catch (error) {
     throw new ConfigError(file, [`cannot read the file: ${(error as Error).message}`])
   }
@@ -416,7 +446,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   if (config.server.tls !== undefined) {
     const read = (field: 'cert' | 'key') => {
       try {
-        return readFileSync(beside((config.server.tls as { cert: string; key: string })[field]))
+        return readBounded(beside((config.server.tls as { cert: string; key: string })[field]))
       } catch (error) {
         report(['server', 'tls', field], `cannot read: ${(error as Error).message}`)
         return Buffer.alloc(0)
@@ -435,7 +465,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   let jwtPublicKey = config.identity.jwt?.publicKey
   if (config.identity.jwt?.publicKeyFile !== undefined) {
     try {
-      jwtPublicKey = readFileSync(beside(config.identity.jwt.publicKeyFile), 'utf8')
+      jwtPublicKey = readBounded(beside(config.identity.jwt.publicKeyFile)).toString('utf8')
     } catch (error) {
       report(['identity', 'jwt', 'publicKeyFile'], `cannot read: ${(error as Error).message}`)
     }
@@ -444,7 +474,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const keysFile = config.identity.apiKey?.keysFile
   if (keysFile !== undefined) {
     try {
-      const listed = readFileSync(beside(keysFile), 'utf8').split(/\r?\n/).map((line) => line.trim()).filter((line) => line !== '' && !line.startsWith('#'))
+      const listed = readBounded(beside(keysFile)).toString('utf8').split(/\r?\n/).map((line) => line.trim()).filter((line) => line !== '' && !line.startsWith('#'))
       if (listed.length === 0) report(['identity', 'apiKey', 'keysFile'], `lists no key (${keysFile}): every request would fall through to the next resolver`)
       else apiKeys = listed
     } catch (error) {

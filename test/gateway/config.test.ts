@@ -9,7 +9,7 @@ import fc from 'fast-check'
 import { parse } from 'yaml'
 import { maskCredentials } from '../../src/core/errors.ts'
 import { fcOptions } from '../helpers.ts'
-import { ConfigError, configJsonSchema, configWarnings, parseConfig } from '../../src/gateway/config.ts'
+import { ConfigError, configJsonSchema, configWarnings, loadConfig, parseConfig } from '../../src/gateway/config.ts'
 import { runCli } from '../support/gateway.ts'
 
 const example = new URL('../../examples/sluice.yaml', import.meta.url).pathname
@@ -88,6 +88,24 @@ routes:
       const { code, stderr } = await runCli(['check-config', join(dir, 'sluice.yaml')])
       assert.equal(code, 1)
       assert.match(stderr, new RegExp(`\\(file\\): expected object, got "a{59}\\.\\.\\. \\(300002 characters\\) \\(line 1\\)`))
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('refuses a file larger than 64 MiB, or one that never ends, rather than read it into memory', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-large-'))
+    try {
+      const large = join(dir, 'sluice.yaml')
+      writeFileSync(large, Buffer.alloc(64 * 1024 * 1024 + 1, 0x61))
+      await assert.rejects(loadConfig(large, {}), (error: ConfigError) => error.problems.join() === 'cannot read the file: larger than 64 MiB: is it the right file?')
+      await assert.rejects(loadConfig('/dev/zero', {}), (error: ConfigError) => error.problems.join() === 'cannot read the file: larger than 64 MiB: is it the right file?')
+      const keysFromDevice = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keysFile: /dev/zero }')
+      assert.deepEqual(await problems(keysFromDevice), ['identity.apiKey.keysFile: cannot read: larger than 64 MiB: is it the right file? (line 3)'])
+      // A device of a config's size is read to its end.
+      assert.deepEqual(await problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keysFile: /dev/null }')), [
+        'identity.apiKey.keysFile: lists no key (/dev/null): every request would fall through to the next resolver (line 3)',
+      ])
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
