@@ -32,6 +32,16 @@ async function problems(text: string, env: NodeJS.ProcessEnv = {}): Promise<stri
   return []
 }
 
+/** Runs `body` with a fresh temporary directory, removed afterwards. */
+async function inTempDir(body: (dir: string) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'))
+  try {
+    await body(dir)
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
 describe('gateway config', () => {
   it('the example config is valid', async () => {
     const config = await parseConfig(readFileSync(example, 'utf8'), example, {})
@@ -82,20 +92,16 @@ routes:
   it('sluice check-config answers for a large wrong file (one long line) rather than hang: masking credentials takes linear time', async () => {
     // A regular expression took minutes on this (it backtracked over the run of letters from every start);
     // runCli gives up after 20 s.
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-long-line-'))
-    try {
+    await inTempDir(async (dir) => {
       writeFileSync(join(dir, 'sluice.yaml'), `${'a'.repeat(300_000)}\n`)
       const { code, stderr } = await runCli(['check-config', join(dir, 'sluice.yaml')])
       assert.equal(code, 1)
       assert.match(stderr, new RegExp(`\\(file\\): expected object, got "a{59}\\.\\.\\. \\(300002 characters\\) \\(line 1\\)`))
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('refuses a file larger than 64 MiB, or one that never ends, rather than read it into memory', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-large-'))
-    try {
+    await inTempDir(async (dir) => {
       const large = join(dir, 'sluice.yaml')
       writeFileSync(large, Buffer.alloc(64 * 1024 * 1024 + 1, 0x61))
       await assert.rejects(loadConfig(large, {}), (error: ConfigError) => error.problems.join() === 'cannot read the file: larger than 64 MiB: is it the right file?')
@@ -106,9 +112,7 @@ routes:
       assert.deepEqual(await problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keysFile: /dev/null }')), [
         'identity.apiKey.keysFile: lists no key (/dev/null): every request would fall through to the next resolver (line 3)',
       ])
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('masks credentials exactly where the URL pattern scheme:[//]user:password@ finds them', () => {
@@ -224,8 +228,7 @@ ${route('rest', '{ path: /** }')}
 
   it('lists what only building the gateway would find: path patterns, proxy CIDRs, a JWT key that cannot verify its algorithms', async () => {
     const { publicKey } = await generateKeyPair('EdDSA')
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'))
-    try {
+    await inTempDir(async (dir) => {
       writeFileSync(join(dir, 'ed.pem'), await exportSPKI(publicKey))
       const text = `
 identity:
@@ -251,14 +254,11 @@ routes:
         'identity.apiKey.header: must be a header name (got "x api key") (line 5)',
         'identity.jwt.publicKeyFile: cannot verify RS256, which needs an rsa key (got "ed25519") (line 3)',
       ])
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('API keys: listed inline or in a file (a changed file is a new version); both, an empty or unreadable file are refused; no list is a warning', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'))
-    try {
+    await inTempDir(async (dir) => {
       const keysFile = join(dir, 'api-keys')
       writeFileSync(keysFile, '# issued 2026-11\nk-alpha\n\n  k-beta  \r\n')
       const withFile = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `identity:\n  apiKey: { header: x-api-key, keysFile: ${keysFile} }`)
@@ -284,9 +284,7 @@ routes:
         'identity.apiKey: takes keys or keysFile, not both (line 3)',
       ])
       assert.match((await problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keys: [] }'))).join(), /identity\.apiKey\.keys/)
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('warns when a client can choose its own tier: the tier from a header, and no proxy in front to write it', async () => {
@@ -298,8 +296,7 @@ routes:
   })
 
   it('a rotated JWT key file is a new config version, so a reload takes it', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'))
-    try {
+    await inTempDir(async (dir) => {
       const pem = join(dir, 'jwt.pem')
       const text = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `identity:\n  jwt: { algorithms: [ES256], publicKeyFile: ${pem} }`)
       writeFileSync(pem, await exportSPKI((await generateKeyPair('ES256')).publicKey))
@@ -308,9 +305,7 @@ routes:
       const after = await parseConfig(text, 'test.yaml', {})
       assert.notEqual(after.version, before.version)
       assert.notEqual(after.jwtPublicKey, before.jwtPublicKey)
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('refuses a rewrite pattern that can take exponential time on a crafted path, and takes ordinary ones', async () => {
