@@ -10,7 +10,8 @@ import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
-import { checkStore, isSyncStore, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
+import { isRedisClient } from '../stores/redis/detect.ts'
+import { isSyncStore, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
 import { BlockCache } from './block-cache.ts'
 import { Circuit, withTimeout, type CircuitOptions, type FailureReason } from './circuit.ts'
 import { combine } from './decision.ts'
@@ -527,6 +528,17 @@ function positiveNumber(name: string, value: unknown, fallback: number): number 
 
 /** The longest key prefix: a namespace, not a place for data. */
 export const MAX_PREFIX_LENGTH = 64
+
+/**
+ * The `store` option, checked. A Redis client handed over as it is (as
+ * rate-limiter-flexible's `storeClient` takes it) is the likely mistake, so
+ * the error says how to wrap it.
+ */
+export function checkStore(value: unknown): Store {
+  if (typeof value === 'object' && value !== null && typeof (value as Partial<Store>).consume === 'function') return value as Store
+  const hint = isRedisClient(value) ? 'a Redis client goes in a RedisStore: store: new RedisStore({ client })' : undefined
+  throw new ArgumentError('store', value, 'must be a MemoryStore, a RedisStore or another Store', hint)
+}
 
 /** A key prefix: printable ASCII without spaces or braces (a brace would change the Cluster hash tag). */
 export function checkPrefix(prefix: unknown, maxLength = MAX_PREFIX_LENGTH): string {

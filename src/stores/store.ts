@@ -3,7 +3,6 @@
  * else: it runs the one composite step (`evaluate` in algorithms/, or its Lua
  * mirror) over the call's policies, and writes all their states or none.
  */
-import { ArgumentError } from '../core/errors.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 
 export interface StoreCall {
@@ -39,20 +38,3 @@ export function isSyncStore(store: Store): store is SyncStore {
   return typeof (store as Partial<SyncStore>).consumeSync === 'function'
 }
 
-/**
- * The `store` option, checked. A Redis client handed over as it is (as
- * rate-limiter-flexible's `storeClient` takes it) is the likely mistake, so
- * the error says how to wrap it.
- */
-export function checkStore(value: unknown): Store {
-  if (typeof value === 'object' && value !== null && typeof (value as Partial<Store>).consume === 'function') return value as Store
-  const hint = looksLikeRedisClient(value) ? 'a Redis client goes in a RedisStore: store: new RedisStore({ client })' : undefined
-  throw new ArgumentError('store', value, 'must be a MemoryStore, a RedisStore or another Store', hint)
-}
-
-/** An ioredis or node-redis client (or cluster), by the commands only they have. */
-export function looksLikeRedisClient(value: unknown): boolean {
-  if (typeof value !== 'object' || value === null) return false
-  const client = value as { evalsha?: unknown; sendCommand?: unknown }
-  return typeof client.evalsha === 'function' || typeof client.sendCommand === 'function'
-}

@@ -3,6 +3,7 @@
  * per driver. The store never looks at a driver again after this.
  */
 import { describe, SluiceError } from '../../core/errors.ts'
+import { isIoredis, isNodeRedis } from './detect.ts'
 import { LIMIT_SCRIPT, LIMIT_SHA } from './script.ts'
 
 type AnyFunction = (...args: never[]) => unknown
@@ -100,14 +101,6 @@ export function resendsAfterReconnect(client: unknown): boolean {
   const { options, isCluster } = client as { options?: { autoResendUnfulfilledCommands?: boolean; redisOptions?: { autoResendUnfulfilledCommands?: boolean } }; isCluster?: boolean }
   const setting = isCluster === true ? options?.redisOptions?.autoResendUnfulfilledCommands : options?.autoResendUnfulfilledCommands
   return setting !== false
-}
-
-function isIoredis(client: unknown): client is IoredisClient {
-  return typeof client === 'object' && client !== null && typeof (client as IoredisClient).defineCommand === 'function'
-}
-
-function isNodeRedis(client: unknown): client is NodeRedisClient {
-  return typeof client === 'object' && client !== null && typeof (client as NodeRedisClient).evalSha === 'function'
 }
 
 /**

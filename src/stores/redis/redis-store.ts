@@ -8,8 +8,9 @@ import { ArgumentError, SluiceError } from '../../core/errors.ts'
 import { rejectUnknown } from '../../core/options.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
-import { looksLikeRedisClient, type Store, type StoreCall } from '../store.ts'
+import type { Store, StoreCall } from '../store.ts'
 import { resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type ScriptRunner } from './clients.ts'
+import { isRedisClient } from './detect.ts'
 
 export type { RedisClient, IoredisClient, NodeRedisClient } from './clients.ts'
 
@@ -94,7 +95,7 @@ export class RedisStore implements Store {
     if (typeof options !== 'object' || options === null) {
       throw new ArgumentError('options', options, 'must be an object with "client" or "url"', typeof options === 'string' ? 'pass a URL as new RedisStore({ url })' : undefined)
     }
-    if (looksLikeRedisClient(options)) {
+    if (isRedisClient(options)) {
       throw new ArgumentError('options', options, 'must be an object with "client" or "url"', 'pass the client as new RedisStore({ client })')
     }
     rejectUnknown('a RedisStore option', options, OPTIONS)
