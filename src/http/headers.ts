@@ -1,6 +1,9 @@
 /**
- * Rate-limit response header fields, serialized as RFC 9651 structured fields
- * (by the structured-headers library, not by string concatenation).
+ * Rate-limit response header fields, serialized as RFC 9651 structured fields.
+ * Each policy's names and parameters go through the structured-headers
+ * library once and are cached; per request only integers are added, whose
+ * serialization is their digits (a property test holds the result equal to
+ * the library's).
  *
  * - `draft-10`: the IETF httpapi fields, one named item per policy that applied:
  *   `RateLimit-Policy: "minute";q=100;w=60` and `RateLimit: "minute";r=42;t=18`.
@@ -10,7 +13,7 @@
  * - `springCloudGateway`: the fields of Spring Cloud Gateway's RequestRateLimiter.
  */
 import { createHash } from 'node:crypto'
-import { serializeByteSequence, serializeDictionary, serializeItem, serializeList, serializeString, type Item } from 'structured-headers'
+import { serializeByteSequence, serializeItem, serializeString } from 'structured-headers'
 import { ArgumentError } from '../core/errors.ts'
 import { checkBoolean, checkOptions } from '../core/options.ts'
 import type { Decision, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
@@ -109,11 +112,8 @@ export function rateLimitHeaders(
     const binding = bindingOf(decision)
     headers.push(
       ['RateLimit-Policy', policyList(decision, policies)],
-      ['RateLimit', serializeDictionary(new Map([
-        ['limit', [sfInteger(binding.limit), new Map()]],
-        ['remaining', [sfInteger(binding.remaining), new Map()]],
-        ['reset', [sfInteger(seconds(binding.resetAfterMs)), new Map()]],
-      ]))],
+      // A dictionary of three non-negative integers, whose text is their digits (the serializer's own output, tested).
+      ['RateLimit', `limit=${sfInteger(binding.limit)}, remaining=${sfInteger(binding.remaining)}, reset=${sfInteger(seconds(binding.resetAfterMs))}`],
     )
   } else if (standard === 'draft-6') {
     const binding = bindingOf(decision)
@@ -162,14 +162,28 @@ function unitsPerSecond(policy: ResolvedPolicy): number {
   }
 }
 
-const itemCache = new WeakMap<ResolvedPolicy, { limit: number; name: string; quotaItem: string }>()
+interface PolicyItems {
+  limit: number
+  /** draft-10 / draft-8: the policy's name, and its `RateLimit-Policy` item `"name";q=100;w=60`. */
+  name: string
+  quotaItem: string
+  /** draft-7 / draft-6: its unnamed `RateLimit-Policy` item `100;w=60`. */
+  unnamedQuotaItem: string
+}
 
-/** A policy's serialized name and `RateLimit-Policy` item, which never change: built once. */
-function itemsOf(policy: ResolvedPolicy, limit: number): { name: string; quotaItem: string } {
+const itemCache = new WeakMap<ResolvedPolicy, PolicyItems>()
+
+/** A policy's serialized name and `RateLimit-Policy` items, which never change: built once. */
+function itemsOf(policy: ResolvedPolicy, limit: number): PolicyItems {
   let cached = itemCache.get(policy)
   if (cached === undefined || cached.limit !== limit) {
-    const name = serializeString(policy.name)
-    cached = { limit, name, quotaItem: serializeItem([policy.name, new Map([['q', sfInteger(limit)], ['w', sfInteger(windowSeconds(policy))]])]) }
+    const window = new Map([['w', sfInteger(windowSeconds(policy))]])
+    cached = {
+      limit,
+      name: serializeString(policy.name),
+      quotaItem: serializeItem([policy.name, new Map([['q', sfInteger(limit)], ...window])]),
+      unnamedQuotaItem: serializeItem([sfInteger(limit), window]),
+    }
     itemCache.set(policy, cached)
   }
   return cached
@@ -182,7 +196,11 @@ export function retryAfterHeader(decision: Decision): [string, string] {
 
 /** draft-6/7 `RateLimit-Policy`: `100;w=60, 1000;w=3600` (quota items, no names). */
 function policyList(decision: Decision, policies: readonly ResolvedPolicy[]): string {
-  return serializeList(decision.policies.map((entry, i): Item => [sfInteger(entry.limit), new Map([['w', sfInteger(windowSeconds(policies[i] as ResolvedPolicy))]])]))
+  let list = ''
+  for (let i = 0; i < decision.policies.length; i++) {
+    list += `${i === 0 ? '' : ', '}${itemsOf(policies[i] as ResolvedPolicy, (decision.policies[i] as PolicyDecision).limit).unnamedQuotaItem}`
+  }
+  return list
 }
 
 /** The first 12 hex digits of SHA-256(key), as bytes: identifies a partition without revealing it. */

@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { parseDictionary, parseList } from 'structured-headers'
-import { onVirtualClock } from '../helpers.ts'
-import { rateLimitHeaders, type Policy } from '../../src/index.ts'
+import fc from 'fast-check'
+import { parseDictionary, parseList, serializeDictionary, serializeList, type Item } from 'structured-headers'
+import { fcOptions, onVirtualClock } from '../helpers.ts'
+import { rateLimitHeaders, windowSeconds, type Policy, type ResolvedPolicy } from '../../src/index.ts'
 
 const policies: Policy[] = [
   { algorithm: 'fixed-window', limit: 100, windowMs: 60_000, name: 'minute' },
@@ -63,5 +64,45 @@ describe('rate-limit header fields', () => {
     assert.deepEqual(parseList(draft7.get('RateLimit-Policy') as string).map(([q]) => q), [largest, largest])
     const draft6 = new Map(rateLimitHeaders(decision, clock.limiter.policies, { standard: 'draft-6', legacy: true }, 'k', 30_000))
     assert.equal(draft6.get('X-RateLimit-Limit'), String(2 ** 52), 'plain integers are not limited')
+  })
+
+  it('every shape is what the structured-fields serializer writes, on random policies and traces', () => {
+    const sf = (n: number) => Math.min(n, 999_999_999_999_999)
+    const seconds = (ms: number) => Math.max(0, Math.ceil(ms / 1000))
+    const bigOrSmall = fc.oneof(fc.integer({ min: 1, max: 50 }), fc.constantFrom(1_000_000_000, 2 ** 52, Number.MAX_SAFE_INTEGER))
+    const policyArb: fc.Arbitrary<Policy> = fc.oneof(
+      fc.record({ algorithm: fc.constantFrom('fixed-window' as const, 'sliding-log' as const, 'sliding-window' as const), limit: fc.integer({ min: 1, max: 50 }), windowMs: fc.integer({ min: 1, max: 90_000 }) }),
+      fc.record({ algorithm: fc.constant('fixed-window' as const), limit: bigOrSmall, windowMs: fc.integer({ min: 1, max: 90_000 }) }),
+      fc.record({ algorithm: fc.constant('token-bucket' as const), capacity: fc.oneof(fc.integer({ min: 1, max: 50 }), fc.constant(2 ** 40)), refillTokens: fc.integer({ min: 1, max: 10 }), refillIntervalMs: fc.integer({ min: 1, max: 5000 }) }),
+      fc.record({ algorithm: fc.constant('leaky-bucket' as const), capacity: fc.integer({ min: 1, max: 50 }), leakTokens: fc.integer({ min: 1, max: 10 }), leakIntervalMs: fc.integer({ min: 1, max: 5000 }) }),
+    )
+    const named = fc.array(policyArb, { minLength: 1, maxLength: 3 }).map((list) => list.map((policy, i) => ({ ...policy, name: `p${i}` })))
+    const gaps = fc.array(fc.integer({ min: 0, max: 3000 }), { minLength: 1, maxLength: 40 })
+    fc.assert(
+      fc.property(named, gaps, (list, trace) => {
+        const clock = onVirtualClock(list)
+        const resolved: readonly ResolvedPolicy[] = clock.limiter.policies
+        let t = 0
+        for (const gap of trace) {
+          t += gap
+          const decision = clock.at(t)
+          const binding = decision.policies.find((p) => p.policy === decision.policy) ?? decision.policies[0]
+          assert.ok(binding !== undefined)
+          const unnamed = serializeList(decision.policies.map((p, i): Item => [sf(p.limit), new Map([['w', sf(windowSeconds(resolved[i] as ResolvedPolicy))]])]))
+          const draft7 = new Map(rateLimitHeaders(decision, resolved, { standard: 'draft-7' }, 'k', t))
+          assert.equal(draft7.get('RateLimit-Policy'), unnamed)
+          assert.equal(draft7.get('RateLimit'), serializeDictionary(new Map([
+            ['limit', [sf(binding.limit), new Map()]],
+            ['remaining', [sf(binding.remaining), new Map()]],
+            ['reset', [sf(seconds(binding.resetAfterMs)), new Map()]],
+          ])))
+          assert.equal(new Map(rateLimitHeaders(decision, resolved, { standard: 'draft-6' }, 'k', t)).get('RateLimit-Policy'), unnamed)
+          const draft10 = new Map(rateLimitHeaders(decision, resolved, {}, 'k', t))
+          assert.equal(draft10.get('RateLimit-Policy'), serializeList(decision.policies.map((p, i): Item => [p.policy, new Map([['q', sf(p.limit)], ['w', sf(windowSeconds(resolved[i] as ResolvedPolicy))]])])))
+          assert.equal(draft10.get('RateLimit'), serializeList(decision.policies.map((p): Item => [p.policy, new Map([['r', sf(p.remaining)], ['t', sf(seconds(p.allowed ? p.resetAfterMs : p.retryAfterMs))]])])))
+        }
+      }),
+      fcOptions(300),
+    )
   })
 })
