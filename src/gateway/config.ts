@@ -5,7 +5,6 @@
  * every problem listed, each as `path: problem (line N)`.
  */
 import { createHash } from 'node:crypto'
-import { closeSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import { createSecureContext } from 'node:tls'
 import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
@@ -13,6 +12,7 @@ import safeRegex from 'safe-regex2'
 import { z } from 'zod'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../core/errors.ts'
+import { readFileBounded } from '../core/files.ts'
 import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, type ClientIpOptions } from '../http/client-ip.ts'
@@ -361,33 +361,7 @@ function yamlProblems(errors: ReadonlyArray<{ message: string; pos: [number, num
 
 /** The largest file the config is read from or names (its API keys: 64 MiB is about a million of them). */
 const MAX_FILE_BYTES = 64 * 1024 * 1024
-
-/**
- * A file, read whole unless it is larger than MAX_FILE_BYTES: a wrong path (a
- * log, a disk image, /dev/zero, which never ends) is refused with a reason
- * rather than read into memory, or read forever.
- */
-function readBounded(path: string): Buffer {
-  const fd = openSync(path, 'r')
-  try {
-    const tooLarge = () => new Error(`larger than ${MAX_FILE_BYTES / 1024 / 1024} MiB: is it the right file?`)
-    const stat = fstatSync(fd)
-    if (stat.size > MAX_FILE_BYTES) throw tooLarge()
-    if (stat.isFile()) return readFileSync(fd)
-    // Devices and pipes tell no size: read until the end, or until past the bound.
-    const chunk = Buffer.alloc(65_536)
-    const chunks: Buffer[] = []
-    let length = 0
-    for (let read = readSync(fd, chunk); read > 0; read = readSync(fd, chunk)) {
-      length += read
-      if (length > MAX_FILE_BYTES) throw tooLarge()
-      chunks.push(Buffer.from(chunk.subarray(0, read)))
-    }
-    return Buffer.concat(chunks, length)
-  } finally {
-    closeSync(fd)
-  }
-}
+const readBounded = (path: string) => readFileBounded(path, MAX_FILE_BYTES)
 
 /** Reads, checks and resolves a config file; throws a ConfigError listing every problem. */
 export async function loadConfig(file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {

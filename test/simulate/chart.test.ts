@@ -80,6 +80,12 @@ describe('simulator charts', () => {
         assert.match(e.stderr, /line 3: timestamp "abc"/)
         return true
       })
+      // A device that never ends, given by mistake, is refused at once (it used to be read until memory ran out).
+      assert.throws(() => run('--csv', '/dev/zero'), (e: { status: number; stderr: string }) => {
+        assert.equal(e.status, 1)
+        assert.match(e.stderr, /^cannot read \/dev\/zero: larger than 256 MiB: is it the right file\? \(a simulation replays at most 5,000,000 events: replay a sample\)/)
+        return true
+      })
       assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /unknown pattern "tsunami"/.test(e.stderr))
       // Where no directory can be made, an error rather than a hang (node's recursive mkdir spins on these) or a stack trace.
       symlinkSync(join(dir, 'gone'), join(dir, 'dangling'))
