@@ -30,6 +30,14 @@ interface Tracked {
 /** Resets announced in whole seconds are read as "up to a second later" when nothing is left. */
 const SECOND = 1000
 
+/**
+ * Policies kept per partition. Servers announce a few; one that names a new
+ * policy in every response (an id or a timestamp in the name) would otherwise
+ * grow the partition without end, and every request would walk them all. The
+ * least recently announced go first.
+ */
+const MAX_TRACKED = 64
+
 export class PartitionQuota {
   private readonly tracked = new Map<string, Tracked>()
   private blockedUntil = 0
@@ -83,7 +91,11 @@ export class PartitionQuota {
       const quota = this.tracked.get(announced.name)
       if (quota === undefined) {
         this.tracked.set(announced.name, { limit: announced.limit, remaining: estimate, resetAt, windowMs: announced.windowMs })
+        if (this.tracked.size > MAX_TRACKED) this.forgetLeastRecentlyAnnounced(announcement)
       } else {
+        // Map order is announcement order: the policy goes to the end, the last to be forgotten.
+        this.tracked.delete(announced.name)
+        this.tracked.set(announced.name, quota)
         const newWindow = resetAt !== undefined && (quota.resetAt === undefined || resetAt > quota.resetAt + SECOND)
         if (newWindow) {
           quota.remaining = estimate ?? quota.remaining
@@ -118,6 +130,14 @@ export class PartitionQuota {
     if (retryAt !== undefined && status === 429) this.blockedUntil = Math.max(this.blockedUntil, retryAt)
     if (status === 429 && announcement.quotas.length === 0 && this.tracked.size === 0) this.probingUntil = now + this.probeMs
     return retryAt
+  }
+
+  /** Makes room for a newly announced policy, never forgetting one the same response announced. */
+  private forgetLeastRecentlyAnnounced(announcement: Announcement): void {
+    for (const name of this.tracked.keys()) {
+      if (this.tracked.size <= MAX_TRACKED) return
+      if (!announcement.quotas.some((announced) => announced.name === name)) this.tracked.delete(name)
+    }
   }
 
   /** A request that was admitted but got no response (network error, abort). */

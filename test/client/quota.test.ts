@@ -119,6 +119,23 @@ describe('the learned quota of one partition', () => {
     assert.equal(quota.settle(nothing, 503, 0), undefined)
     assert.equal(quota.admit(1).kind, 'go')
   })
+
+  it('keeps the policies a server keeps announcing, not every name it ever sent', () => {
+    // A server that names a fresh policy in every response (an id in the name), beside its real one.
+    const quota = new PartitionQuota(60_000)
+    const window = { resetAfterMs: 60_000, windowMs: 60_000 }
+    for (let i = 0; i < 5_000; i++) {
+      assert.equal(quota.admit(i).kind, 'go', `request ${i}`)
+      quota.settle({ quotas: [{ name: 'main', limit: 1_000_000, remaining: 1_000_000 - i - 1, ...window }, { name: `request-${i}`, limit: 100, remaining: 99, ...window }] }, 200, i)
+    }
+    const known = quota.knownPolicies().map((policy) => policy.name)
+    assert.equal(known.length, 64)
+    assert.ok(known.includes('main') && known.includes('request-4999') && !known.includes('request-0'))
+    // The policy it keeps announcing is still enforced.
+    quota.admit(5_000)
+    quota.settle({ quotas: [{ name: 'main', limit: 1_000_000, remaining: 0, ...window }] }, 200, 5_000)
+    assert.deepEqual(quota.admit(5_001), { kind: 'wait', until: 65_000, reason: 'quota' })
+  })
 })
 
 describe('retry delays', () => {
