@@ -10,6 +10,7 @@ import type { Socket } from 'node:net'
 import { PassThrough, type Duplex } from 'node:stream'
 import { Agent, errors, type Dispatcher } from 'undici'
 import { problem, type HttpOutcome } from '../http/handler.ts'
+import { requestQuery } from '../http/path.ts'
 import type { RouteConfig } from './config.ts'
 
 /** RFC 9110 7.6.1: meaningful for one connection only, never forwarded. */
@@ -239,10 +240,8 @@ export interface Upgrade {
 }
 
 export function forward(req: IncomingMessage, res: ServerResponse, options: ForwardOptions): Promise<ProxyOutcome> {
-  const url = req.url ?? '/'
-  const queryAt = url.indexOf('?')
   const path = options.path
-  const query = queryAt === -1 ? '' : url.slice(queryAt)
+  const query = requestQuery(req.url ?? '/')
   const hasBody = req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined
   const replayable = !hasBody && options.upgrade === undefined && IDEMPOTENT.has(req.method ?? '')
   // undici's low-level dispatch: the body goes straight into `res` with

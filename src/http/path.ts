@@ -28,10 +28,15 @@ export function normalizePath(path: string): string {
   return `/${out.join('/')}${path.endsWith('/') && out.length > 0 ? '/' : ''}`
 }
 
-/** A request target (`/a/b?q`, or the absolute form `http://host/a/b?q`) to its normalized path. */
+/**
+ * A request target (`/a/b?q`, or the absolute form `http://host/a/b?q`) to its
+ * normalized path. A fragment ends the path as a query does: no client sends
+ * one, but node's parser lets `GET /login#x` through, and Express, Fastify and
+ * WHATWG URL route it as `/login`.
+ */
 export function requestPath(target: string): string {
-  const query = target.indexOf('?')
-  let path = query === -1 ? target : target.slice(0, query)
+  const end = pathEnd(target)
+  let path = end === -1 ? target : target.slice(0, end)
   if (!path.startsWith('/')) {
     try {
       path = new URL(path).pathname
@@ -40,4 +45,19 @@ export function requestPath(target: string): string {
     }
   }
   return normalizePath(path)
+}
+
+/** Where a request target's path ends: its first `?` or `#`, or -1. */
+function pathEnd(target: string): number {
+  const query = target.indexOf('?')
+  const fragment = target.indexOf('#')
+  return fragment === -1 ? query : query === -1 ? fragment : Math.min(query, fragment)
+}
+
+/** A request target's query with its `?` (`''` when it has none), without a fragment. */
+export function requestQuery(target: string): string {
+  const query = target.indexOf('?')
+  const fragment = target.indexOf('#')
+  if (query === -1 || (fragment !== -1 && fragment < query)) return ''
+  return fragment === -1 ? target.slice(query) : target.slice(query, fragment)
 }

@@ -89,6 +89,19 @@ async function get(url: string, headers: Record<string, string> = {}): Promise<{
   return { status: response.status, headers: response.headers, body: await response.text() }
 }
 
+/** A request with its target as written: fetch() and URL would resolve dots and drop a fragment themselves. */
+function rawRequest(base: string, target: string, options: { method?: string; headers?: Record<string, string> } = {}): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const { hostname, port } = new URL(base)
+    const req = httpRequest({ host: hostname, port, method: options.method ?? 'GET', path: target, headers: options.headers }, (res) => {
+      let body = ''
+      res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk }).on('end', () => resolve({ status: res.statusCode ?? 0, body }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
 async function metrics(gateway: RunningGateway): Promise<Map<string, Family>> {
   const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
   return new Map((parsePrometheus(text) as Family[]).map((family) => [family.name, family]))
@@ -152,30 +165,20 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal(status.routes.length, 7)
   })
 
-  it('routes and limits the normalized path: dot segments and encoded letters cannot slip past a route\'s limits', async () => {
-    const raw = (path: string) => new Promise<number>((resolve, reject) => {
-      const { hostname, port } = new URL(gateway.url)
-      const req = httpRequest({ host: hostname, port, path, headers: { 'x-api-key': 'dots' } }, (res) => { res.resume(); resolve(res.statusCode ?? 0) })
-      req.on('error', reject)
-      req.end()
-    })
-    // fetch() and URL would resolve the dots themselves: raw requests carry them to the gateway.
-    assert.deepEqual([await raw('/api/hello'), await raw('/api/hello'), await raw('/api/./hello')], [200, 200, 200])
+  it('routes and limits the normalized path: dot segments, encoded letters and fragments cannot slip past a route\'s limits', async () => {
+    const raw = async (path: string) => (await rawRequest(gateway.url, path, { headers: { 'x-api-key': 'dots' } })).status
+    // A fragment ends the path, as Express, Fastify and URL read it, and is not sent on.
+    const fragment = await rawRequest(gateway.url, '/api/hello#/../../bytes/1', { headers: { 'x-api-key': 'dots' } })
+    assert.equal(fragment.status, 200)
+    assert.equal((JSON.parse(fragment.body) as { path: string }).path, '/hello')
+    assert.deepEqual([await raw('/api/hello'), await raw('/api/./hello')], [200, 200])
     assert.deepEqual([await raw('/bytes/../api/hello'), await raw('/bytes/%2e%2e/api//hello'), await raw('/api/x/../hello'), await raw('/%61pi/hell%6F')], [429, 429, 429, 429])
     // The absolute form is the same request: it meets the same spent limit.
     assert.equal(await raw('http://example.com/api/hello'), 429)
   })
 
   it('takes the absolute form (GET http://host/path, which RFC 9112 says a server must): routed, limited and forwarded by its path, its host replacing Host', async () => {
-    const send = (target: string, method = 'GET') => new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const { hostname, port } = new URL(gateway.url)
-      const req = httpRequest({ host: hostname, port, method, path: target, headers: { 'x-api-key': 'absolute', host: 'ignored.test' } }, (res) => {
-        let body = ''
-        res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk }).on('end', () => resolve({ status: res.statusCode ?? 0, body }))
-      })
-      req.on('error', reject)
-      req.end()
-    })
+    const send = (target: string, method = 'GET') => rawRequest(gateway.url, target, { method, headers: { 'x-api-key': 'absolute', host: 'ignored.test' } })
     const first = await send('http://Example.TEST:80/api/hello?page=2')
     assert.equal(first.status, 200)
     assert.deepEqual(pick(JSON.parse(first.body) as Record<string, unknown>, ['path', 'forwardedHost']), { path: '/hello', forwardedHost: 'example.test' })
@@ -219,6 +222,8 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal((await fetch(`${gateway.url}/Login`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
     // A path parameter (Tomcat and Spring route /login;jsessionid=1 as /login) meets it too.
     assert.equal((await fetch(`${gateway.url}/login;jsessionid=1`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
+    // So does one with a fragment, which node lets through and frameworks route as /login.
+    assert.equal((await rawRequest(gateway.url, '/login#again', { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
     assert.equal((await fetch(`${gateway.url}/login`, { headers: { 'x-api-key': 'scg' } })).status, 404, 'GET /login matches no route')
   })
 

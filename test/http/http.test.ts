@@ -67,7 +67,7 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
-  it(`${adapter}: other spellings of a limited path meet its limit (dot segments, empty segments, trailing slash, percent-encoded letters, absolute form, path parameters, backslashes${adapter === 'express' ? ', case' : ''})`, async () => {
+  it(`${adapter}: other spellings of a limited path meet its limit (dot segments, empty segments, trailing slash, percent-encoded letters, absolute form, path parameters, backslashes, fragments${adapter === 'express' ? ', case' : ''})`, async () => {
     await withServer(start, base([{ name: 'login', match: { path: '/api/login' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'login' } }]), async (url) => {
       // fetch() would resolve the dots itself: these go out as written.
       const raw = (path: string) => new Promise<number>((resolve, reject) => {
@@ -79,7 +79,9 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       assert.equal(await raw('/api/login'), 200)
       const spellings = ['/api/login/', '//api/login', '/api/./login', '/public/../api/login', '/public/%2e%2E/api/login', '/api/%6Cogin', '/%61pi/log%69n', `http://127.0.0.1/api/login`,
         // Path parameters, which Tomcat, Jetty and Spring cut before routing; backslashes, which IIS routes as slashes.
-        '/api/login;jsessionid=0123', '/api;v=2/login', '/api/login;/', '/api\\login', '/public\\..\\api\\login']
+        '/api/login;jsessionid=0123', '/api;v=2/login', '/api/login;/', '/api\\login', '/public\\..\\api\\login',
+        // A fragment, which no client sends but node lets through: the frameworks route /api/login#x as /api/login.
+        '/api/login#x', '/api/login#/../../public', '/api/login?#']
       if (adapter === 'express') spellings.push('/API/Login')
       const statuses = []
       for (const path of spellings) statuses.push(await raw(path))
