@@ -614,6 +614,53 @@ describe('Express mounting', () => {
   })
 })
 
+describe('Fastify router options', () => {
+  // Raw requests: fetch() and URL would resolve the dots themselves.
+  const raw = (url: string, path: string) => new Promise<number>((resolve, reject) => {
+    const { hostname, port } = new URL(url)
+    const req = httpRequest({ host: hostname, port, path }, (res) => { res.resume(); resolve(res.statusCode ?? 0) })
+    req.on('error', reject)
+    req.end()
+  })
+  const withFastify = async (fastifyOptions: object, sluiceOptions: Partial<RateLimitOptions>, body: (url: string) => Promise<void>) => {
+    const { default: Fastify } = await import('fastify')
+    const { sluiceFastify } = await import('../../src/http/adapters/fastify.ts')
+    const app = Fastify({ logger: false, ...fastifyOptions })
+    await app.register(sluiceFastify, { rules: [{ name: 'login', match: { path: '/login' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'login' } }], ...sluiceOptions })
+    app.get('/login', async () => 'login')
+    app.get('/other', async () => 'other')
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      await body(`http://127.0.0.1:${(app.server.address() as AddressInfo).port}`)
+    } finally {
+      await app.close()
+    }
+  }
+
+  it('paths are matched as the instance routes them: without case under caseSensitive: false, up to a ; under useSemicolonDelimiter', async () => {
+    await withFastify({ routerOptions: { caseSensitive: false, useSemicolonDelimiter: true } }, {}, async (url) => {
+      assert.equal(await raw(url, '/login'), 200)
+      // Fastify serves each of these from the /login handler.
+      for (const path of ['/LOGIN', '/Login;x', '/login;/../other', '/login;x/../../other']) assert.equal(await raw(url, path), 429, path)
+      assert.equal(await raw(url, '/other'), 200)
+    })
+    // Fastify 4's way of setting them, still read by Fastify 5.
+    await withFastify({ caseSensitive: false }, {}, async (url) => {
+      assert.deepEqual([await raw(url, '/login'), await raw(url, '/LOGIN')], [200, 429])
+    })
+  })
+
+  it('by default, and where the sluice options say so, case counts and ; is part of a segment', async () => {
+    await withFastify({}, {}, async (url) => {
+      // /LOGIN is no route here; /login;/../other neither (Fastify resolves no dots): both unlimited, neither served.
+      assert.deepEqual([await raw(url, '/login'), await raw(url, '/LOGIN'), await raw(url, '/login;/../other'), await raw(url, '/other')], [200, 404, 404, 200])
+    })
+    await withFastify({ routerOptions: { caseSensitive: false } }, { caseSensitive: true }, async (url) => {
+      assert.deepEqual([await raw(url, '/login'), await raw(url, '/LOGIN')], [200, 200])
+    })
+  })
+})
+
 describe('fetch adapter responses', () => {
   it('adds the fields to any response the handler returns, and passes on those that cannot carry them', async () => {
     const { withRateLimit } = await import('../../src/http/adapters/fetch.ts')

@@ -1,7 +1,10 @@
 /**
  * Fastify plugin: an `onRequest` hook runs the pipeline; refused requests are
  * answered there, allowed ones get the headers on their reply. Warnings go to
- * Fastify's logger unless `onWarning` is given.
+ * Fastify's logger unless `onWarning` is given. Paths are matched as the
+ * instance routes them: case-insensitively under its `caseSensitive: false`
+ * (unless `caseSensitive` is given here), and ending at a `;` under its
+ * `useSemicolonDelimiter`.
  */
 import type { ServerResponse } from 'node:http'
 import { createRateLimitPipeline, isPromise, recordDecision, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
@@ -24,17 +27,31 @@ interface FastifyReplyLike {
   code(status: number): FastifyReplyLike
   send(body: unknown): unknown
 }
+interface RouterOptions {
+  caseSensitive?: boolean
+  useSemicolonDelimiter?: boolean
+}
 interface FastifyInstanceLike {
   addHook(name: 'onRequest', hook: (request: FastifyRequestLike, reply: FastifyReplyLike, done: (error?: Error) => void) => void): unknown
   log: { warn(message: string): void }
+  /** Fastify 5 takes router options in `routerOptions`, and still reads them at the top level. */
+  initialConfig?: RouterOptions & { routerOptions?: RouterOptions }
 }
 
-export function fastifyRequest(request: FastifyRequestLike): HttpRequest {
+/** A router option as the instance's router applies it. */
+function routerOption(fastify: FastifyInstanceLike, name: keyof RouterOptions): boolean | undefined {
+  const config = fastify.initialConfig
+  return config?.routerOptions?.[name] ?? config?.[name]
+}
+
+/** `semicolonEndsPath`: the router's `useSemicolonDelimiter`, under which `/login;x/../y` is routed as `/login`. */
+export function fastifyRequest(request: FastifyRequestLike, semicolonEndsPath = false): HttpRequest {
   // Fastify's `headers` is a getter: read it once, not once per header the pipeline asks for.
   const headers = request.headers
+  const semicolon = semicolonEndsPath ? request.url.indexOf(';') : -1
   return {
     method: request.method,
-    path: requestPath(request.url),
+    path: requestPath(semicolon === -1 ? request.url : request.url.slice(0, semicolon)),
     host: typeof headers.host === 'string' ? headers.host : request.hostname,
     header: (name) => {
       const value = headers[name]
@@ -47,7 +64,10 @@ export function fastifyRequest(request: FastifyRequestLike): HttpRequest {
 /** `fastify.register(sluiceFastify, options)`: applies to every route of the instance, not only its children. */
 export const sluiceFastify = Object.assign(
   async function sluiceFastify(fastify: FastifyInstanceLike, options: RateLimitOptions): Promise<void> {
-    const decide = createRateLimitPipeline({ onWarning: (message) => fastify.log.warn(message), ...options })
+    // Paths are matched as the instance's router reads them: a limit on /login must meet /LOGIN where it routes there.
+    const caseSensitive = routerOption(fastify, 'caseSensitive') ?? true
+    const semicolonEndsPath = routerOption(fastify, 'useSemicolonDelimiter') ?? false
+    const decide = createRateLimitPipeline({ onWarning: (message) => fastify.log.warn(message), caseSensitive, ...options })
     const apply = (request: FastifyRequestLike, reply: FastifyReplyLike, outcome: HttpOutcome, done: (error?: Error) => void): void => {
       recordDecision(request, outcome)
       settleWhenSent(reply.raw, outcome.settle)
@@ -68,7 +88,7 @@ export const sluiceFastify = Object.assign(
     // A callback hook, not an async one: a decision made at once (the memory store) goes on
     // in the same tick, with no promise to settle per request.
     fastify.addHook('onRequest', (request, reply, done) => {
-      const outcome = decide(fastifyRequest(request))
+      const outcome = decide(fastifyRequest(request, semicolonEndsPath))
       if (isPromise(outcome)) outcome.then((settled) => apply(request, reply, settled, done)).catch((error: unknown) => done(asError(error)))
       else apply(request, reply, outcome, done)
     })
