@@ -295,8 +295,12 @@ export const configSchema = z.strictObject({
   headers: headerStyle.default({}),
   /** Every limit in shadow mode: decide, count and log, never refuse. */
   shadow: z.boolean().default(false),
-  /** Path patterns match case-sensitively; false for upstreams that route case-insensitively (Express's default, ASP.NET). */
-  caseSensitive: z.boolean().default(true),
+  /**
+   * Path patterns match case-insensitively by default: the gateway cannot know how its upstreams
+   * route, and in front of one that routes /LOGIN as /login (Express's default, ASP.NET) a
+   * case-sensitive /login limit could be walked around. true where case tells routes apart.
+   */
+  caseSensitive: z.boolean().default(false),
   /** Limits on every route, in addition to each route's own. */
   limits: z.array(limit).default([]),
   routes: z.array(route).min(1, { error: 'expected at least one route' }),

@@ -197,6 +197,7 @@ routes:
   it('finds routes that can never match: taken by an earlier route (first match wins), or excluding all their own paths', async () => {
     const route = (name: string, match: string) => `  - { name: ${name}, match: ${match}, upstream: "http://127.0.0.1:9" }`
     const text = `
+caseSensitive: true
 limits:
   - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
     match: { path: /api/**, exclude: [/**] }
@@ -221,9 +222,10 @@ ${route('rest', '{ path: /** }')}
       'routes[11]: can never match: routes[10] ("rest") comes first and takes every request this route would; move this route above it, or narrow that one',
       'limits[0].match.exclude: excludes every path the limit names, so it never applies',
     ])
-    // Case-insensitive matching makes /API/login one of /api/**'s paths.
-    const insensitive = await problems(`caseSensitive: false\nroutes:\n${route('api', '{ path: /api/** }')}\n${route('login', '{ path: /API/login }')}\n`)
-    assert.deepEqual(insensitive.map((p) => p.replace(/ \(line \d+\)$/, '')), ['routes[1].match: can never match: routes[0] ("api") comes first and takes every request this route would; move this route above it, or narrow that one'])
+    // Case-insensitive matching (the default) makes /API/login one of /api/**'s paths; with caseSensitive: true it is another.
+    const caseRoutes = `routes:\n${route('api', '{ path: /api/** }')}\n${route('login', '{ path: /API/login }')}\n`
+    assert.deepEqual((await problems(caseRoutes)).map((p) => p.replace(/ \(line \d+\)$/, '')), ['routes[1].match: can never match: routes[0] ("api") comes first and takes every request this route would; move this route above it, or narrow that one'])
+    assert.deepEqual(await problems(`caseSensitive: true\n${caseRoutes}`), [])
   })
 
   it('lists what only building the gateway would find: path patterns, proxy CIDRs, a JWT key that cannot verify its algorithms', async () => {

@@ -33,7 +33,6 @@ identity:
   apiKey: { header: x-api-key }
   order: [apiKey, ip]
 headers: { standard: draft-10 }
-caseSensitive: false
 logging: { level: info }
 routes:
   - name: api
@@ -218,7 +217,7 @@ describe('gateway (child process, real upstream)', () => {
     // The route's style is over the top-level one: the draft-10 fields stay beside Spring Cloud Gateway's.
     assert.deepEqual(fields(responses[0] as Response), ['1', '1', '2', '1', '"login.token-bucket:2@1/1s";r=1;t=1'])
     assert.deepEqual(fields(responses[2] as Response), ['0', '1', '2', '1', '"login.token-bucket:2@1/1s";r=0;t=1'])
-    // caseSensitive: false (for upstreams that route /LOGIN as /login): another spelling meets the same limit.
+    // Paths match without case by default (upstreams such as Express route /LOGIN as /login): another spelling meets the same limit.
     assert.equal((await fetch(`${gateway.url}/Login`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
     // A path parameter (Tomcat and Spring route /login;jsessionid=1 as /login) meets it too.
     assert.equal((await fetch(`${gateway.url}/login;jsessionid=1`, { method: 'POST', headers: { 'x-api-key': 'scg' } })).status, 429)
