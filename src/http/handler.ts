@@ -22,6 +22,13 @@ export interface HttpRequest {
   method: string
   /** The path, without the query string. */
   path: string
+  /**
+   * Set where a listener reading the target with WHATWG URL would see
+   * another path: `new URL('//x/login', base).pathname` is `/login` (the
+   * target's `//x` is read as a host). Rules match this path too; `exclude`
+   * and `skip` see only `path`.
+   */
+  pathAsUrl?: string
   host: string | undefined
   /** A request header by lower-case name (first value). */
   header(name: string): string | undefined

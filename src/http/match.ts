@@ -37,7 +37,7 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
   const hosts = match.host === undefined ? undefined : list(match.host).map((h) => compileHost(h, `${what}.host`))
   const headers = match.headers === undefined ? undefined : compileHeaders(match.headers, `${what}.headers`)
   return (request) =>
-    paths(request.path) && !excluded(request.path) &&
+    (paths(request.path) || (request.pathAsUrl !== undefined && paths(request.pathAsUrl))) && !excluded(request.path) &&
     (methods === undefined || methods.has(request.method.toUpperCase())) &&
     (hosts === undefined || (request.host !== undefined && hosts.some((host) => host(request.host as string)))) &&
     (headers === undefined || headers(request))
@@ -47,13 +47,21 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
  * A path pattern also matches the path as servers that read more into it
  * would route it: with its `;parameters` cut from each segment
  * (`/login;jsessionid=1`, `/api;x/login`: Tomcat, Jetty and Spring route
- * those as `/login` and `/api/login`), and with `\` as `/` (IIS). Without
- * this, a limit in front of them could be walked around. It only widens what
- * a rule matches (never what it excludes or skips): another upstream serves
- * such a path as another one, which then meets the limit as well.
+ * those as `/login` and `/api/login`), ending at its first `;` (Fastify's
+ * `useSemicolonDelimiter` routes `/login;x/y` as `/login`), and with `\` as
+ * `/` (IIS). Without this, a limit in front of them could be walked around.
+ * It only widens what a rule matches (never what it excludes or skips):
+ * another upstream serves such a path as another one, which then meets the
+ * limit as well.
  */
 function alsoAsRouted(matches: (path: string) => boolean): (path: string) => boolean {
-  return (path) => matches(path) || (/[;\\]/.test(path) && matches(normalizePath(path.replace(/\\/g, '/').replace(/;[^/]*/g, ''))))
+  return (path) => {
+    if (matches(path)) return true
+    if (!/[;\\]/.test(path)) return false
+    const slashes = path.replace(/\\/g, '/')
+    const semicolon = slashes.indexOf(';')
+    return matches(normalizePath(slashes.replace(/;[^/]*/g, ''))) || (semicolon !== -1 && matches(normalizePath(slashes.slice(0, semicolon))))
+  }
 }
 
 /** Path patterns (see compileGlob), one or a list: a path matches when any of them does. */

@@ -61,3 +61,18 @@ export function requestQuery(target: string): string {
   if (query === -1 || (fragment !== -1 && fragment < query)) return ''
   return fragment === -1 ? target.slice(query) : target.slice(query, fragment)
 }
+
+/**
+ * The path a listener that reads the target with WHATWG URL (`new URL(req.url,
+ * base)`, what node's documentation shows) would see, where it is another one
+ * than requestPath's: a target starting with two slashes (or backslashes)
+ * names a host there, so `//x/login` is `/login`. Undefined otherwise.
+ */
+export function pathAsUrlReads(target: string): string | undefined {
+  if (!/^[/\\]{2}/.test(target)) return undefined
+  try {
+    return normalizePath(new URL(target, 'http://base.invalid').pathname)
+  } catch {
+    return undefined
+  }
+}

@@ -80,6 +80,8 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       const spellings = ['/api/login/', '//api/login', '/api/./login', '/public/../api/login', '/public/%2e%2E/api/login', '/api/%6Cogin', '/%61pi/log%69n', `http://127.0.0.1/api/login`,
         // Path parameters, which Tomcat, Jetty and Spring cut before routing; backslashes, which IIS routes as slashes.
         '/api/login;jsessionid=0123', '/api;v=2/login', '/api/login;/', '/api\\login', '/public\\..\\api\\login',
+        // Where a path ends at its first ; (Fastify's useSemicolonDelimiter, as an upstream behind the gateway).
+        '/api/login;v=2/other',
         // A fragment, which no client sends but node lets through: the frameworks route /api/login#x as /api/login.
         '/api/login#x', '/api/login#/../../public', '/api/login?#']
       if (adapter === 'express') spellings.push('/API/Login')
@@ -579,6 +581,36 @@ describe('node adapter errors', () => {
     try {
       assert.equal((await fetch(`http://127.0.0.1:${(server.address() as { port: number }).port}/`)).status, 500)
       assert.deepEqual(warnings, ['a request could not be decided and was answered 500: cost must be a positive integer (got 0)'])
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
+  })
+})
+
+describe('node adapter paths', () => {
+  it('a listener that reads its path with new URL(req.url, base) cannot be reached round a limit by a target starting with //', async () => {
+    const { createServer } = await import('node:http')
+    const { withRateLimit } = await import('../../src/http/adapters/node.ts')
+    // What node's documentation shows: new URL() reads //evil.test/login as host evil.test, path /login.
+    const server = createServer(withRateLimit((req, res) => res.end(new URL(req.url ?? '/', 'http://localhost').pathname), {
+      rules: [{ name: 'login', match: { path: '/login' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'login' } }],
+    }))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const raw = (path: string) => new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port: (server.address() as AddressInfo).port, path }, (res) => {
+        let body = ''
+        res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk }).on('end', () => resolve({ status: res.statusCode ?? 0, body }))
+      })
+      req.on('error', reject)
+      req.end()
+    })
+    try {
+      assert.deepEqual(await raw('/login'), { status: 200, body: '/login' })
+      for (const path of ['//evil.test/login', '/\\evil.test/login', '///evil.test/./login', '//evil.test/login?x']) assert.equal((await raw(path)).status, 429, path)
+      // Limits widen, nothing else: the paths those spell are not limited.
+      assert.deepEqual(await raw('//evil.test/other'), { status: 200, body: '/other' })
+      assert.deepEqual(await raw('/x/login'), { status: 200, body: '/x/login' })
     } finally {
       server.closeAllConnections()
       server.close()

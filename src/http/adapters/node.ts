@@ -10,7 +10,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import type { Socket } from 'node:net'
 import { createRateLimitPipeline, isPromise, recordDecision, warningSink, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { ArgumentError, messageOf } from '../../core/errors.ts'
-import { requestPath } from '../path.ts'
+import { pathAsUrlReads, requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
 /** A request as node:http or node:http2's compatibility API hands it to a listener. */
@@ -33,6 +33,17 @@ export function nodeRequest(req: NodeRequest, target = req.url ?? '/'): HttpRequ
   }
 }
 
+/**
+ * nodeRequest for a listener sluice cannot see into: its rules also match the
+ * path WHATWG URL would read from the target (see HttpRequest.pathAsUrl).
+ */
+function listenerRequest(req: NodeRequest): HttpRequest {
+  const request = nodeRequest(req)
+  const pathAsUrl = pathAsUrlReads(req.url ?? '/')
+  if (pathAsUrl !== undefined && pathAsUrl !== request.path) request.pathAsUrl = pathAsUrl
+  return request
+}
+
 function authorityOf(req: NodeRequest): string | undefined {
   const authority = req.headers[':authority']
   return typeof authority === 'string' ? authority : undefined
@@ -44,7 +55,7 @@ function authorityOf(req: NodeRequest): string | undefined {
  */
 export function rateLimitNode(
   options: RateLimitOptions,
-  toRequest: (req: NodeRequest) => HttpRequest = nodeRequest,
+  toRequest: (req: NodeRequest) => HttpRequest = listenerRequest,
 ): (req: NodeRequest, res: NodeResponse) => Promise<boolean> {
   const limit = nodeLimiter(options, toRequest)
   return async function rateLimitNodeRequest(req, res) {
@@ -59,7 +70,7 @@ export function rateLimitNode(
  */
 export function nodeLimiter<Req extends NodeRequest>(
   options: RateLimitOptions,
-  toRequest: (req: Req) => HttpRequest = nodeRequest,
+  toRequest: (req: Req) => HttpRequest = listenerRequest,
 ): (req: Req, res: NodeResponse) => boolean | Promise<boolean> {
   const decide = createRateLimitPipeline(options)
   const apply = (req: Req, res: NodeResponse, outcome: HttpOutcome): boolean | Promise<boolean> => {
