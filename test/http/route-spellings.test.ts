@@ -1,0 +1,160 @@
+/**
+ * A spent limit on /login holds against every spelling of a request target
+ * that the framework (or, behind the gateway, the upstream) routes to its
+ * /login handler: random targets built from the pieces routers read
+ * differently (case, dots, encodings, `;`, `#`, backslashes, doubled
+ * slashes), sent raw over a socket, as no HTTP client would send them.
+ */
+import assert from 'node:assert/strict'
+import { createServer, type Server } from 'node:http'
+import { connect, type AddressInfo } from 'node:net'
+import { describe, it } from 'node:test'
+import { serve } from '@hono/node-server'
+import express from 'express'
+import fc from 'fast-check'
+import Fastify from 'fastify'
+import { Hono } from 'hono'
+import { rateLimit } from '../../src/http/adapters/express.ts'
+import { sluiceFastify } from '../../src/http/adapters/fastify.ts'
+import { withRateLimit as withFetchRateLimit } from '../../src/http/adapters/fetch.ts'
+import { withRateLimit as withNodeRateLimit, type RateLimitOptions } from '../../src/http/adapters/node.ts'
+import { fcOptions } from '../helpers.ts'
+import { startGateway } from '../support/gateway.ts'
+
+const HANDLER = 'the /login handler'
+const options = (): RateLimitOptions => ({
+  rules: [{ name: 'login', match: { path: '/login' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 600_000, name: 'login' } }],
+  onWarning: () => {},
+})
+
+/** One request with its target exactly as written; the whole response as text. */
+function raw(port: number, target: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(`GET ${target} HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n`))
+    let response = ''
+    const timer = setTimeout(() => socket.destroy(new Error(`no answer to ${target} within 5 s`)), 5000)
+    socket.setEncoding('latin1').on('data', (part: string) => { response += part })
+    socket.on('close', () => { clearTimeout(timer); resolve(response) }).on('error', reject)
+  })
+}
+
+// Every spelling of /login these make, whatever comes before and after it.
+const before = ['', '/', '//', '//evil.test', '/\\evil.test', '///', '/x/..', '/x/%2e%2e', '/.', '\\']
+const login = ['/login', '/LOGIN', '/Login', '/%6cogin', '/lo%67in', '/%4cOGIN', '\\login']
+const after = ['', '/', '#x', '#/../x', '?x', ';', ';a=b', ';a=b/x', ';/../x', '/.', '/x/..', '%2f', '~', '%20', '?#', '/;x']
+const spellings = before.flatMap((head) => login.flatMap((middle) => after.map((tail) => `${head}${middle}${tail}`)))
+
+// And random targets of the pieces routers read differently.
+const pieces = ['login', 'LOGIN', '%6cogin', 'lo%67in', 'login%2f', 'l%2Fogin', '.', '..', '%2e', '%2E%2e', '.%2e', '', ';x', ';', 'login;a=b',
+  '#x', '#', '?x', '%23', '%3b', '%3f', '\\', '%5c', '%00', 'login.', 'login~', '%20', '+', 'x', 'evil.test', '%2f', '%252e', '*']
+const target = fc.array(fc.tuple(fc.constantFrom('/', '/', '', '//', '\\'), fc.constantFrom(...pieces)), { minLength: 1, maxLength: 5 })
+  .map((parts) => {
+    const path = parts.map(([separator, piece]) => separator + piece).join('')
+    return path.startsWith('/') || path.startsWith('\\') ? path : `/${path}`
+  })
+
+async function listening(server: Server): Promise<number> {
+  if (!server.listening) await new Promise((resolve) => server.once('listening', resolve))
+  return (server.address() as AddressInfo).port
+}
+
+interface App { port: number; close: () => Promise<void> }
+
+const apps: Record<string, () => Promise<App>> = {
+  express: async () => {
+    const app = express()
+    app.use(rateLimit(options()))
+    app.all('/login', (_req, res) => { res.send(HANDLER) })
+    const server = createServer(app).listen(0, '127.0.0.1')
+    return { port: await listening(server), close: async () => { server.closeAllConnections(); server.close() } }
+  },
+  fastify: async () => {
+    const app = Fastify()
+    await app.register(sluiceFastify, options())
+    app.all('/login', async () => HANDLER)
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  },
+  'fastify (caseSensitive: false, useSemicolonDelimiter, ignoreTrailingSlash, ignoreDuplicateSlashes)': async () => {
+    const app = Fastify({ routerOptions: { caseSensitive: false, useSemicolonDelimiter: true, ignoreTrailingSlash: true, ignoreDuplicateSlashes: true } })
+    await app.register(sluiceFastify, options())
+    app.all('/login', async () => HANDLER)
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  },
+  'fetch (Hono on @hono/node-server)': async () => {
+    const app = new Hono()
+    app.all('/login', (c) => c.text(HANDLER))
+    type Env = { incoming: { socket: { remoteAddress?: string } } }
+    const server = serve({ fetch: withFetchRateLimit((request, env: Env) => app.fetch(request, env), options(), (_request, env) => env.incoming.socket.remoteAddress), port: 0, hostname: '127.0.0.1' }) as Server
+    return { port: await listening(server), close: async () => { server.close() } }
+  },
+  'node (a listener reading its path with new URL)': async () => {
+    const server = createServer(withNodeRateLimit((req, res) => {
+      let path = ''
+      try {
+        path = new URL(req.url ?? '/', 'http://localhost').pathname
+      } catch { /* not a URL: no route */ }
+      res.end(path === '/login' ? HANDLER : 'another handler')
+    }, options())).listen(0, '127.0.0.1')
+    return { port: await listening(server), close: async () => { server.closeAllConnections(); server.close() } }
+  },
+}
+
+/** The gateway with its default settings in front of `upstream`: /login limited, everything else passed on unlimited. */
+async function gatewayBefore(upstream: App): Promise<App> {
+  const gateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+routes:
+  - name: login
+    match: { path: /login }
+    upstream: http://127.0.0.1:${upstream.port}
+    limits:
+      - name: login
+        policies: { algorithm: fixed-window, name: login, limit: 1, windowMs: 600000 }
+  - name: rest
+    match: { path: /** }
+    upstream: http://127.0.0.1:${upstream.port}
+`).catch(async (error: unknown) => {
+    await upstream.close()
+    throw error
+  })
+  return { port: Number(new URL(gateway.url).port), close: async () => { await gateway.stop(); await upstream.close() } }
+}
+
+async function upstreamWithLogin(kind: 'express' | 'fastify'): Promise<App> {
+  if (kind === 'express') {
+    const app = express()
+    app.all('/login', (_req, res) => { res.send(HANDLER) })
+    const server = createServer(app).listen(0, '127.0.0.1')
+    return { port: await listening(server), close: async () => { server.closeAllConnections(); server.close() } }
+  }
+  const app = Fastify({ routerOptions: { caseSensitive: false, useSemicolonDelimiter: true } })
+  app.all('/login', async () => HANDLER)
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+}
+
+apps['gateway in front of Express'] = async () => gatewayBefore(await upstreamWithLogin('express'))
+apps['gateway in front of Fastify (caseSensitive: false, useSemicolonDelimiter)'] = async () => gatewayBefore(await upstreamWithLogin('fastify'))
+
+describe('a spent limit holds against every spelling its handler answers to', () => {
+  for (const [name, start] of Object.entries(apps)) {
+    it(name, async () => {
+      const app = await start()
+      try {
+        assert.match(await raw(app.port, '/login'), new RegExp(HANDLER))
+        assert.match(await raw(app.port, '/login'), /^HTTP\/1\.1 429 /)
+        const reached: string[] = []
+        for (const path of spellings) if ((await raw(app.port, path)).includes(HANDLER)) reached.push(path)
+        assert.deepEqual(reached, [], `${reached.length} of ${spellings.length} spellings reached the /login handler`)
+        await fc.assert(fc.asyncProperty(target, async (path) => {
+          assert.doesNotMatch(await raw(app.port, path), new RegExp(HANDLER), `${path} reached the /login handler`)
+        }), fcOptions(200))
+      } finally {
+        await app.close()
+      }
+    })
+  }
+})
