@@ -9,7 +9,7 @@ import assert from 'node:assert/strict'
 import { createServer, type Server } from 'node:http'
 import { connect, type AddressInfo } from 'node:net'
 import { describe, it } from 'node:test'
-import { serve } from '@hono/node-server'
+import { serve, type Http2Bindings, type HttpBindings } from '@hono/node-server'
 import express from 'express'
 import fc from 'fast-check'
 import Fastify from 'fastify'
@@ -60,6 +60,9 @@ async function listening(server: Server): Promise<number> {
 
 interface App { port: number; close: () => Promise<void> }
 
+// Fastify 5 reads useSemicolonDelimiter in routerOptions, though its types list it only at the top level.
+const semicolonRouting = { caseSensitive: false, useSemicolonDelimiter: true }
+
 const apps: Record<string, () => Promise<App>> = {
   express: async () => {
     const app = express()
@@ -76,7 +79,7 @@ const apps: Record<string, () => Promise<App>> = {
     return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
   },
   'fastify (caseSensitive: false, useSemicolonDelimiter, ignoreTrailingSlash, ignoreDuplicateSlashes)': async () => {
-    const app = Fastify({ routerOptions: { caseSensitive: false, useSemicolonDelimiter: true, ignoreTrailingSlash: true, ignoreDuplicateSlashes: true } })
+    const app = Fastify({ routerOptions: { ...semicolonRouting, ignoreTrailingSlash: true, ignoreDuplicateSlashes: true } })
     await app.register(sluiceFastify, options())
     app.all('/login', async () => HANDLER)
     await app.listen({ port: 0, host: '127.0.0.1' })
@@ -85,8 +88,7 @@ const apps: Record<string, () => Promise<App>> = {
   'fetch (Hono on @hono/node-server)': async () => {
     const app = new Hono()
     app.all('/login', (c) => c.text(HANDLER))
-    type Env = { incoming: { socket: { remoteAddress?: string } } }
-    const server = serve({ fetch: withFetchRateLimit((request, env: Env) => app.fetch(request, env), options(), (_request, env) => env.incoming.socket.remoteAddress), port: 0, hostname: '127.0.0.1' }) as Server
+    const server = serve({ fetch: withFetchRateLimit((request, env: HttpBindings | Http2Bindings) => app.fetch(request, env), options(), (_request, env) => env.incoming.socket.remoteAddress), port: 0, hostname: '127.0.0.1' }) as Server
     return { port: await listening(server), close: async () => { server.close() } }
   },
   'node (a listener reading its path with new URL)': async () => {
@@ -130,7 +132,7 @@ async function upstreamWithLogin(kind: 'express' | 'fastify'): Promise<App> {
     const server = createServer(app).listen(0, '127.0.0.1')
     return { port: await listening(server), close: async () => { server.closeAllConnections(); server.close() } }
   }
-  const app = Fastify({ routerOptions: { caseSensitive: false, useSemicolonDelimiter: true } })
+  const app = Fastify({ routerOptions: semicolonRouting })
   app.all('/login', async () => HANDLER)
   await app.listen({ port: 0, host: '127.0.0.1' })
   return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
