@@ -540,7 +540,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     config: route,
     matches: compileMatch(route.match ?? {}, `route "${route.name}" match`, config.caseSensitive),
     upstreams: new Upstreams(route, (upstream, failure) => logger.warn({ route: route.name, upstream }, `upstream ${failure === 'closed' ? 'closed a connection without answering' : 'cannot be connected to'}; passed over for 10 s`)),
-    rewrite: pathRewriter(route),
+    rewrite: pathRewriter(route, config.caseSensitive),
   }))
   const failure = config.store.type === 'redis' ? config.store : undefined
   // A route's own header style, over the top-level one.

@@ -185,13 +185,20 @@ export function createAgent(keepAliveMs: number): Agent {
   return new Agent({ keepAliveTimeout: keepAliveMs, connections: 256, pipelining: 1 })
 }
 
-/** Compiles a route's path rewriting: strip a prefix, then a regex replacement. */
-export function pathRewriter(route: RouteConfig): (path: string) => string {
-  const strip = route.stripPrefix === '/' ? undefined : route.stripPrefix
+/**
+ * Compiles a route's path rewriting: strip a prefix, then a regex replacement.
+ * The prefix is compared as the route's patterns are (`caseSensitive`): a route
+ * that takes /API/hello for /api/** strips its /api from it too.
+ */
+export function pathRewriter(route: RouteConfig, caseSensitive = true): (path: string) => string {
+  const strip = route.stripPrefix === '/' || route.stripPrefix === undefined ? undefined : caseSensitive ? route.stripPrefix : route.stripPrefix.toLowerCase()
   const rewrite = route.rewrite === undefined ? undefined : { pattern: new RegExp(route.rewrite.pattern), replacement: route.rewrite.replacement }
   return (path) => {
     let result = path
-    if (strip !== undefined && (result === strip || result.startsWith(`${strip}/`))) result = result.slice(strip.length) || '/'
+    if (strip !== undefined) {
+      const head = caseSensitive ? result.slice(0, strip.length + 1) : result.slice(0, strip.length + 1).toLowerCase()
+      if (head === strip || head === `${strip}/`) result = result.slice(strip.length) || '/'
+    }
     if (rewrite !== undefined) result = result.replace(rewrite.pattern, rewrite.replacement)
     return result.startsWith('/') ? result : `/${result}`
   }

@@ -170,6 +170,10 @@ describe('gateway (child process, real upstream)', () => {
     const fragment = await rawRequest(gateway.url, '/api/hello#/../../bytes/1', { headers: { 'x-api-key': 'dots' } })
     assert.equal(fragment.status, 200)
     assert.equal((JSON.parse(fragment.body) as { path: string }).path, '/hello')
+    // Paths match without case by default, and the route's stripPrefix (/api) is cut from /API/hello as well.
+    const upper = await rawRequest(gateway.url, '/API/hello', { headers: { 'x-api-key': 'upper' } })
+    assert.equal(upper.status, 200)
+    assert.equal((JSON.parse(upper.body) as { path: string }).path, '/hello')
     assert.deepEqual([await raw('/api/hello'), await raw('/api/./hello')], [200, 200])
     assert.deepEqual([await raw('/bytes/../api/hello'), await raw('/bytes/%2e%2e/api//hello'), await raw('/api/x/../hello'), await raw('/%61pi/hell%6F')], [429, 429, 429, 429])
     // The absolute form is the same request: it meets the same spent limit.
