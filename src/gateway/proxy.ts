@@ -187,12 +187,12 @@ export function createAgent(keepAliveMs: number): Agent {
 
 /**
  * Compiles a route's path rewriting: strip a prefix, then a regex replacement.
- * The prefix is compared as the route's patterns are (`caseSensitive`): a route
- * that takes /API/hello for /api/** strips its /api from it too.
+ * Both compare as the route's patterns do (`caseSensitive`): a route that
+ * takes /API/hello for /api/** strips its /api from it too.
  */
-export function pathRewriter(route: RouteConfig, caseSensitive = true): (path: string) => string {
+export function pathRewriter(route: Pick<RouteConfig, 'stripPrefix' | 'rewrite'>, caseSensitive = true): (path: string) => string {
   const strip = route.stripPrefix === '/' || route.stripPrefix === undefined ? undefined : caseSensitive ? route.stripPrefix : route.stripPrefix.toLowerCase()
-  const rewrite = route.rewrite === undefined ? undefined : { pattern: new RegExp(route.rewrite.pattern), replacement: route.rewrite.replacement }
+  const rewrite = route.rewrite === undefined ? undefined : { pattern: new RegExp(route.rewrite.pattern, caseSensitive ? '' : 'i'), replacement: route.rewrite.replacement }
   return (path) => {
     let result = path
     if (strip !== undefined) {
