@@ -48,8 +48,10 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
  * would route it: with its `;parameters` cut from each segment
  * (`/login;jsessionid=1`, `/api;x/login`: Tomcat, Jetty and Spring route
  * those as `/login` and `/api/login`), ending at its first `;` (Fastify's
- * `useSemicolonDelimiter` routes `/login;x/y` as `/login`), and with `\` as
- * `/` (IIS). Without this, a limit in front of them could be walked around.
+ * `useSemicolonDelimiter` routes `/login;x/y` as `/login`), with `\` as `/`
+ * (IIS), and with an encoded slash as a slash (nginx decodes `%2F` before it
+ * resolves dots: `/x%2F..%2Flogin` is its `/login`). Without this, a limit in
+ * front of them could be walked around.
  * It only widens what a rule matches (never what it excludes or skips):
  * another upstream serves such a path as another one, which then meets the
  * limit as well.
@@ -57,8 +59,8 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
 function alsoAsRouted(matches: (path: string) => boolean): (path: string) => boolean {
   return (path) => {
     if (matches(path)) return true
-    if (!/[;\\]/.test(path)) return false
-    const slashes = path.replace(/\\/g, '/')
+    if (!/[;\\]|%2f|%5c/i.test(path)) return false
+    const slashes = path.replace(/\\|%2f|%5c/gi, '/')
     const semicolon = slashes.indexOf(';')
     return matches(normalizePath(slashes.replace(/;[^/]*/g, ''))) || (semicolon !== -1 && matches(normalizePath(slashes.slice(0, semicolon))))
   }

@@ -91,8 +91,10 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       const refusedByRuntime = (path: string) => adapter === 'fetch' && path.includes('\\')
       assert.deepEqual(statuses, spellings.map((path) => (refusedByRuntime(path) ? 400 : 429)), spellings.join(' '))
       assert.equal(await raw('/api/logout'), 200)
-      // Only unreserved characters are decoded: an encoded slash is another path.
-      assert.equal(await raw('/api%2Flogin'), 200)
+      // An encoded slash is a slash where a server decodes it before routing (nginx does): it meets the limit too.
+      assert.equal(await raw('/api%2Flogin'), 429)
+      // Only once: an encoded percent sign is another path.
+      assert.equal(await raw('/api%252Flogin'), 200)
     })
   })
 

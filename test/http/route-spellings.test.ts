@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict'
 import { createServer, type Server } from 'node:http'
 import { connect, type AddressInfo } from 'node:net'
+import { posix } from 'node:path'
 import { describe, it } from 'node:test'
 import { serve, type Http2Bindings, type HttpBindings } from '@hono/node-server'
 import express from 'express'
@@ -39,9 +40,9 @@ function raw(port: number, target: string): Promise<string> {
 }
 
 // Every spelling of /login these make, whatever comes before and after it.
-const before = ['', '/', '//', '//evil.test', '/\\evil.test', '///', '/x/..', '/x/%2e%2e', '/.', '\\']
+const before = ['', '/', '//', '//evil.test', '/\\evil.test', '///', '/x/..', '/x/%2e%2e', '/.', '\\', '/x%2F..', '/%2F']
 const login = ['/login', '/LOGIN', '/Login', '/%6cogin', '/lo%67in', '/%4cOGIN', '\\login']
-const after = ['', '/', '#x', '#/../x', '?x', ';', ';a=b', ';a=b/x', ';/../x', '/.', '/x/..', '%2f', '~', '%20', '?#', '/;x']
+const after = ['', '/', '#x', '#/../x', '?x', ';', ';a=b', ';a=b/x', ';/../x', '/.', '/x/..', '%2f', '%2F..%2F..%2Flogin', '~', '%20', '?#', '/;x']
 const spellings = before.flatMap((head) => login.flatMap((middle) => after.map((tail) => `${head}${middle}${tail}`)))
 
 // And random targets of the pieces routers read differently.
@@ -125,7 +126,18 @@ routes:
   return { port: Number(new URL(gateway.url).port), close: async () => { await gateway.stop(); await upstream.close() } }
 }
 
-async function upstreamWithLogin(kind: 'express' | 'fastify'): Promise<App> {
+async function upstreamWithLogin(kind: 'express' | 'fastify' | 'decoding'): Promise<App> {
+  if (kind === 'decoding') {
+    // Routes the fully decoded, dot-resolved path, as nginx locations (and Go's r.URL.Path) read it: /x%2F..%2Flogin is /login.
+    const server = createServer((req, res) => {
+      let path = ''
+      try {
+        path = posix.normalize(decodeURIComponent((req.url ?? '/').split('?')[0] as string))
+      } catch { /* not decodable: no route */ }
+      res.end(path === '/login' ? HANDLER : 'another handler')
+    }).listen(0, '127.0.0.1')
+    return { port: await listening(server), close: async () => { server.closeAllConnections(); server.close() } }
+  }
   if (kind === 'express') {
     const app = express()
     app.all('/login', (_req, res) => { res.send(HANDLER) })
@@ -140,6 +152,7 @@ async function upstreamWithLogin(kind: 'express' | 'fastify'): Promise<App> {
 
 apps['gateway in front of Express'] = async () => gatewayBefore(await upstreamWithLogin('express'))
 apps['gateway in front of Fastify (caseSensitive: false, useSemicolonDelimiter)'] = async () => gatewayBefore(await upstreamWithLogin('fastify'))
+apps['gateway in front of a server routing the decoded path (as nginx does)'] = async () => gatewayBefore(await upstreamWithLogin('decoding'))
 
 describe('a spent limit holds against every spelling its handler answers to', () => {
   for (const [name, start] of Object.entries(apps)) {
