@@ -56,10 +56,10 @@ function pathEnd(target: string): number {
 
 /** A request target's query with its `?` (`''` when it has none), without a fragment. */
 export function requestQuery(target: string): string {
-  const query = target.indexOf('?')
-  const fragment = target.indexOf('#')
-  if (query === -1 || (fragment !== -1 && fragment < query)) return ''
-  return fragment === -1 ? target.slice(query) : target.slice(query, fragment)
+  const end = pathEnd(target)
+  if (end === -1 || target[end] === '#') return ''
+  const fragment = target.indexOf('#', end)
+  return fragment === -1 ? target.slice(end) : target.slice(end, fragment)
 }
 
 /**

@@ -3,14 +3,14 @@ import { mkdirSync, statSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { SluiceError } from '../core/errors.ts'
-import { readFileBounded } from '../core/files.ts'
+import { FileTooLargeError, readFileBounded } from '../core/files.ts'
 import type { Policy } from '../core/types.ts'
 import { timelineSvg } from './chart.ts'
 import { htmlReport, textSummary } from './report.ts'
 import { simulate } from './simulate.ts'
-import { parseCsv, pattern, PATTERNS, type PatternName, type Traffic } from './traffic.ts'
+import { MAX_EVENTS, parseCsv, pattern, PATTERNS, type PatternName, type Traffic } from './traffic.ts'
 
-/** Room for the 5,000,000 events a simulation replays at about 50 bytes a line; a larger file (or /dev/zero) is the wrong one. */
+/** Room for the MAX_EVENTS a simulation replays at about 50 bytes a line; a larger file (or /dev/zero) is the wrong one. */
 const MAX_CSV_BYTES = 256 * 1024 * 1024
 
 export const SIMULATE_USAGE = `usage: sluice simulate [--pattern NAME | --csv FILE] [options]
@@ -114,7 +114,8 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
       try {
         text = readFileBounded(values.csv, MAX_CSV_BYTES).toString('utf8')
       } catch (error) {
-        err(`cannot read ${values.csv}: ${(error as Error).message}${(error as Error).message.startsWith('larger') ? ' (a simulation replays at most 5,000,000 events: replay a sample)' : ''}`)
+        const sample = error instanceof FileTooLargeError ? ` (a simulation replays at most ${MAX_EVENTS.toLocaleString('en-US')} events: replay a sample)` : ''
+        err(`cannot read ${values.csv}: ${(error as Error).message}${sample}`)
         return 1
       }
       traffic = parseCsv(text, values.csv)

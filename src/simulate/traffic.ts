@@ -21,7 +21,7 @@ export interface Traffic {
 }
 
 /** The most events one simulation replays, from a pattern or a CSV file. */
-const MAX_EVENTS = 5_000_000
+export const MAX_EVENTS = 5_000_000
 /** Longer than any recording: a span beyond it is a unit mistake (the simulated clock also ends at the year 9999). */
 const MAX_SPAN_MS = 100 * 365.25 * 24 * 3600 * 1000
 

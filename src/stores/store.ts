@@ -37,4 +37,3 @@ export interface SyncStore extends Store {
 export function isSyncStore(store: Store): store is SyncStore {
   return typeof (store as Partial<SyncStore>).consumeSync === 'function'
 }
-
