@@ -30,6 +30,13 @@ export interface HttpRequest {
    */
   pathAsUrl?: string
   host: string | undefined
+  /**
+   * Set where a listener reading the request's URL would see another host
+   * than the Host field names: the authority of an absolute-form target
+   * (`GET http://a.test/x` with `Host: b.test`). Host predicates match this
+   * host too.
+   */
+  hostAsUrl?: string
   /** A request header by lower-case name (first value). */
   header(name: string): string | undefined
   /** The socket peer's address. */

@@ -39,7 +39,7 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
   return (request) =>
     (paths(request.path) || (request.pathAsUrl !== undefined && paths(request.pathAsUrl))) && !excluded(request.path) &&
     (methods === undefined || methods.has(request.method.toUpperCase())) &&
-    (hosts === undefined || (request.host !== undefined && hosts.some((host) => host(request.host as string)))) &&
+    (hosts === undefined || hostMatches(hosts, request.host) || hostMatches(hosts, request.hostAsUrl)) &&
     (headers === undefined || headers(request))
 }
 
@@ -120,6 +120,10 @@ function optionalList(value: string | string[] | undefined): string[] | undefine
 function methodNames(value: string | string[]): string[] {
   const upper = list(value).map((method) => method.toUpperCase())
   return upper.includes('GET') ? [...upper, 'HEAD'] : upper
+}
+
+function hostMatches(hosts: ReadonlyArray<(host: string) => boolean>, host: string | undefined): boolean {
+  return host !== undefined && hosts.some((matches) => matches(host))
 }
 
 /** A host as compared: lower case, without port, and without the trailing dot of a fully qualified name (one host to DNS and to the servers behind). */

@@ -76,3 +76,18 @@ export function pathAsUrlReads(target: string): string | undefined {
     return undefined
   }
 }
+
+/**
+ * The host a listener that reads the target with WHATWG URL would see where
+ * the target names one (the absolute form, `GET http://a.test/x`): RFC 9112
+ * 3.2.2 has servers take it over the Host field, and `new URL(req.url, base)`
+ * (or @hono/node-server, building a Request's URL) does. Undefined otherwise.
+ */
+export function hostAsUrlReads(target: string): string | undefined {
+  if (!/^https?:\/\//i.test(target)) return undefined
+  try {
+    return new URL(target).host
+  } catch {
+    return undefined
+  }
+}

@@ -28,10 +28,10 @@ const options = (): RateLimitOptions => ({
   onWarning: () => {},
 })
 
-/** One request with its target exactly as written; the whole response as text. */
-function raw(port: number, target: string): Promise<string> {
+/** One request with its target (and Host) exactly as written; the whole response as text. */
+function raw(port: number, target: string, host = 'app.test'): Promise<string> {
   return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1', () => socket.write(`GET ${target} HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n`))
+    const socket = connect(port, '127.0.0.1', () => socket.write(`GET ${target} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`))
     let response = ''
     const timer = setTimeout(() => socket.destroy(new Error(`no answer to ${target} within 5 s`)), 5000)
     socket.setEncoding('latin1').on('data', (part: string) => { response += part })
@@ -167,6 +167,74 @@ describe('a spent limit holds against every spelling its handler answers to', ()
         await fc.assert(fc.asyncProperty(target, async (path) => {
           assert.doesNotMatch(await raw(app.port, path), new RegExp(HANDLER), `${path} reached the /login handler`)
         }), fcOptions(200))
+      } finally {
+        await app.close()
+      }
+    })
+  }
+})
+
+/**
+ * A limit on one host, in front of apps that tell hosts apart, each as it
+ * reads a request's host: Express and Fastify from the Host field, Hono (whose
+ * URL @hono/node-server builds from an absolute-form target, as RFC 9112
+ * 3.2.2 says servers must) and a node listener using WHATWG URL from the
+ * target's authority when it has one.
+ */
+const hostOptions = (): RateLimitOptions => ({
+  rules: [{ name: 'api-login', match: { host: 'api.test', path: '/login' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 600_000, name: 'api-login' } }],
+  onWarning: () => {},
+})
+const apiHandler = (host: string | undefined, path: string): string =>
+  host?.toLowerCase().replace(/\.$/, '') === 'api.test' && path === '/login' ? HANDLER : 'another handler'
+
+const hostApps: Record<string, () => Promise<App>> = {
+  'express (req.hostname)': async () => {
+    const app = express()
+    app.use(rateLimit(hostOptions()))
+    app.all('/login', (req, res) => { res.send(apiHandler(req.hostname, '/login')) })
+    const server = createServer(app).listen(0, '127.0.0.1')
+    return { port: await listening(server), close: async () => { server.closeAllConnections(); server.close() } }
+  },
+  'fastify (request.hostname)': async () => {
+    const app = Fastify()
+    await app.register(sluiceFastify, hostOptions())
+    app.all('/login', async (request) => apiHandler(request.hostname, '/login'))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  },
+  'fetch (Hono on @hono/node-server, the URL\'s hostname)': async () => {
+    const app = new Hono()
+    app.all('*', (c) => { const url = new URL(c.req.url); return c.text(apiHandler(url.hostname, url.pathname)) })
+    const server = serve({ fetch: withFetchRateLimit((request, env: HttpBindings | Http2Bindings) => app.fetch(request, env), hostOptions(), (_request, env) => env.incoming.socket.remoteAddress), port: 0, hostname: '127.0.0.1' }) as Server
+    return { port: await listening(server), close: async () => { server.close() } }
+  },
+  'node (a listener reading its URL with new URL, based on Host)': async () => {
+    const server = createServer(withNodeRateLimit((req, res) => {
+      let url: URL | undefined
+      try {
+        url = new URL(req.url ?? '/', `http://${req.headers.host ?? 'localhost'}`)
+      } catch { /* not a URL: no route */ }
+      res.end(apiHandler(url?.hostname, url?.pathname ?? ''))
+    }, hostOptions())).listen(0, '127.0.0.1')
+    return { port: await listening(server), close: async () => { server.closeAllConnections(); server.close() } }
+  },
+}
+
+describe('a spent limit on a host holds however the request names that host', () => {
+  const hosts = ['api.test', 'API.Test', 'api.test.', 'api.test:80', 'other.test', 'other.test:80']
+  const targets = ['/login', ...hosts.map((host) => `http://${host}/login`), 'HTTPS://API.TEST/login']
+  for (const [name, start] of Object.entries(hostApps)) {
+    it(name, async () => {
+      const app = await start()
+      try {
+        assert.match(await raw(app.port, '/login', 'api.test'), new RegExp(HANDLER))
+        assert.match(await raw(app.port, '/login', 'api.test'), /^HTTP\/1\.1 429 /)
+        const reached: string[] = []
+        for (const target of targets) {
+          for (const host of hosts) if ((await raw(app.port, target, host)).includes(HANDLER)) reached.push(`${target} with Host: ${host}`)
+        }
+        assert.deepEqual(reached, [], `${reached.length} of ${targets.length * hosts.length} requests reached the api.test /login handler`)
       } finally {
         await app.close()
       }

@@ -10,11 +10,14 @@ import { waitUnlessAborted } from '../wait.ts'
 
 export function fetchRequest(request: Request, remoteAddress: string | undefined): HttpRequest {
   const url = new URL(request.url)
+  const host = request.headers.get('host') ?? url.host
   return {
     method: request.method,
     // WHATWG URLs resolve dot segments already; empty segments remain.
     path: normalizePath(url.pathname),
-    host: request.headers.get('host') ?? url.host,
+    host,
+    // A runtime may build the URL from an absolute-form target, whose authority then differs from Host: the app routes by the URL.
+    ...(url.host !== host ? { hostAsUrl: url.host } : {}),
     header: (name) => request.headers.get(name) ?? undefined,
     remoteAddress,
   }

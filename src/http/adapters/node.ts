@@ -10,7 +10,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import type { Socket } from 'node:net'
 import { createRateLimitPipeline, isPromise, recordDecision, warningSink, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { ArgumentError, messageOf } from '../../core/errors.ts'
-import { pathAsUrlReads, requestPath } from '../path.ts'
+import { hostAsUrlReads, pathAsUrlReads, requestPath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
 /** A request as node:http or node:http2's compatibility API hands it to a listener. */
@@ -35,12 +35,16 @@ export function nodeRequest(req: NodeRequest, target = req.url ?? '/'): HttpRequ
 
 /**
  * nodeRequest for a listener sluice cannot see into: its rules also match the
- * path WHATWG URL would read from the target (see HttpRequest.pathAsUrl).
+ * path and host WHATWG URL would read from the target (see
+ * HttpRequest.pathAsUrl and hostAsUrl).
  */
 function listenerRequest(req: NodeRequest): HttpRequest {
   const request = nodeRequest(req)
-  const pathAsUrl = pathAsUrlReads(req.url ?? '/')
+  const target = req.url ?? '/'
+  const pathAsUrl = pathAsUrlReads(target)
   if (pathAsUrl !== undefined && pathAsUrl !== request.path) request.pathAsUrl = pathAsUrl
+  const hostAsUrl = hostAsUrlReads(target)
+  if (hostAsUrl !== undefined && hostAsUrl !== request.host) request.hostAsUrl = hostAsUrl
   return request
 }
 
