@@ -126,9 +126,19 @@ function hostMatches(hosts: ReadonlyArray<(host: string) => boolean>, host: stri
   return host !== undefined && hosts.some((matches) => matches(host))
 }
 
-/** A host as compared: lower case, without port, and without the trailing dot of a fully qualified name (one host to DNS and to the servers behind). */
+/**
+ * A host as compared: lower case, without port, and without the trailing dot
+ * of a fully qualified name (one host to DNS and to the servers behind). The
+ * host ends at its first colon past an IPv6 literal's brackets, whatever
+ * follows, as Express's req.hostname and Fastify's request.hostname end it:
+ * `Host: api.test:x` is api.test to them.
+ */
 function bareHost(host: string): string {
-  return host.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '')
+  const lower = host.toLowerCase()
+  const colon = lower.indexOf(':', lower.startsWith('[') ? lower.indexOf(']') + 1 : 0)
+  let end = colon === -1 ? lower.length : colon
+  while (end > 0 && lower.charCodeAt(end - 1) === 0x2e) end--
+  return lower.slice(0, end)
 }
 
 function compileHost(host: string, what: string): (host: string) => boolean {

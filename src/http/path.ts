@@ -78,15 +78,18 @@ export function pathAsUrlReads(target: string): string | undefined {
 }
 
 /**
- * The host a listener that reads the target with WHATWG URL would see where
- * the target names one (the absolute form, `GET http://a.test/x`): RFC 9112
- * 3.2.2 has servers take it over the Host field, and `new URL(req.url, base)`
- * (or @hono/node-server, building a Request's URL) does. Undefined otherwise.
+ * The host a listener that reads the target with WHATWG URL (`new URL(req.url,
+ * \`http://${req.headers.host}\`)`) would see: an absolute-form target's own
+ * (`GET http://a.test/x`, which RFC 9112 3.2.2 has servers take over the Host
+ * field), a `//a.test/x` target's, or the Host field as URL reads it
+ * (`b.test@a.test`, `a.test/x`). Undefined for an origin-form target with a
+ * plain host, which every reading agrees on.
  */
-export function hostAsUrlReads(target: string): string | undefined {
-  if (!/^https?:\/\//i.test(target)) return undefined
+export function hostAsUrlReads(target: string, host: string | undefined): string | undefined {
+  const originForm = target.startsWith('/') && target[1] !== '/' && target[1] !== '\\'
+  if (originForm && (host === undefined || /^[\w.-]*(:\d*)?$/.test(host))) return undefined
   try {
-    return new URL(target).host
+    return new URL(target, `http://${host ?? 'localhost'}`).host
   } catch {
     return undefined
   }

@@ -221,9 +221,35 @@ const hostApps: Record<string, () => Promise<App>> = {
   },
 }
 
+hostApps['gateway in front of Express trusting it (req.hostname from X-Forwarded-Host)'] = async () => {
+  const app = express()
+  app.set('trust proxy', 'loopback')
+  app.all('/login', (req, res) => { res.send(apiHandler(req.hostname, '/login')) })
+  const server = createServer(app).listen(0, '127.0.0.1')
+  const upstream = `http://127.0.0.1:${await listening(server)}`
+  const gateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+routes:
+  - name: api-login
+    match: { host: api.test, path: /login }
+    upstream: ${upstream}
+    limits:
+      - name: api-login
+        policies: { algorithm: fixed-window, name: api-login, limit: 1, windowMs: 600000 }
+  - name: rest
+    match: { path: /** }
+    upstream: ${upstream}
+`).catch((error: unknown) => {
+    server.close()
+    throw error
+  })
+  return { port: Number(new URL(gateway.url).port), close: async () => { await gateway.stop(); server.closeAllConnections(); server.close() } }
+}
+
 describe('a spent limit on a host holds however the request names that host', () => {
-  const hosts = ['api.test', 'API.Test', 'api.test.', 'api.test:80', 'other.test', 'other.test:80']
-  const targets = ['/login', ...hosts.map((host) => `http://${host}/login`), 'HTTPS://API.TEST/login']
+  const hosts = ['api.test', 'API.Test', 'api.test.', 'api.test:80', 'other.test', 'other.test:80', 'api.test:', 'api.test:x', 'api.test.:80', 'api.test:080', 'api.test:80:80', 'api.test@other.test', 'other.test@api.test', 'api.test/x', 'api.test%2e', 'api.test:80.']
+  const targets = ['/login', ...hosts.map((host) => `http://${host}/login`), 'HTTPS://API.TEST/login', '//api.test/login', '\\\\api.test/login', '/\\api.test/login']
   for (const [name, start] of Object.entries(hostApps)) {
     it(name, async () => {
       const app = await start()

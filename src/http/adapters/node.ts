@@ -43,7 +43,7 @@ function listenerRequest(req: NodeRequest): HttpRequest {
   const target = req.url ?? '/'
   const pathAsUrl = pathAsUrlReads(target)
   if (pathAsUrl !== undefined && pathAsUrl !== request.path) request.pathAsUrl = pathAsUrl
-  const hostAsUrl = hostAsUrlReads(target)
+  const hostAsUrl = hostAsUrlReads(target, request.host)
   if (hostAsUrl !== undefined && hostAsUrl !== request.host) request.hostAsUrl = hostAsUrl
   return request
 }
