@@ -43,7 +43,9 @@ function listenerRequest(req: NodeRequest): HttpRequest {
   const target = req.url ?? '/'
   const pathAsUrl = pathAsUrlReads(target)
   if (pathAsUrl !== undefined && pathAsUrl !== request.path) request.pathAsUrl = pathAsUrl
-  const hostAsUrl = hostAsUrlReads(target, request.host)
+  // HTTP/2: node lets a Host field through beside an :authority naming another host, and req.authority reads the :authority.
+  const authority = authorityOf(req)
+  const hostAsUrl = hostAsUrlReads(target, authority ?? request.host) ?? authority
   if (hostAsUrl !== undefined && hostAsUrl !== request.host) request.hostAsUrl = hostAsUrl
   return request
 }
