@@ -17,7 +17,7 @@ import { Limiter } from '../limiter/limiter.ts'
 import { nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
 import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
-import { compileMatch } from '../http/match.ts'
+import { compileMatch, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
@@ -36,7 +36,7 @@ interface GatewayRequest extends HttpRequest {
 
 interface CompiledRoute {
   config: RouteConfig
-  matches: (request: HttpRequest) => boolean
+  matches: RequestMatch
   upstreams: Upstreams
   rewrite: (path: string) => string
 }
@@ -294,7 +294,11 @@ export class Gateway {
         answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request carries more than one Host header.', []))
         return
       }
-      const route = runtime.routes.find((candidate) => candidate.matches(request))
+      const route = routeFor(runtime.routes, request)
+      if (route === AMBIGUOUS) {
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request path reads as different routes to different servers (an encoded slash, a backslash or a ";" beside dot segments); send it as the path meant.', []))
+        return
+      }
       if (route === undefined) {
         answerInstead(res, expectsContinue, problem(404, 'Not Found', 'No route matches this request.', []))
         return
@@ -608,6 +612,24 @@ function watchLimiters(runtime: Runtime, store: Store): Limiter[] {
     watchCache.set(runtime, limiters)
   }
   return limiters
+}
+
+const AMBIGUOUS = Symbol('ambiguous')
+
+/**
+ * The first route that matches the request; AMBIGUOUS where its path reads as
+ * another one to some servers (see pathReadings) and the readings pick
+ * different routes. Forwarded by the one, it could be served as the other's,
+ * past the other's limits: `/static/..%2Flogin` is `/login` to nginx.
+ */
+function routeFor<R extends { matches: RequestMatch }>(routes: readonly R[], request: HttpRequest): R | undefined | typeof AMBIGUOUS {
+  const route = routes.find((candidate) => candidate.matches(request))
+  if (route === undefined || !readsDifferently(request)) return route
+  for (const path of pathReadings(request)) {
+    const chosen = routes.find((candidate) => candidate.matches.at(request, path))
+    if (chosen !== undefined && chosen !== route) return AMBIGUOUS
+  }
+  return route
 }
 
 function kindOf(key: string): string {

@@ -14,7 +14,7 @@ import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
-import { compileMatch, compilePaths, excludesAll, type MatchOptions } from './match.ts'
+import { anyReading, compileMatch, compilePaths, excludesAll, type MatchOptions } from './match.ts'
 import { checkHeaderOptions, rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
@@ -25,8 +25,8 @@ export interface HttpRequest {
   /**
    * Set where a listener reading the target with WHATWG URL would see
    * another path: `new URL('//x/login', base).pathname` is `/login` (the
-   * target's `//x` is read as a host). Rules match this path too; `exclude`
-   * and `skip` see only `path`.
+   * target's `//x` is read as a host). Rules match this path too (see
+   * pathReadings).
    */
   pathAsUrl?: string
   host: string | undefined
@@ -281,7 +281,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   // Path patterns, once: they decide skipping per request and, at start-up, which rules can never match.
   const skipPatterns = typeof options.skip === 'function' ? [] : options.skip ?? []
   const skippedPath = compilePaths(skipPatterns, 'skip', caseSensitive)
-  const skipped = typeof options.skip === 'function' ? decidedAtOnce(options.skip, 'skip') : (request: HttpRequest) => skippedPath(request.path)
+  // A path is skipped only when every server would read it as a skipped one (see pathReadings).
+  const skipped = typeof options.skip === 'function' ? decidedAtOnce(options.skip, 'skip') : (request: HttpRequest) => !anyReading(request, (path) => !skippedPath(path))
   for (const hook of ['allow', 'deny', 'onDecision', 'onLimited', 'limitedResponse', 'onWarning', 'key'] as const) {
     if (options[hook] !== undefined && typeof options[hook] !== 'function') throw new ArgumentError(hook, options[hook], 'must be a function')
   }

@@ -22,48 +22,92 @@ export interface MatchOptions {
 
 const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude', 'headers'])
 
+/** A compiled match: whether a request meets every given predicate. */
+export interface RequestMatch {
+  /** Whether the request matches with its path read any way a server may read it (see pathReadings). */
+  (request: HttpRequest): boolean
+  /** Whether it matches with its path read as `path`, and only so. */
+  at(request: HttpRequest, path: string): boolean
+}
+
 /** Compiles the predicates once (bad ones throw here); every given predicate must hold. */
-export function compileMatch(match: MatchOptions, what: string, caseSensitive = true): (request: HttpRequest) => boolean {
+export function compileMatch(match: MatchOptions, what: string, caseSensitive = true): RequestMatch {
   if (typeof match !== 'object' || match === null) throw new ArgumentError(what, match, 'must be an object of predicates or a function')
   for (const [name, value] of Object.entries(match)) {
     if (!MATCH_OPTIONS.has(name) && value !== undefined) throw new ArgumentError(`${what}.${name}`, value, `is not a match option (known: ${[...MATCH_OPTIONS].join(', ')})`)
   }
-  const paths = match.path === undefined ? () => true : alsoAsRouted(compilePaths(list(match.path), `${what}.path`, caseSensitive))
-  const excluded = match.exclude === undefined ? () => false : compilePaths(list(match.exclude), `${what}.exclude`, caseSensitive)
+  const paths = match.path === undefined ? undefined : compilePaths(list(match.path), `${what}.path`, caseSensitive)
+  const excluded = match.exclude === undefined ? undefined : compilePaths(list(match.exclude), `${what}.exclude`, caseSensitive)
+  const pathHolds = (path: string): boolean => (paths === undefined || paths(path)) && (excluded === undefined || !excluded(path))
   for (const method of match.method === undefined ? [] : list(match.method)) {
     if (!isToken(method)) throw new ArgumentError(`${what}.method`, method, 'must be HTTP methods, such as GET or POST')
   }
   const methods = match.method === undefined ? undefined : new Set(methodNames(match.method))
   const hosts = match.host === undefined ? undefined : list(match.host).map((h) => compileHost(h, `${what}.host`))
   const headers = match.headers === undefined ? undefined : compileHeaders(match.headers, `${what}.headers`)
-  return (request) =>
-    (paths(request.path) || (request.pathAsUrl !== undefined && paths(request.pathAsUrl))) && !excluded(request.path) &&
+  const rest = (request: HttpRequest): boolean =>
     (methods === undefined || methods.has(request.method.toUpperCase())) &&
     (hosts === undefined || hostMatches(hosts, request.host) || hostMatches(hosts, request.hostAsUrl)) &&
     (headers === undefined || headers(request))
+  const matches = ((request: HttpRequest) =>
+    (paths === undefined && excluded === undefined ? true : anyReading(request, pathHolds)) && rest(request)) as RequestMatch
+  matches.at = (request, path) => pathHolds(path) && rest(request)
+  return matches
+}
+
+/** Whether a path reads differently to some server: it holds `;`, a backslash or an encoded slash. */
+const READ_DIFFERENTLY = /[;\\]|%2f|%5c/i
+
+/** Whether the request's path may read as another path to some server (see pathReadings). */
+export function readsDifferently(request: HttpRequest): boolean {
+  return request.pathAsUrl !== undefined || READ_DIFFERENTLY.test(request.path)
+}
+
+/** Whether `test` holds for any reading of the request's path (the path as sent first, at no cost beyond it when there is no other). */
+export function anyReading(request: HttpRequest, test: (path: string) => boolean): boolean {
+  if (test(request.path)) return true
+  return readsDifferently(request) && pathReadings(request).some(test)
 }
 
 /**
- * A path pattern also matches the path as servers that read more into it
- * would route it: with its `;parameters` cut from each segment
- * (`/login;jsessionid=1`, `/api;x/login`: Tomcat, Jetty and Spring route
- * those as `/login` and `/api/login`), ending at its first `;` (Fastify's
- * `useSemicolonDelimiter` routes `/login;x/y` as `/login`), with `\` as `/`
- * (IIS), and with an encoded slash as a slash (nginx decodes `%2F` before it
- * resolves dots: `/x%2F..%2Flogin` is its `/login`). Without this, a limit in
- * front of them could be walked around.
- * It only widens what a rule matches (never what it excludes or skips):
- * another upstream serves such a path as another one, which then meets the
- * limit as well.
+ * Every path a server may read from the request's, the path as sent first,
+ * each normalized: with its `;parameters` cut from each segment
+ * (`/login;jsessionid=1`, `/api;x/login`, `/static/..;/login`: Tomcat, Jetty
+ * and Spring route those as `/login`, `/api/login` and `/login`), ending at its
+ * first `;` (Fastify's `useSemicolonDelimiter` routes `/login;x/y` as
+ * `/login`), with `\` as `/` (IIS), and with an encoded slash as a slash
+ * (nginx decodes `%2F` before it resolves dots: `/x%2F..%2Flogin` is its
+ * `/login`); and for a `sluice/node` listener, the path WHATWG URL reads
+ * (HttpRequest.pathAsUrl).
+ *
+ * A rule matches when its patterns match one of these readings and its
+ * `exclude` does not exclude that reading; `skip` skips a request only when it
+ * skips every reading. So a limit holds against any of them: without this, a
+ * limit in front of such servers could be walked around (`/x%2F..%2Flogin`
+ * past a limit on `/login`, `/static/..%2Flogin` past one on `/**` that
+ * excludes `/static/**`). Another upstream serves such a path as another one,
+ * which then meets the limit as well.
  */
-function alsoAsRouted(matches: (path: string) => boolean): (path: string) => boolean {
-  return (path) => {
-    if (matches(path)) return true
-    if (!/[;\\]|%2f|%5c/i.test(path)) return false
-    const slashes = path.replace(/\\|%2f|%5c/gi, '/')
-    const semicolon = slashes.indexOf(';')
-    return matches(normalizePath(slashes.replace(/;[^/]*/g, ''))) || (semicolon !== -1 && matches(normalizePath(slashes.slice(0, semicolon))))
+export function pathReadings(request: HttpRequest): string[] {
+  const readings: string[] = []
+  const add = (path: string): void => {
+    if (!readings.includes(path)) readings.push(path)
   }
+  for (const path of request.pathAsUrl === undefined ? [request.path] : [request.path, request.pathAsUrl]) {
+    add(path)
+    if (!READ_DIFFERENTLY.test(path)) continue
+    const slashes = path.replace(/\\|%2f|%5c/gi, '/')
+    const semicolon = path.indexOf(';')
+    const withoutParameters = (text: string): string => text.replace(/;[^/\\]*/g, '')
+    add(normalizePath(slashes))
+    if (semicolon !== -1) {
+      add(normalizePath(withoutParameters(path)))
+      add(normalizePath(withoutParameters(slashes)))
+      add(normalizePath(path.slice(0, semicolon)))
+      add(normalizePath(slashes.slice(0, slashes.indexOf(';'))))
+    }
+  }
+  return readings
 }
 
 /** Path patterns (see compileGlob), one or a list: a path matches when any of them does. */

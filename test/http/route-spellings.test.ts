@@ -19,12 +19,13 @@ import { rateLimit } from '../../src/http/adapters/express.ts'
 import { sluiceFastify } from '../../src/http/adapters/fastify.ts'
 import { withRateLimit as withFetchRateLimit } from '../../src/http/adapters/fetch.ts'
 import { withRateLimit as withNodeRateLimit, type RateLimitOptions } from '../../src/http/adapters/node.ts'
+import type { MatchOptions } from '../../src/http/match.ts'
 import { fcOptions } from '../helpers.ts'
 import { startGateway } from '../support/gateway.ts'
 
 const HANDLER = 'the /login handler'
-const options = (): RateLimitOptions => ({
-  rules: [{ name: 'login', match: { path: '/login' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 600_000, name: 'login' } }],
+const limitOn = (match: MatchOptions) => (): RateLimitOptions => ({
+  rules: [{ name: 'login', match, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 600_000, name: 'login' } }],
   onWarning: () => {},
 })
 
@@ -64,7 +65,8 @@ interface App { port: number; close: () => Promise<void> }
 // Fastify 5 reads useSemicolonDelimiter in routerOptions, though its types list it only at the top level.
 const semicolonRouting = { caseSensitive: false, useSemicolonDelimiter: true }
 
-const apps: Record<string, () => Promise<App>> = {
+/** The apps, each limited as `options` says; behind the gateway, the gateway's `routes` (YAML, `UPSTREAM` standing for the upstream's URL). */
+const appsLimiting = (options: () => RateLimitOptions, routes: string): Record<string, () => Promise<App>> => ({
   express: async () => {
     const app = express()
     app.use(rateLimit(options()))
@@ -102,23 +104,19 @@ const apps: Record<string, () => Promise<App>> = {
     }, options())).listen(0, '127.0.0.1')
     return { port: await listening(server), close: async () => { server.closeAllConnections(); server.close() } }
   },
-}
+  'gateway in front of Express': async () => gatewayBefore(await upstreamWithLogin('express'), routes),
+  'gateway in front of Fastify (caseSensitive: false, useSemicolonDelimiter)': async () => gatewayBefore(await upstreamWithLogin('fastify'), routes),
+  'gateway in front of a server routing the decoded path (as nginx does)': async () => gatewayBefore(await upstreamWithLogin('decoding'), routes),
+  'gateway in front of a server cutting ;parameters (as Tomcat does)': async () => gatewayBefore(await upstreamWithLogin('parameters'), routes),
+})
 
-/** The gateway with its default settings in front of `upstream`: /login limited, everything else passed on unlimited. */
-async function gatewayBefore(upstream: App): Promise<App> {
+/** The gateway with its default settings and these routes in front of `upstream`. */
+async function gatewayBefore(upstream: App, routes: string): Promise<App> {
   const gateway = await startGateway(`
 server: { listen: 127.0.0.1:0 }
 admin: { listen: 127.0.0.1:0 }
 routes:
-  - name: login
-    match: { path: /login }
-    upstream: http://127.0.0.1:${upstream.port}
-    limits:
-      - name: login
-        policies: { algorithm: fixed-window, name: login, limit: 1, windowMs: 600000 }
-  - name: rest
-    match: { path: /** }
-    upstream: http://127.0.0.1:${upstream.port}
+${routes.replaceAll('UPSTREAM', `http://127.0.0.1:${upstream.port}`)}
 `).catch(async (error: unknown) => {
     await upstream.close()
     throw error
@@ -126,7 +124,15 @@ routes:
   return { port: Number(new URL(gateway.url).port), close: async () => { await gateway.stop(); await upstream.close() } }
 }
 
-async function upstreamWithLogin(kind: 'express' | 'fastify' | 'decoding'): Promise<App> {
+async function upstreamWithLogin(kind: 'express' | 'fastify' | 'decoding' | 'parameters'): Promise<App> {
+  if (kind === 'parameters') {
+    // Cuts each segment's ;parameters, then resolves dots, as Tomcat and Spring read a path: /static/..;/login is /login.
+    const server = createServer((req, res) => {
+      const path = posix.normalize(((req.url ?? '/').split('?')[0] as string).replace(/;[^/]*/g, ''))
+      res.end(path === '/login' ? HANDLER : 'another handler')
+    }).listen(0, '127.0.0.1')
+    return { port: await listening(server), close: async () => { server.closeAllConnections(); server.close() } }
+  }
   if (kind === 'decoding') {
     // Routes the fully decoded, dot-resolved path, as nginx locations (and Go's r.URL.Path) read it: /x%2F..%2Flogin is /login.
     const server = createServer((req, res) => {
@@ -150,26 +156,83 @@ async function upstreamWithLogin(kind: 'express' | 'fastify' | 'decoding'): Prom
   return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
 }
 
-apps['gateway in front of Express'] = async () => gatewayBefore(await upstreamWithLogin('express'))
-apps['gateway in front of Fastify (caseSensitive: false, useSemicolonDelimiter)'] = async () => gatewayBefore(await upstreamWithLogin('fastify'))
-apps['gateway in front of a server routing the decoded path (as nginx does)'] = async () => gatewayBefore(await upstreamWithLogin('decoding'))
+/** Spends /login's limit of 1, then sends each spelling and `runs` random targets: none may reach the /login handler. */
+async function holds(start: () => Promise<App>, spellings: readonly string[], target: fc.Arbitrary<string>, runs: number): Promise<void> {
+  const app = await start()
+  try {
+    assert.match(await raw(app.port, '/login'), new RegExp(HANDLER))
+    assert.match(await raw(app.port, '/login'), /^HTTP\/1\.1 429 /)
+    const reached: string[] = []
+    for (const path of spellings) if ((await raw(app.port, path)).includes(HANDLER)) reached.push(path)
+    assert.deepEqual(reached, [], `${reached.length} of ${spellings.length} spellings reached the /login handler`)
+    await fc.assert(fc.asyncProperty(target, async (path) => {
+      assert.doesNotMatch(await raw(app.port, path), new RegExp(HANDLER), `${path} reached the /login handler`)
+    }), fcOptions(runs))
+  } finally {
+    await app.close()
+  }
+}
+
+// Behind the gateway: /login limited, everything else passed on unlimited.
+const loginRoutes = `
+  - name: login
+    match: { path: /login }
+    upstream: UPSTREAM
+    limits:
+      - name: login
+        policies: { algorithm: fixed-window, name: login, limit: 1, windowMs: 600000 }
+  - name: rest
+    match: { path: /** }
+    upstream: UPSTREAM
+`
 
 describe('a spent limit holds against every spelling its handler answers to', () => {
-  for (const [name, start] of Object.entries(apps)) {
-    it(name, async () => {
-      const app = await start()
-      try {
-        assert.match(await raw(app.port, '/login'), new RegExp(HANDLER))
-        assert.match(await raw(app.port, '/login'), /^HTTP\/1\.1 429 /)
-        const reached: string[] = []
-        for (const path of spellings) if ((await raw(app.port, path)).includes(HANDLER)) reached.push(path)
-        assert.deepEqual(reached, [], `${reached.length} of ${spellings.length} spellings reached the /login handler`)
-        await fc.assert(fc.asyncProperty(target, async (path) => {
-          assert.doesNotMatch(await raw(app.port, path), new RegExp(HANDLER), `${path} reached the /login handler`)
-        }), fcOptions(200))
-      } finally {
-        await app.close()
-      }
+  for (const [name, start] of Object.entries(appsLimiting(limitOn({ path: '/login' }), loginRoutes))) {
+    it(name, () => holds(start, spellings, target, 200))
+  }
+})
+
+/**
+ * A limit on everything but /static/** holds against paths that read as under
+ * /static to one server and as /login to another (`/static/..%2Flogin` is
+ * /login to nginx, `/static/..;/login` to Tomcat, `/login;/../static/x` to
+ * Fastify's useSemicolonDelimiter): every reading that is not excluded is
+ * limited, and behind the gateway, whose routes pick an upstream, a path that
+ * reads as two routes' is refused.
+ */
+describe('a spent limit that excludes some paths holds against paths that read as excluded to one server only', () => {
+  const staticFirst = `
+  - name: static
+    match: { path: /static/** }
+    upstream: UPSTREAM
+  - name: rest
+    match: { path: /** }
+    upstream: UPSTREAM
+    limits:
+      - name: login
+        policies: { algorithm: fixed-window, name: login, limit: 1, windowMs: 600000 }
+`
+  const excludingRoutes = `
+  - name: all
+    match: { path: /** }
+    upstream: UPSTREAM
+    limits:
+      - name: login
+        match: { path: /**, exclude: /static/** }
+        policies: { algorithm: fixed-window, name: login, limit: 1, windowMs: 600000 }
+`
+  const intoStatic = ['/static/..', '/static/x/../..', '/static/%2e%2e', '/static/..%2F', '/static/x%2F..%2F..', '/static/..%5C', '/static/..;', '/static/..;x=1', '/static;x/..', '/static/..\\', '/static/x/..;/..']
+  const excludedSpellings = intoStatic.flatMap((head) => login.flatMap((middle) => ['', '/', ';x', '/;/../static/x'].map((tail) => `${head}${middle}${tail}`)))
+    .concat(login.map((middle) => `${middle};/../static/x`), login.map((middle) => `${middle};x/../../static/x`))
+  const underStatic = target.map((path) => `/static${path}`)
+  const excluding = appsLimiting(limitOn({ path: '/**', exclude: '/static/**' }), excludingRoutes)
+  for (const [name, start] of Object.entries(excluding)) {
+    it(name, () => holds(start, excludedSpellings, underStatic, 100))
+  }
+  const upstreams = { fastify: 'Fastify (caseSensitive: false, useSemicolonDelimiter)', decoding: 'a server routing the decoded path', parameters: 'a server cutting ;parameters' } as const
+  for (const [upstream, described] of Object.entries(upstreams) as Array<[keyof typeof upstreams, string]>) {
+    it(`gateway routing /static/** first, unlimited, in front of ${described}`, async () => {
+      await holds(async () => gatewayBefore(await upstreamWithLogin(upstream), staticFirst), excludedSpellings, underStatic, 100)
     })
   }
 })
