@@ -229,6 +229,10 @@ describe('a spent limit that excludes some paths holds against paths that read a
   for (const [name, start] of Object.entries(excluding)) {
     it(name, () => holds(start, excludedSpellings, underStatic, 100))
   }
+  const skipping = (): RateLimitOptions => ({ ...limitOn({ path: '/**' })(), skip: ['/static/**'] })
+  for (const [name, start] of Object.entries(appsLimiting(skipping, excludingRoutes)).filter(([name]) => !name.startsWith('gateway'))) {
+    it(`${name}, skipping /static/**`, () => holds(start, excludedSpellings, underStatic, 100))
+  }
   const upstreams = { fastify: 'Fastify (caseSensitive: false, useSemicolonDelimiter)', decoding: 'a server routing the decoded path', parameters: 'a server cutting ;parameters' } as const
   for (const [upstream, described] of Object.entries(upstreams) as Array<[keyof typeof upstreams, string]>) {
     it(`gateway routing /static/** first, unlimited, in front of ${described}`, async () => {
