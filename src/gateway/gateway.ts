@@ -296,7 +296,7 @@ export class Gateway {
       }
       const route = routeFor(runtime.routes, request)
       if (route === AMBIGUOUS) {
-        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request path reads as different routes to different servers (an encoded slash, a backslash or a ";" beside dot segments); send it as the path meant.', []))
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request path reads as different routes to different servers (it holds an encoded slash, a backslash or a ";"); send it as the path meant.', []))
         return
       }
       if (route === undefined) {
