@@ -282,7 +282,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   const skipPatterns = typeof options.skip === 'function' ? [] : options.skip ?? []
   const skippedPath = compilePaths(skipPatterns, 'skip', caseSensitive)
   // A path is skipped only when every server would read it as a skipped one (see pathReadings).
-  const skipped = typeof options.skip === 'function' ? decidedAtOnce(options.skip, 'skip') : (request: HttpRequest) => !anyReading(request, (path) => !skippedPath(path))
+  const notSkippedPath = (path: string): boolean => !skippedPath(path)
+  const skipped = typeof options.skip === 'function' ? decidedAtOnce(options.skip, 'skip') : (request: HttpRequest) => !anyReading(request, notSkippedPath)
   for (const hook of ['allow', 'deny', 'onDecision', 'onLimited', 'limitedResponse', 'onWarning', 'key'] as const) {
     if (options[hook] !== undefined && typeof options[hook] !== 'function') throw new ArgumentError(hook, options[hook], 'must be a function')
   }

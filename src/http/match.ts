@@ -49,8 +49,8 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
     (methods === undefined || methods.has(request.method.toUpperCase())) &&
     (hosts === undefined || hostMatches(hosts, request.host) || hostMatches(hosts, request.hostAsUrl)) &&
     (headers === undefined || headers(request))
-  const matches = ((request: HttpRequest) =>
-    (paths === undefined && excluded === undefined ? true : anyReading(request, pathHolds)) && rest(request)) as RequestMatch
+  const pathMatches = paths === undefined && excluded === undefined ? () => true : (request: HttpRequest) => anyReading(request, pathHolds)
+  const matches = ((request: HttpRequest) => pathMatches(request) && rest(request)) as RequestMatch
   matches.at = (request, path) => pathHolds(path) && rest(request)
   return matches
 }
@@ -98,7 +98,6 @@ export function pathReadings(request: HttpRequest): string[] {
     if (!READ_DIFFERENTLY.test(path)) continue
     const slashes = path.replace(/\\|%2f|%5c/gi, '/')
     const semicolon = path.indexOf(';')
-    const withoutParameters = (text: string): string => text.replace(/;[^/\\]*/g, '')
     add(normalizePath(slashes))
     if (semicolon !== -1) {
       add(normalizePath(withoutParameters(path)))
@@ -108,6 +107,11 @@ export function pathReadings(request: HttpRequest): string[] {
     }
   }
   return readings
+}
+
+/** A path with each segment's `;parameters` cut. */
+function withoutParameters(path: string): string {
+  return path.replace(/;[^/\\]*/g, '')
 }
 
 /** Path patterns (see compileGlob), one or a list: a path matches when any of them does. */
@@ -166,8 +170,11 @@ function methodNames(value: string | string[]): string[] {
   return upper.includes('GET') ? [...upper, 'HEAD'] : upper
 }
 
-function hostMatches(hosts: ReadonlyArray<(host: string) => boolean>, host: string | undefined): boolean {
-  return host !== undefined && hosts.some((matches) => matches(host))
+/** Whether one of the compiled host patterns matches `host`, made bare once for all of them. */
+function hostMatches(hosts: ReadonlyArray<(bare: string) => boolean>, host: string | undefined): boolean {
+  if (host === undefined) return false
+  const bare = bareHost(host)
+  return hosts.some((matches) => matches(bare))
 }
 
 /**
@@ -185,14 +192,15 @@ function bareHost(host: string): string {
   return lower.slice(0, end)
 }
 
-function compileHost(host: string, what: string): (host: string) => boolean {
+/** A host pattern, exact or `*.example.com`, as a test of a bare host (see bareHost). */
+function compileHost(host: string, what: string): (bare: string) => boolean {
   if (typeof host !== 'string' || host === '') throw new ArgumentError(what, host, 'must be host names')
   const wanted = bareHost(host)
   if (wanted.startsWith('*.')) {
     const suffix = wanted.slice(1)
-    return (candidate) => bareHost(candidate).endsWith(suffix)
+    return (bare) => bare.endsWith(suffix)
   }
-  return (candidate) => bareHost(candidate) === wanted
+  return (bare) => bare === wanted
 }
 
 function compileHeaders(headers: Record<string, string | true>, what: string): (request: HttpRequest) => boolean {
