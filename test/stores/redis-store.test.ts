@@ -61,6 +61,35 @@ describe('RedisStore', () => {
     })
   }
 
+  // Number.MAX_SAFE_INTEGER is how many write "no limit here"; the clients' integer decoding is off near it.
+  const HUGE = Number.MAX_SAFE_INTEGER
+  const hugePolicies: Policy[] = [
+    { algorithm: 'fixed-window', limit: HUGE, windowMs: 1000, name: 'fw' },
+    { algorithm: 'sliding-log', limit: HUGE, windowMs: 1000, name: 'sl' },
+    { algorithm: 'sliding-window', limit: HUGE, windowMs: 1, name: 'sw' }, // limit x windowMs must stay below 2^53
+    { algorithm: 'token-bucket', capacity: HUGE, refillTokens: 1, refillIntervalMs: 1, name: 'tb' },
+    { algorithm: 'leaky-bucket', capacity: HUGE, leakTokens: 1, leakIntervalMs: 1, name: 'lb' },
+  ]
+  for (const [label, make] of clients) {
+    it(`reads back remaining exactly under a limit of Number.MAX_SAFE_INTEGER, never above it: ${label}`, async () => {
+      const { store, close } = await make()
+      let now = 1_700_000_000_000
+      const clock = () => now
+      const memory = new Limiter({ policies: hugePolicies, clock })
+      const limiter = new Limiter({ store, prefix: `huge-${label.replace(/\W/g, '')}`, policies: hugePolicies, clock, blockCache: false })
+      try {
+        for (const [at, cost] of [[0, 1], [0, 9], [1, 17], [1, 0], [2, 30]] as const) {
+          now = 1_700_000_000_000 + at
+          const [expected, actual] = cost === 0 ? [memory.peekSync('k'), await limiter.peek('k')] : [memory.limitSync('k', { cost }), await limiter.limit('k', { cost })]
+          assert.deepEqual(actual, expected, `at +${at} ms, cost ${cost}`)
+          for (const entry of actual.policies) assert.ok(entry.remaining <= HUGE, `${entry.policy}: remaining ${entry.remaining}`)
+        }
+      } finally {
+        await close()
+      }
+    })
+  }
+
   it('recovers from NOSCRIPT: SCRIPT FLUSH before every call changes no decision (ioredis and node-redis)', async () => {
     const admin = redis.client()
     const flush = async () => { await admin.script('FLUSH') }

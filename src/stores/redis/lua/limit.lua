@@ -23,7 +23,8 @@
 --
 -- Returns per call, per policy: remaining, resetAfterMs, and the verdict:
 -- waitMs (>= 0) when allowed, -1 - retryAfterMs when refused. Integers only
--- (RESP2 and RESP3 alike; a Lua boolean would come back differently on each).
+-- (RESP2 and RESP3 alike; a Lua boolean would come back differently on each),
+-- but for those within 64 of 2^53, sent as their digits (see exact below).
 -- The limit is not sent back: the caller knows its policies.
 --
 -- When "now" comes from the client, expiries get CLIENT_TIME_SLACK ms more:
@@ -392,10 +393,21 @@ end
 
 -- The reply, filled through a running count (# would search the array on every push).
 local reply, size = {}, 0
+
+-- ioredis 6 and node-redis 6 decode an integer reply within 57 of 2^53 off by
+-- one, or two (their digit loop passes 2^53 on its way: ioredis PR #2164), so
+-- a limit of Number.MAX_SAFE_INTEGER would read back remaining > limit. A
+-- number that large goes as a string, which the caller parses exactly.
+local EXACT_REPLY = 2 ^ 53 - 64
+local function exact(x)
+  if x < EXACT_REPLY and x > -EXACT_REPLY then return x end
+  return int(x)
+end
+
 local function push(d)
-  reply[size + 1] = d[REMAINING]
-  reply[size + 2] = d[RESET_AFTER]
-  reply[size + 3] = (d[ALLOWED] == 1) and d[WAIT] or -1 - d[RETRY_AFTER]
+  reply[size + 1] = exact(d[REMAINING])
+  reply[size + 2] = exact(d[RESET_AFTER])
+  reply[size + 3] = exact((d[ALLOWED] == 1) and d[WAIT] or -1 - d[RETRY_AFTER])
   size = size + 3
 end
 
