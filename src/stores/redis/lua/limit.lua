@@ -394,10 +394,10 @@ end
 -- The reply, filled through a running count (# would search the array on every push).
 local reply, size = {}, 0
 
--- ioredis 6 and node-redis 6 decode an integer reply within 57 of 2^53 off by
--- one, or two (their digit loop passes 2^53 on its way: ioredis PR #2164), so
--- a limit of Number.MAX_SAFE_INTEGER would read back remaining > limit. A
--- number that large goes as a string, which the caller parses exactly.
+-- ioredis 6 and node-redis 6 decode half the integer replies within 47 of 2^53
+-- off by one (their digit loop passes 2^53 on its way: ioredis PR #2164), so a
+-- limit of Number.MAX_SAFE_INTEGER would read back remaining > limit. A number
+-- that large goes as a string, which the caller parses exactly.
 local EXACT_REPLY = 2 ^ 53 - 64
 local function exact(x)
   if x < EXACT_REPLY and x > -EXACT_REPLY then return x end
