@@ -23,7 +23,7 @@ import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
-import { createAgent, forward, pathRewriter, respond, Upstreams, type Upgrade, type UpstreamFailure } from './proxy.ts'
+import { connectionTokens, createAgent, HOP_BY_HOP, forward, pathRewriter, respond, Upstreams, type Upgrade, type UpstreamFailure } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
@@ -47,6 +47,8 @@ interface Runtime {
   routes: CompiledRoute[]
   decide: ((request: HttpRequest) => HttpOutcome | Promise<HttpOutcome>) | undefined
   store: OpenedStore
+  /** Request headers (lower case) that pick the client's key, tier, route or limits: see decidedBy. */
+  decisionHeaders: ReadonlySet<string>
 }
 
 export interface GatewayOptions {
@@ -292,6 +294,13 @@ export class Gateway {
       if (repeatsHost(req.rawHeaders)) {
         // node keeps the first Host and drops the rest; an upstream or a cache behind us may pick another (RFC 9112 3.2: answer 400).
         answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request carries more than one Host header.', []))
+        return
+      }
+      const hopByHop = decidedBy(req.headers.connection, runtime.decisionHeaders)
+      if (hopByHop !== undefined) {
+        // Dropped on the way (RFC 9110 7.6.1), the upstream would not see what the limit was decided on:
+        // a made-up API key would buy a fresh quota and never be refused by the upstream.
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', `The Connection header names ${hopByHop}, which this gateway reads to decide the request's limit; a hop-by-hop field would not reach the upstream. Send the request without it in Connection.`, []))
         return
       }
       const route = routeFor(runtime.routes, request)
@@ -570,7 +579,28 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     },
     onWarning: (message) => logger.warn(message),
   }, { storeFailures: storeCalls, ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }) })
-  return { config, routes, decide, store }
+  return { config, routes, decide, store, decisionHeaders: decisionHeaders(config) }
+}
+
+/** The request headers the config reads to key, tier, route or limit a request, in lower case. */
+function decisionHeaders(config: GatewayConfig): ReadonlySet<string> {
+  const names: string[] = []
+  if (config.identity.jwt !== undefined) names.push('authorization')
+  if (config.identity.apiKey !== undefined) names.push(config.identity.apiKey.header)
+  const tierFrom = config.tiers?.from
+  if (tierFrom !== undefined && 'header' in tierFrom) names.push(tierFrom.header)
+  for (const match of [...config.routes.map((route) => route.match), ...config.limitsResolved.map((limit) => limit.config.match)]) {
+    names.push(...Object.keys(match?.headers ?? {}))
+  }
+  // Hop-by-hop fields never reach the upstream, and Host is always sent: Connection changes neither.
+  return new Set(names.map((name) => name.toLowerCase()).filter((name) => !HOP_BY_HOP.has(name) && name !== 'host'))
+}
+
+/** The first header a `Connection` field names that the gateway decides on; undefined for none (nearly every request). */
+function decidedBy(connection: string | string[] | undefined, decisionHeaders: ReadonlySet<string>): string | undefined {
+  if (connection === undefined || decisionHeaders.size === 0) return undefined
+  for (const name of connectionTokens(connection)) if (decisionHeaders.has(name)) return name
+  return undefined
 }
 
 function ruleOf(

@@ -14,7 +14,7 @@ import { requestQuery } from '../http/path.ts'
 import type { RouteConfig } from './config.ts'
 
 /** RFC 9110 7.6.1: meaningful for one connection only, never forwarded. */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
+export const HOP_BY_HOP: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
 
 const NONE: ReadonlySet<string> = new Set()
 
@@ -448,7 +448,7 @@ const KEEP_ALIVE: ReadonlySet<string> = new Set(['keep-alive'])
 const CLOSE: ReadonlySet<string> = new Set(['close'])
 
 /** Header names a `Connection` field lists: hop-by-hop for this message. */
-function connectionTokens(value: string | string[] | undefined): ReadonlySet<string> {
+export function connectionTokens(value: string | string[] | undefined): ReadonlySet<string> {
   if (value === undefined) return NONE
   // Nearly every message says one of these: no set built per message for them.
   if (value === 'keep-alive' || value === 'Keep-Alive') return KEEP_ALIVE

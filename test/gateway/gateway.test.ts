@@ -211,6 +211,18 @@ describe('gateway (child process, real upstream)', () => {
     assert.match(await ask('Host: a.test\r\n'), /^HTTP\/1\.1 200 OK\r\n/)
   })
 
+  it('refuses a request whose Connection header names the API key header: dropped on the way, a made-up key would buy a fresh quota the upstream never sees', async () => {
+    for (const connection of ['X-API-Key', 'keep-alive, x-api-key']) {
+      const refused = await rawRequest(gateway.url, '/api/hello', { headers: { 'x-api-key': 'made-up', connection } })
+      assert.equal(refused.status, 400, connection)
+      assert.match(refused.body, /Connection header names x-api-key, which this gateway reads/)
+    }
+    // Nothing was charged: the key still has its 3 an hour. Connection naming other fields changes nothing.
+    const statuses = []
+    for (const connection of ['keep-alive', 'x-trace', 'close']) statuses.push((await rawRequest(gateway.url, '/api/hello', { headers: { 'x-api-key': 'made-up', connection } })).status)
+    assert.deepEqual(statuses, [200, 200, 200])
+  })
+
   it('speaks Spring Cloud Gateway: replenishRate / burstCapacity as a token bucket, with its fields on its route', async () => {
     const responses = []
     for (let i = 0; i < 3; i++) {
