@@ -17,7 +17,7 @@ import { Limiter } from '../limiter/limiter.ts'
 import { nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
 import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
-import { compileMatch, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
+import { compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
@@ -305,7 +305,10 @@ export class Gateway {
       }
       const route = routeFor(runtime.routes, request)
       if (route === AMBIGUOUS) {
-        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request path reads as different routes to different servers (it holds an encoded slash, a backslash or a ";"); send it as the path meant.', []))
+        const why = readsDifferently(request)
+          ? 'its path holds an encoded slash, a backslash or a ";"; send it as the path meant'
+          : 'it is a POST that names another method in X-HTTP-Method-Override (or X-HTTP-Method, X-Method-Override); send it with the method meant'
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', `The request reads as different routes to different servers: ${why}.`, []))
         return
       }
       if (route === undefined) {
@@ -647,17 +650,23 @@ function watchLimiters(runtime: Runtime, store: Store): Limiter[] {
 const AMBIGUOUS = Symbol('ambiguous')
 
 /**
- * The first route that matches the request; AMBIGUOUS where its path reads as
- * another one to some servers (see pathReadings) and the readings pick
- * different routes. Forwarded by the one, it could be served as the other's,
- * past the other's limits: `/static/..%2Flogin` is `/login` to nginx.
+ * The first route that matches the request; AMBIGUOUS where its path or method
+ * reads as another one to some servers (see pathReadings, methodReadings) and
+ * the readings pick different routes. Forwarded by the one, it could be served
+ * as the other's, past the other's limits: `/static/..%2Flogin` is `/login` to
+ * nginx, a POST with `X-HTTP-Method-Override: DELETE` a DELETE to Express's
+ * method-override.
  */
 function routeFor<R extends { matches: RequestMatch }>(routes: readonly R[], request: HttpRequest): R | undefined | typeof AMBIGUOUS {
   const route = routes.find((candidate) => candidate.matches(request))
-  if (route === undefined || !readsDifferently(request)) return route
+  if (route === undefined) return route
+  if (!readsDifferently(request) && !overridesMethod(request)) return route
+  const methods = methodReadings(request)
   for (const path of pathReadings(request)) {
-    const chosen = routes.find((candidate) => candidate.matches.at(request, path))
-    if (chosen !== undefined && chosen !== route) return AMBIGUOUS
+    for (const method of methods) {
+      const chosen = routes.find((candidate) => candidate.matches.at(request, path, method))
+      if (chosen !== undefined && chosen !== route) return AMBIGUOUS
+    }
   }
   return route
 }

@@ -24,10 +24,10 @@ const MATCH_OPTIONS = new Set(['path', 'method', 'host', 'exclude', 'headers'])
 
 /** A compiled match: whether a request meets every given predicate. */
 export interface RequestMatch {
-  /** Whether the request matches with its path read any way a server may read it (see pathReadings). */
+  /** Whether the request matches with its path and method read any way a server may read them (see pathReadings, methodReadings). */
   (request: HttpRequest): boolean
-  /** Whether it matches with its path read as `path`, and only so. */
-  at(request: HttpRequest, path: string): boolean
+  /** Whether it matches with its path read as `path` and its method as `method` (default: as sent), and only so. */
+  at(request: HttpRequest, path: string, method?: string): boolean
 }
 
 /** Compiles the predicates once (bad ones throw here); every given predicate must hold. */
@@ -45,14 +45,50 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
   const methods = match.method === undefined ? undefined : new Set(methodNames(match.method))
   const hosts = match.host === undefined ? undefined : list(match.host).map((h) => compileHost(h, `${what}.host`))
   const headers = match.headers === undefined ? undefined : compileHeaders(match.headers, `${what}.headers`)
-  const rest = (request: HttpRequest): boolean =>
-    (methods === undefined || methods.has(request.method.toUpperCase())) &&
+  const others = (request: HttpRequest): boolean =>
     (hosts === undefined || hostMatches(hosts, request.host) || hostMatches(hosts, request.hostAsUrl)) &&
     (headers === undefined || headers(request))
+  const methodMatches = methods === undefined ? () => true : (request: HttpRequest) => anyMethod(request, methods)
   const pathMatches = paths === undefined && excluded === undefined ? () => true : (request: HttpRequest) => anyReading(request, pathHolds)
-  const matches = ((request: HttpRequest) => pathMatches(request) && rest(request)) as RequestMatch
-  matches.at = (request, path) => pathHolds(path) && rest(request)
+  const matches = ((request: HttpRequest) => pathMatches(request) && methodMatches(request) && others(request)) as RequestMatch
+  matches.at = (request, path, method = request.method) => pathHolds(path) && (methods === undefined || methods.has(method.toUpperCase())) && others(request)
   return matches
+}
+
+/**
+ * The headers through which a POST asks to be served as another method:
+ * Express's method-override, ASP.NET Core's UseHttpMethodOverride, Rack and
+ * Laravel read X-HTTP-Method-Override; the others are their common variants.
+ */
+const METHOD_OVERRIDES = ['x-http-method-override', 'x-http-method', 'x-method-override']
+
+/**
+ * Every method a server may read from the request's, the method as sent
+ * first, upper case: a POST is also each method its override headers name
+ * (those frameworks override POST only). So a limit on DELETE holds against a
+ * POST that an application behind serves as DELETE.
+ */
+export function methodReadings(request: HttpRequest): string[] {
+  const readings = [request.method.toUpperCase()]
+  if (readings[0] !== 'POST') return readings
+  for (const name of METHOD_OVERRIDES) {
+    for (const value of request.header(name)?.split(',') ?? []) {
+      const method = value.trim().toUpperCase()
+      if (isToken(method) && !readings.includes(method)) readings.push(method)
+    }
+  }
+  return readings
+}
+
+/** Whether the request's method may read as another one (see methodReadings): a POST with an override header. */
+export function overridesMethod(request: HttpRequest): boolean {
+  return request.method.toUpperCase() === 'POST' && METHOD_OVERRIDES.some((name) => request.header(name) !== undefined)
+}
+
+/** Whether the method as sent, or one its override headers name, is among `methods`. */
+function anyMethod(request: HttpRequest, methods: ReadonlySet<string>): boolean {
+  if (methods.has(request.method.toUpperCase())) return true
+  return overridesMethod(request) && methodReadings(request).some((method) => methods.has(method))
 }
 
 /** Whether a path reads differently to some server: it holds `;`, a backslash or an encoded slash. */
