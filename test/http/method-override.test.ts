@@ -57,22 +57,30 @@ const apps: Record<string, () => Promise<App>> = {
     const method = typeof override === 'string' ? override.toUpperCase() : req.method
     res.end(method === 'DELETE' && req.url?.startsWith('/items/') ? DELETED : 'another handler')
   }, options())).listen(0, '127.0.0.1')),
-  'gateway (a limit narrowed to DELETE) in front of Express with method-override': async () => {
-    const upstream = await expressApp(undefined)
-    const gateway = await startGateway(`
-server: { listen: 127.0.0.1:0 }
-admin: { listen: 127.0.0.1:0 }
-routes:
+  'gateway (a limit narrowed to DELETE) in front of Express with method-override': () => gatewayBefore(`
   - name: all
     match: { path: /** }
-    upstream: ${upstream.url}
+    upstream: UPSTREAM
     limits:
       - name: deletes
         match: { path: /items/*, method: DELETE }
         policies: [{ algorithm: fixed-window, name: deletes, limit: 1, windowMs: 600000 }]
-`)
-    return { url: gateway.url, close: async () => { await gateway.stop(); await upstream.close() } }
-  },
+`),
+}
+
+/** The gateway with these routes (YAML, `UPSTREAM` standing for its URL) in front of Express with method-override. */
+async function gatewayBefore(routes: string): Promise<App> {
+  const upstream = await expressApp(undefined)
+  const gateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+routes:
+${routes.replaceAll('UPSTREAM', upstream.url)}
+`).catch(async (error: unknown) => {
+    await upstream.close()
+    throw error
+  })
+  return { url: gateway.url, close: async () => { await gateway.stop(); await upstream.close() } }
 }
 
 function send(url: string, method: string, path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
@@ -111,20 +119,16 @@ describe('a limit on a method holds against a POST that names it in a method-ove
   }
 
   it('gateway: a POST whose override names a method another route takes gets 400, not that route\'s upstream past its limits', async () => {
-    const upstream = await expressApp(undefined)
-    const gateway = await startGateway(`
-server: { listen: 127.0.0.1:0 }
-admin: { listen: 127.0.0.1:0 }
-routes:
+    const gateway = await gatewayBefore(`
   - name: deletes
     match: { path: /items/**, method: DELETE }
-    upstream: ${upstream.url}
+    upstream: UPSTREAM
     limits:
       - name: deletes
         policies: [{ algorithm: fixed-window, name: deletes, limit: 1, windowMs: 600000 }]
   - name: rest
     match: { path: /** }
-    upstream: ${upstream.url}
+    upstream: UPSTREAM
 `)
     try {
       assert.equal((await send(gateway.url, 'DELETE', '/items/1')).status, 200)
@@ -136,8 +140,7 @@ routes:
       assert.equal((await send(gateway.url, 'POST', '/other', { 'X-HTTP-Method-Override': 'PUT' })).status, 200)
       assert.equal((await send(gateway.url, 'POST', '/items/1')).status, 200)
     } finally {
-      await gateway.stop()
-      await upstream.close()
+      await gateway.close()
     }
   })
 })
