@@ -307,7 +307,7 @@ export class Gateway {
       if (route === AMBIGUOUS) {
         const why = readsDifferently(request)
           ? 'its path holds an encoded slash, a backslash or a ";"; send it as the path meant'
-          : 'it is a POST that names another method in X-HTTP-Method-Override (or X-HTTP-Method, X-Method-Override); send it with the method meant'
+          : 'it is a POST that names another method in X-HTTP-Method-Override (or X-HTTP-Method, X-Method-Override, or a _method query parameter); send it with the method meant'
         answerInstead(res, expectsContinue, problem(400, 'Bad Request', `The request reads as different routes to different servers: ${why}.`, []))
         return
       }

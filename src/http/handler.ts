@@ -37,6 +37,11 @@ export interface HttpRequest {
    * host too.
    */
   hostAsUrl?: string
+  /**
+   * The query string with its `?`, where the target has one (method readings
+   * look there for `_method`: see methodReadings).
+   */
+  query?: string | undefined
   /** A request header by lower-case name (first value). */
   header(name: string): string | undefined
   /** The socket peer's address. */

@@ -63,26 +63,38 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
 const METHOD_OVERRIDES = ['x-http-method-override', 'x-http-method', 'x-method-override']
 
 /**
+ * The query parameter an HTML form's POST names its method in: Rails,
+ * Laravel, Symfony, method-override('_method'), Hono. A query holding
+ * `method` at all (`%5Fmethod` too) is parsed for it.
+ */
+const METHOD_PARAMETERS: ReadonlySet<string> = new Set(['_method', '_method[]'])
+const MAY_NAME_METHOD = /method/i
+
+/**
  * Every method a server may read from the request's, the method as sent
- * first, upper case: a POST is also each method its override headers name
- * (those frameworks override POST only). So a limit on DELETE holds against a
- * POST that an application behind serves as DELETE.
+ * first, upper case: a POST is also each method its override headers name,
+ * and its `_method` query parameter (those frameworks override POST only).
+ * So a limit on DELETE holds against a POST that an application behind
+ * serves as DELETE. (A `_method` in a form body is beyond any limiter.)
  */
 export function methodReadings(request: HttpRequest): string[] {
   const readings = [request.method.toUpperCase()]
   if (readings[0] !== 'POST') return readings
-  for (const name of METHOD_OVERRIDES) {
-    for (const value of request.header(name)?.split(',') ?? []) {
-      const method = value.trim().toUpperCase()
-      if (isToken(method) && !readings.includes(method)) readings.push(method)
-    }
+  const named = METHOD_OVERRIDES.flatMap((name) => request.header(name)?.split(',') ?? [])
+  if (request.query !== undefined && MAY_NAME_METHOD.test(request.query)) {
+    for (const [name, value] of new URLSearchParams(request.query)) if (METHOD_PARAMETERS.has(name)) named.push(value)
+  }
+  for (const value of named) {
+    const method = value.trim().toUpperCase()
+    if (isToken(method) && !readings.includes(method)) readings.push(method)
   }
   return readings
 }
 
-/** Whether the request's method may read as another one (see methodReadings): a POST with an override header. */
+/** Whether the request's method may read as another one (see methodReadings): a POST with an override header or `_method`. */
 export function overridesMethod(request: HttpRequest): boolean {
-  return request.method.toUpperCase() === 'POST' && METHOD_OVERRIDES.some((name) => request.header(name) !== undefined)
+  return request.method.toUpperCase() === 'POST' &&
+    (METHOD_OVERRIDES.some((name) => request.header(name) !== undefined) || (request.query !== undefined && MAY_NAME_METHOD.test(request.query)))
 }
 
 /** Whether the method as sent, or one its override headers name, is among `methods`. */

@@ -2,8 +2,10 @@
  * A limit on a method holds against a POST that the application behind
  * serves as that method: Express's method-override, Hono's methodOverride,
  * ASP.NET Core and Rack read `X-HTTP-Method-Override` (and its variants) on a
- * POST. Without that, `DELETE /items/1` past its limit would go through as
- * `POST /items/1` with `X-HTTP-Method-Override: DELETE`.
+ * POST, and Rails, Laravel, Symfony and method-override('_method') a `_method`
+ * query parameter. Without that, `DELETE /items/1` past its limit would go
+ * through as `POST /items/1` with `X-HTTP-Method-Override: DELETE`, or as
+ * `POST /items/1?_method=DELETE`.
  */
 import assert from 'node:assert/strict'
 import { createServer, request as httpRequest, type Server } from 'node:http'
@@ -32,11 +34,12 @@ async function listening(server: Server): Promise<App> {
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: async () => { server.closeAllConnections(); server.close() } }
 }
 
-/** Express with the limit first, then method-override reading X-HTTP-Method-Override, as its README sets it up. */
+/** Express with the limit first, then method-override reading X-HTTP-Method-Override and `_method`, as its README sets them up. */
 async function expressApp(limit: RateLimitOptions | undefined): Promise<App> {
   const app = express()
   if (limit !== undefined) app.use(rateLimit(limit))
   app.use(methodOverride('X-HTTP-Method-Override'))
+  app.use(methodOverride('_method'))
   app.delete('/items/:id', (_req, res) => { res.send(DELETED) })
   app.all('/{*rest}', (_req, res) => { res.send('another handler') })
   return listening(createServer(app).listen(0, '127.0.0.1'))
@@ -95,7 +98,7 @@ function send(url: string, method: string, path: string, headers: Record<string,
   })
 }
 
-describe('a limit on a method holds against a POST that names it in a method-override header', () => {
+describe('a limit on a method holds against a POST that names it in a method-override header or _method', () => {
   for (const [name, start] of Object.entries(apps)) {
     it(name, async () => {
       const app = await start()
@@ -108,10 +111,16 @@ describe('a limit on a method holds against a POST that names it in a method-ove
             assert.equal(overridden.status, 429, `POST with ${header}: ${value} reached ${JSON.stringify(overridden.body)}`)
           }
         }
+        for (const target of ['/items/3?_method=DELETE', '/items/3?_method=delete', '/items/3?page=2&_method=DELETE', '/items/3?%5Fmethod=DELETE', '/items/3?_method[]=DELETE']) {
+          const overridden = await send(app.url, 'POST', target)
+          assert.equal(overridden.status, 429, `POST ${target} reached ${JSON.stringify(overridden.body)}`)
+        }
         // Other methods are not overridden by these frameworks, and a POST naming no other method is a POST.
         assert.equal((await send(app.url, 'GET', '/items/3', { 'X-HTTP-Method-Override': 'DELETE' })).status, 200)
         assert.equal((await send(app.url, 'POST', '/items/3')).status, 200)
         assert.equal((await send(app.url, 'POST', '/items/3', { 'X-HTTP-Method-Override': 'PUT' })).status, 200)
+        assert.equal((await send(app.url, 'GET', '/items/3?_method=DELETE')).status, 200)
+        assert.equal((await send(app.url, 'POST', '/items/3?_method=PUT&methodology=DELETE')).status, 200)
       } finally {
         await app.close()
       }
@@ -136,6 +145,7 @@ describe('a limit on a method holds against a POST that names it in a method-ove
       const ambiguous = await send(gateway.url, 'POST', '/items/1', { 'X-HTTP-Method-Override': 'DELETE' })
       assert.equal(ambiguous.status, 400)
       assert.match(ambiguous.body, /a POST that names another method in X-HTTP-Method-Override/)
+      assert.equal((await send(gateway.url, 'POST', '/items/1?_method=DELETE')).status, 400)
       // A POST whose override picks the same route, and a plain POST, go on as before.
       assert.equal((await send(gateway.url, 'POST', '/other', { 'X-HTTP-Method-Override': 'PUT' })).status, 200)
       assert.equal((await send(gateway.url, 'POST', '/items/1')).status, 200)

@@ -10,7 +10,7 @@ import type { ServerResponse } from 'node:http'
 import { createRateLimitPipeline, isPromise, recordDecision, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { settleWhenSent } from './node.ts'
 import { asError } from '../../core/errors.ts'
-import { requestPath } from '../path.ts'
+import { requestPath, requestQuery } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
 /** The parts of Fastify's request and reply the plugin uses. */
@@ -53,6 +53,7 @@ export function fastifyRequest(request: FastifyRequestLike, semicolonEndsPath = 
     method: request.method,
     path: requestPath(semicolon === -1 ? request.url : request.url.slice(0, semicolon)),
     host: typeof headers.host === 'string' ? headers.host : request.hostname,
+    query: request.url.includes('?') ? requestQuery(request.url) : undefined,
     header: (name) => {
       const value = headers[name]
       return Array.isArray(value) ? value.join(', ') : value

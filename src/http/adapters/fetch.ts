@@ -18,6 +18,7 @@ export function fetchRequest(request: Request, remoteAddress: string | undefined
     host,
     // A runtime may build the URL from an absolute-form target, whose authority then differs from Host: the app routes by the URL.
     ...(url.host !== host ? { hostAsUrl: url.host } : {}),
+    query: url.search === '' ? undefined : url.search,
     header: (name) => request.headers.get(name) ?? undefined,
     remoteAddress,
   }

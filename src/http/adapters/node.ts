@@ -10,7 +10,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import type { Socket } from 'node:net'
 import { createRateLimitPipeline, isPromise, recordDecision, warningSink, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { ArgumentError, messageOf } from '../../core/errors.ts'
-import { hostAsUrlReads, pathAsUrlReads, requestPath } from '../path.ts'
+import { hostAsUrlReads, pathAsUrlReads, requestPath, requestQuery } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
 /** A request as node:http or node:http2's compatibility API hands it to a listener. */
@@ -25,6 +25,7 @@ export function nodeRequest(req: NodeRequest, target = req.url ?? '/'): HttpRequ
     path: requestPath(target),
     // HTTP/2 names the host in `:authority` and need not send Host; read as Fastify and Hono route it.
     host: req.headers.host ?? authorityOf(req),
+    query: target.includes('?') ? requestQuery(target) : undefined,
     header: (name) => {
       const value = req.headers[name]
       return Array.isArray(value) ? value.join(', ') : value
