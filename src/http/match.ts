@@ -62,13 +62,10 @@ export function compileMatch(match: MatchOptions, what: string, caseSensitive = 
  */
 const METHOD_OVERRIDES = ['x-http-method-override', 'x-http-method', 'x-method-override']
 
-/**
- * The query parameter an HTML form's POST names its method in: Rails,
- * Laravel, Symfony, method-override('_method'), Hono. A query holding
- * `method` at all (`%5Fmethod` too) is parsed for it.
- */
+/** The query parameter an HTML form's POST names its method in: Laravel, Symfony, method-override('_method'), Hono. */
 const METHOD_PARAMETERS: ReadonlySet<string> = new Set(['_method', '_method[]'])
-const MAY_NAME_METHOD = /method/i
+/** A query that may name `_method`, spelled out or percent-encoded (`?_m%65thod=`): only such a query is parsed. */
+const MAY_NAME_METHOD = /method|%/i
 
 /**
  * Every method a server may read from the request's, the method as sent
@@ -76,19 +73,39 @@ const MAY_NAME_METHOD = /method/i
  * and its `_method` query parameter (those frameworks override POST only).
  * So a limit on DELETE holds against a POST that an application behind
  * serves as DELETE. (A `_method` in a form body is beyond any limiter.)
+ *
+ * Of a field or parameter given several times, the first and the last value
+ * are read, which is what the frameworks take (method-override the first,
+ * PHP the last): at most nine readings, however many a client sends.
  */
 export function methodReadings(request: HttpRequest): string[] {
   const readings = [request.method.toUpperCase()]
   if (readings[0] !== 'POST') return readings
-  const named = METHOD_OVERRIDES.flatMap((name) => request.header(name)?.split(',') ?? [])
+  // Asked once per rule with a method predicate: a long query is parsed once per request.
+  const known = overriddenReadings.get(request)
+  if (known !== undefined) return known
+  overriddenReadings.set(request, readings)
+  const named: string[] = []
+  for (const name of METHOD_OVERRIDES) {
+    const value = request.header(name)
+    if (value !== undefined) named.push(...firstAndLast(value.split(',')))
+  }
   if (request.query !== undefined && MAY_NAME_METHOD.test(request.query)) {
-    for (const [name, value] of new URLSearchParams(request.query)) if (METHOD_PARAMETERS.has(name)) named.push(value)
+    const values: string[] = []
+    for (const [name, value] of new URLSearchParams(request.query)) if (METHOD_PARAMETERS.has(name)) values.push(value)
+    named.push(...firstAndLast(values))
   }
   for (const value of named) {
     const method = value.trim().toUpperCase()
     if (isToken(method) && !readings.includes(method)) readings.push(method)
   }
   return readings
+}
+
+const overriddenReadings = new WeakMap<HttpRequest, string[]>()
+
+function firstAndLast(values: readonly string[]): string[] {
+  return values.length <= 2 ? [...values] : [values[0] as string, values[values.length - 1] as string]
 }
 
 /** Whether the request's method may read as another one (see methodReadings): a POST with an override header or `_method`. */

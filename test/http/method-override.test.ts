@@ -111,7 +111,7 @@ describe('a limit on a method holds against a POST that names it in a method-ove
             assert.equal(overridden.status, 429, `POST with ${header}: ${value} reached ${JSON.stringify(overridden.body)}`)
           }
         }
-        for (const target of ['/items/3?_method=DELETE', '/items/3?_method=delete', '/items/3?page=2&_method=DELETE', '/items/3?%5Fmethod=DELETE', '/items/3?_method[]=DELETE']) {
+        for (const target of ['/items/3?_method=DELETE', '/items/3?_method=delete', '/items/3?page=2&_method=DELETE', '/items/3?%5Fmethod=DELETE', '/items/3?_m%65thod=DELETE', '/items/3?_method=PUT&_method=DELETE', '/items/3?_method[]=DELETE']) {
           const overridden = await send(app.url, 'POST', target)
           assert.equal(overridden.status, 429, `POST ${target} reached ${JSON.stringify(overridden.body)}`)
         }
