@@ -88,7 +88,10 @@ export function methodReadings(request: HttpRequest): string[] {
   const named: string[] = []
   for (const name of METHOD_OVERRIDES) {
     const value = request.header(name)
-    if (value !== undefined) named.push(...firstAndLast(value.split(',')))
+    if (value === undefined) continue
+    // A field given several times arrives joined with commas: its first and last values, without splitting the rest.
+    const comma = value.indexOf(',')
+    named.push(...(comma === -1 ? [value] : [value.slice(0, comma), value.slice(value.lastIndexOf(',') + 1)]))
   }
   if (request.query !== undefined && MAY_NAME_METHOD.test(request.query)) {
     const values: string[] = []
