@@ -2,7 +2,7 @@
  * A limit on a method holds against a POST that the application behind
  * serves as that method: Express's method-override, Hono's methodOverride,
  * ASP.NET Core and Rack read `X-HTTP-Method-Override` (and its variants) on a
- * POST, and Rails, Laravel, Symfony and method-override('_method') a `_method`
+ * POST, and Laravel, Symfony and method-override('_method') a `_method`
  * query parameter. Without that, `DELETE /items/1` past its limit would go
  * through as `POST /items/1` with `X-HTTP-Method-Override: DELETE`, or as
  * `POST /items/1?_method=DELETE`.
