@@ -53,7 +53,7 @@ export function fastifyRequest(request: FastifyRequestLike, semicolonEndsPath = 
     method: request.method,
     path: requestPath(semicolon === -1 ? request.url : request.url.slice(0, semicolon)),
     host: typeof headers.host === 'string' ? headers.host : request.hostname,
-    query: request.url.includes('?') ? requestQuery(request.url) : undefined,
+    query: requestQuery(request.url) || undefined,
     header: (name) => {
       const value = headers[name]
       return Array.isArray(value) ? value.join(', ') : value

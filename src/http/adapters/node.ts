@@ -25,7 +25,7 @@ export function nodeRequest(req: NodeRequest, target = req.url ?? '/'): HttpRequ
     path: requestPath(target),
     // HTTP/2 names the host in `:authority` and need not send Host; read as Fastify and Hono route it.
     host: req.headers.host ?? authorityOf(req),
-    query: target.includes('?') ? requestQuery(target) : undefined,
+    query: requestQuery(target) || undefined,
     header: (name) => {
       const value = req.headers[name]
       return Array.isArray(value) ? value.join(', ') : value
