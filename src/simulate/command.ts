@@ -22,7 +22,12 @@ sliding-window counter its false allows / denies against the exact log.
 
 traffic (one of):
   --pattern NAME     ${PATTERNS.join(', ')} (default boundary-burst)
-  --csv FILE         "timestamp,key[,cost]" lines (ms or ISO 8601, sorted)
+  --csv FILE         "timestamp,key[,cost]" lines, sorted; timestamps in ms,
+                     epoch seconds (10 digits, as date +%s or nginx $msec),
+                     or ISO 8601
+  --time-unit UNIT   ms or s: how --csv's numeric timestamps are read
+                     (default: s if the first lies from 1e9 to 1e11, where
+                     epoch seconds are and epoch ms are not; else ms)
 
 policies:
   --limit N          the limit the five default policies share (default 100)
@@ -65,6 +70,7 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
       options: {
         pattern: { type: 'string' },
         csv: { type: 'string' },
+        'time-unit': { type: 'string' },
         limit: { type: 'string' },
         window: { type: 'string' },
         policy: { type: 'string', multiple: true },
@@ -88,6 +94,9 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
     return 2
   }
   if (values.pattern !== undefined && values.csv !== undefined) return usage('--pattern and --csv cannot be used together')
+  const timeUnit = values['time-unit']
+  if (timeUnit !== undefined && values.csv === undefined) return usage('--time-unit applies to --csv timestamps only')
+  if (timeUnit !== undefined && timeUnit !== 'ms' && timeUnit !== 's') return usage(`--time-unit must be ms or s, got ${timeUnit}`)
   const patternName = values.pattern ?? 'boundary-burst'
   if (!(PATTERNS as readonly string[]).includes(patternName)) return usage(`unknown pattern "${patternName}" (known: ${PATTERNS.join(', ')})`)
   const limit = values.limit === undefined ? 100 : Number(values.limit)
@@ -118,7 +127,7 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
         err(`cannot read ${values.csv}: ${(error as Error).message}${sample}`)
         return 1
       }
-      traffic = parseCsv(text, values.csv)
+      traffic = parseCsv(text, values.csv, timeUnit)
     } else {
       traffic = pattern(patternName as PatternName, { limit, windowMs })
     }

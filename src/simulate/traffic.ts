@@ -137,32 +137,64 @@ export class TrafficError extends SluiceError {
   }
 }
 
+/** How numeric timestamps are read; `auto` takes epoch seconds for what can only be them. */
+export type TimeUnit = 'auto' | 'ms' | 's'
+
 /**
- * `timestamp,key[,cost]` per line; an optional header line; `#` comments.
- * Timestamps are milliseconds (epoch or relative) or ISO 8601 dates; they are
- * shifted so the first is 0, and must not go backwards. Every malformed line
- * is reported, with its number, in one error.
+ * Epoch seconds now have 10 digits (`date +%s`, nginx's `$msec`): as
+ * milliseconds they would be January 1970, and a relative recording does
+ * not start 11 days in. From 1e11 on they are epoch milliseconds (1973 on).
  */
-export function parseCsv(text: string, name = 'csv'): Traffic {
+const EPOCH_SECONDS = { from: 1e9, below: 1e11 }
+
+/** A numeric timestamp in whole milliseconds, sub-millisecond digits dropped (the clock's resolution) without binary rounding. */
+function numericMs(stamp: string, unit: 'ms' | 's'): number {
+  const [whole, fraction = ''] = stamp.split('.') as [string, string | undefined]
+  return unit === 'ms' ? Number(whole) : Number(whole) * 1000 + Number(fraction.slice(0, 3).padEnd(3, '0'))
+}
+
+/**
+ * `timestamp,key[,cost]` per line; an optional header line before the
+ * first event; `#` comments. Timestamps are milliseconds (epoch or relative),
+ * epoch seconds, or ISO 8601 dates; they are shifted so the first is 0, and
+ * must not go backwards. Every malformed line is reported, with its number,
+ * in one error.
+ */
+export function parseCsv(text: string, name = 'csv', timeUnit: TimeUnit = 'auto'): Traffic {
   const problems: LineProblem[] = []
   const events: TrafficEvent[] = []
   let first: number | undefined
   let previous = -Infinity
+  let unit: 'ms' | 's' | undefined = timeUnit === 'auto' ? undefined : timeUnit
+  let headerAllowed = true
   const lines = text.split(/\r?\n/)
   for (let index = 0; index < lines.length; index++) {
     const lineNumber = index + 1
     const line = (lines[index] as string).trim()
     if (line === '' || line.startsWith('#')) continue
     const fields = line.split(',').map((field) => field.trim())
-    if (index === 0 && /^[a-z_ ]+$/i.test(fields[0] ?? '')) continue
+    if (headerAllowed && /^[a-z_ ]+$/i.test(fields[0] ?? '')) {
+      headerAllowed = false
+      continue
+    }
+    headerAllowed = false
     if (fields.length < 2 || fields.length > 3) {
       problems.push({ line: lineNumber, problem: `expected "timestamp,key" or "timestamp,key,cost", got ${fields.length} field(s)` })
       continue
     }
     const [stamp, key, costField] = fields as [string, string, string | undefined]
-    const time = /^\d+(\.\d+)?$/.test(stamp) ? Number(stamp) : /^\d{4}-\d\d-\d\d/.test(stamp) ? Date.parse(stamp) : Number.NaN
+    let time: number
+    if (/^\d+(\.\d+)?$/.test(stamp)) {
+      if (unit === undefined) {
+        const value = Number(stamp)
+        unit = value >= EPOCH_SECONDS.from && value < EPOCH_SECONDS.below ? 's' : 'ms'
+      }
+      time = numericMs(stamp, unit)
+    } else {
+      time = /^\d{4}-\d\d-\d\d/.test(stamp) ? Date.parse(stamp) : Number.NaN
+    }
     if (!Number.isFinite(time)) {
-      problems.push({ line: lineNumber, problem: `timestamp ${JSON.stringify(stamp.slice(0, 40))} is neither milliseconds nor an ISO 8601 date` })
+      problems.push({ line: lineNumber, problem: `timestamp ${JSON.stringify(stamp.slice(0, 40))} is neither a number (milliseconds or epoch seconds) nor an ISO 8601 date` })
       continue
     }
     if (key === '' || key.length > 256) {
@@ -179,7 +211,7 @@ export function parseCsv(text: string, name = 'csv'): Traffic {
       continue
     }
     if (first !== undefined && time - first > MAX_SPAN_MS) {
-      problems.push({ line: lineNumber, problem: `timestamp ${stamp} is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds? They must be milliseconds` })
+      problems.push({ line: lineNumber, problem: `timestamp ${stamp} is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds? They must be milliseconds or epoch seconds` })
       break
     }
     previous = time
@@ -193,5 +225,6 @@ export function parseCsv(text: string, name = 'csv'): Traffic {
   if (problems.length > 0) throw new TrafficError(problems)
   if (events.length === 0) throw new TrafficError([{ line: 0, problem: 'no events: the file holds no "timestamp,key" line' }])
   const last = events[events.length - 1] as TrafficEvent
-  return { name, description: 'recorded traffic, replayed from its first line', events, durationMs: Math.max(1, last.at + 1) }
+  const read = unit === 's' ? `, numeric timestamps read as epoch seconds${timeUnit === 'auto' ? ' (--time-unit ms reads them as milliseconds)' : ''}` : ''
+  return { name, description: `recorded traffic${read}, replayed from its first line`, events, durationMs: Math.max(1, last.at + 1) }
 }

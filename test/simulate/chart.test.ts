@@ -86,6 +86,11 @@ describe('simulator charts', () => {
         assert.match(e.stderr, /^cannot read \/dev\/zero: larger than 256 MiB: is it the right file\? \(a simulation replays at most 5,000,000 events: replay a sample\)/)
         return true
       })
+      writeFileSync(join(dir, 'epoch.csv'), '1700000000,a\n1700000001,a\n1700000002,a\n')
+      assert.match(run('--csv', join(dir, 'epoch.csv'), '--limit', '2', '--window', '1s'), /3 events, 1 key\(s\), 2001ms[^]*sliding-log\s+sliding-log\s+3\/3/)
+      assert.match(run('--csv', join(dir, 'epoch.csv'), '--limit', '2', '--window', '1s', '--time-unit', 'ms'), /3 events, 1 key\(s\), 3ms[^]*sliding-log\s+sliding-log\s+2\/3/)
+      assert.throws(() => run('--time-unit', 's'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit applies to --csv timestamps only/.test(e.stderr))
+      assert.throws(() => run('--csv', join(dir, 'epoch.csv'), '--time-unit', 'us'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit must be ms or s, got us/.test(e.stderr))
       assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /unknown pattern "tsunami"/.test(e.stderr))
       // Where no directory can be made, an error rather than a hang (node's recursive mkdir spins on these) or a stack trace.
       symlinkSync(join(dir, 'gone'), join(dir, 'dangling'))

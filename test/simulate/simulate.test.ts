@@ -94,13 +94,28 @@ describe('CSV traffic', () => {
     ])
   })
 
+  it('reads 10-digit numbers as epoch seconds (date +%s, nginx $msec), says so, and reads them as ms under timeUnit ms', () => {
+    const text = '# exported from nginx\ntime,client\n1700000000.123,alice\n1700000001.5,bob\n1700000002,alice\n1700000002.0009,bob\n'
+    const seconds = parseCsv(text, 'access.csv')
+    assert.deepEqual(seconds.events.map((e) => e.at), [0, 1377, 1877, 1877])
+    assert.match(seconds.description, /numeric timestamps read as epoch seconds \(--time-unit ms reads them as milliseconds\)/)
+    const ms = parseCsv(text, 'access.csv', 'ms')
+    assert.deepEqual(ms.events.map((e) => e.at), [0, 1, 2, 2])
+    assert.doesNotMatch(ms.description, /seconds/)
+    assert.deepEqual(parseCsv('1700000000000,a\n1700000000100,a\n', 'x', 's').events.length, 2)
+    // Epoch ms and relative ms stay ms; sub-millisecond digits are dropped (the engine's clock counts whole ms).
+    assert.deepEqual(parseCsv('1700000000000,a\n1700000000100.9,a\n').events.map((e) => e.at), [0, 100])
+    assert.deepEqual(parseCsv('0,a\n0.5,a\n1.25,a\n999999999,a\n').events.map((e) => e.at), [0, 0, 1, 999999999])
+    for (const event of parseCsv('0.75,a\n3.999,a\n').events) assert.ok(Number.isSafeInteger(event.at), String(event.at))
+  })
+
   it('rejects malformed lines, every one with its line number', () => {
     const text = ['ts,key', '100,a', 'yesterday,b', '200', '300,c,0', '50,d', '400,e,1,extra', '500,f'].join('\n')
     assert.throws(() => parseCsv(text), (error: unknown) => {
       assert.ok(error instanceof TrafficError)
       assert.equal(error.code, 'ERR_SLUICE_TRAFFIC')
       assert.deepEqual(error.problems.map((p) => p.line), [3, 4, 5, 6, 7])
-      assert.match(error.message, /^line 3: timestamp "yesterday" is neither milliseconds nor an ISO 8601 date$/m)
+      assert.match(error.message, /^line 3: timestamp "yesterday" is neither a number \(milliseconds or epoch seconds\) nor an ISO 8601 date$/m)
       assert.match(error.message, /^line 4: expected "timestamp,key" or "timestamp,key,cost", got 1 field\(s\)$/m)
       assert.match(error.message, /^line 5: cost must be a positive integer, got "0"$/m)
       assert.match(error.message, /^line 6: timestamp 50 is earlier than the line before; sort the file by time$/m)
@@ -108,6 +123,6 @@ describe('CSV traffic', () => {
     })
     assert.throws(() => parseCsv('# nothing\n'), /no events/)
     // Nanoseconds read as milliseconds: a span no recording has, and past the simulated clock's end.
-    assert.throws(() => parseCsv('0,a\n1000,a\n9007199254740991,a\n'), /line 3: timestamp 9007199254740991 is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds\? They must be milliseconds$/)
+    assert.throws(() => parseCsv('0,a\n1000,a\n9007199254740991,a\n'), /line 3: timestamp 9007199254740991 is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds\? They must be milliseconds or epoch seconds$/)
   })
 })
