@@ -17,7 +17,7 @@ import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, type ClientIpOptions } from '../http/client-ip.ts'
 import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
-import { compileMatch, excludesAll, matchCovers, type MatchOptions } from '../http/match.ts'
+import { compileMatch, excludesAll, matchCovers, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -603,7 +603,15 @@ function derivedName(owner: string, limit: string, index: number, policy: string
  */
 function checkReachable(config: RawConfig, report: Report): void {
   const excludesOwnPaths = (match: MatchOptions | undefined) => match !== undefined && excludesAll(match, [], config.caseSensitive)
+  const knownMethods = (match: MatchOptions | undefined, path: PropertyKey[]) => {
+    for (const method of match === undefined ? [] : unknownMethods(match)) {
+      report([...path, 'match', 'method'], `${show(method)} is not a method the gateway can receive: node's HTTP parser answers 400 to all but ${[...NODE_METHODS].join(', ')}`)
+    }
+  }
+  config.limits.forEach((limit, k) => knownMethods(limit.match, ['limits', k]))
   config.routes.forEach((route, j) => {
+    knownMethods(route.match, ['routes', j])
+    route.limits.forEach((limit, k) => knownMethods(limit.match, ['routes', j, 'limits', k]))
     if (excludesOwnPaths(route.match)) {
       report(['routes', j, 'match', 'exclude'], 'excludes every path the route names, so it can never match')
       return

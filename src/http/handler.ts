@@ -14,7 +14,7 @@ import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
-import { anyReading, compileMatch, compilePaths, excludesAll, type MatchOptions } from './match.ts'
+import { anyReading, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
 import { checkHeaderOptions, rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
@@ -372,6 +372,9 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     if (typeof cost === 'number') for (const limiter of limiters) checkStaticCost(cost, limiter.policies, name)
     const action = rule.action ?? 'reject'
     if (action !== 'reject' && action !== 'queue') throw new ArgumentError(`rule "${name}" action`, action, "must be 'reject' or 'queue'")
+    if (action === 'reject' && rule.maxWaitMs !== undefined) {
+      throw new ArgumentError(`rule "${name}" maxWaitMs`, rule.maxWaitMs, "applies to action 'queue' only: a refused request does not wait")
+    }
     // Checked now against every limiter: a policy that cannot reserve is named at start-up.
     const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
     const count = rule.count ?? 'all'
@@ -381,6 +384,9 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket or police leaky-bucket policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
     }
     const matches = typeof rule.match === 'function' ? decidedAtOnce(rule.match, `rule "${name}" match`) : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
+    for (const method of typeof rule.match === 'function' ? [] : unknownMethods(rule.match ?? {})) {
+      warn(`sluice: rule "${name}" match.method ${JSON.stringify(method)} is not a method node's HTTP parser accepts (it answers 400 to all but ${[...NODE_METHODS].join(', ')}): on node:http, Express and Fastify the rule never applies for it. Only a fetch runtime outside node can receive it`)
+    }
     if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, skipPatterns, caseSensitive)) {
       throw new ArgumentError(`rule "${name}" match`, rule.match?.path ?? '/**', 'can never match: every path it names is excluded (by its exclude or by skip); narrow those, or remove the rule')
     }

@@ -286,6 +286,21 @@ function compileHeaders(headers: Record<string, string | true>, what: string): (
 }
 
 /** RFC 9110 5.6.2: what field names (5.1) and methods (9.1) are made of. */
+/**
+ * The methods node's HTTP parser accepts (node:http's `METHODS`, as of Node 20);
+ * it answers any other with 400, so no node:http, Express or Fastify app, nor
+ * the gateway, ever sees one. Kept here rather than imported: the fetch
+ * adapter runs where node:http may not exist.
+ */
+export const NODE_METHODS: ReadonlySet<string> = new Set(['ACL', 'BIND', 'CHECKOUT', 'CONNECT', 'COPY', 'DELETE', 'GET', 'HEAD', 'LINK', 'LOCK',
+  'M-SEARCH', 'MERGE', 'MKACTIVITY', 'MKCALENDAR', 'MKCOL', 'MOVE', 'NOTIFY', 'OPTIONS', 'PATCH', 'POST', 'PROPFIND', 'PROPPATCH', 'PURGE', 'PUT',
+  'QUERY', 'REBIND', 'REPORT', 'SEARCH', 'SOURCE', 'SUBSCRIBE', 'TRACE', 'UNBIND', 'UNLINK', 'UNLOCK', 'UNSUBSCRIBE'])
+
+/** The methods a predicate names that no request reaching node carries: most likely a typo (`PSOT`). */
+export function unknownMethods(match: MatchOptions): string[] {
+  return match.method === undefined ? [] : list(match.method).filter((method) => !NODE_METHODS.has(method.toUpperCase()))
+}
+
 function isToken(value: unknown): value is string {
   return typeof value === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(value)
 }

@@ -226,6 +226,12 @@ ${route('rest', '{ path: /** }')}
     const caseRoutes = `routes:\n${route('api', '{ path: /api/** }')}\n${route('login', '{ path: /API/login }')}\n`
     assert.deepEqual((await problems(caseRoutes)).map((p) => p.replace(/ \(line \d+\)$/, '')), ['routes[1].match: can never match: routes[0] ("api") comes first and takes every request this route would; move this route above it, or narrow that one'])
     assert.deepEqual(await problems(`caseSensitive: true\n${caseRoutes}`), [])
+    // A method node's parser answers with 400 (a typo) names requests that never come.
+    const methods = `limits:\n  - { policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }, match: { method: PSOT } }\nroutes:\n${route('api', '{ path: /api/**, method: [GET, fetch] }')}\n${route('dav', '{ path: /dav/**, method: [mkcol, M-SEARCH, QUERY] }')}\n`
+    assert.deepEqual((await problems(methods)).map((p) => p.replace(/ \(line \d+\)$/, '').replace(/all but ACL, .*, UNSUBSCRIBE$/, 'all but …')), [
+      'limits[0].match.method: "PSOT" is not a method the gateway can receive: node\'s HTTP parser answers 400 to all but …',
+      'routes[0].match.method: "fetch" is not a method the gateway can receive: node\'s HTTP parser answers 400 to all but …',
+    ])
   })
 
   it('lists what only building the gateway would find: path patterns, proxy CIDRs, a JWT key that cannot verify its algorithms', async () => {

@@ -3,7 +3,7 @@
  * sockets, with the memory store and with Redis.
  */
 import assert from 'node:assert/strict'
-import { IncomingMessage, request as httpRequest, ServerResponse } from 'node:http'
+import { IncomingMessage, METHODS, request as httpRequest, ServerResponse } from 'node:http'
 import http2 from 'node:http2'
 import { Socket, type AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
@@ -12,6 +12,7 @@ import { withRateLimit as withNodeRateLimit, type RateLimitOptions } from '../..
 import { rateLimit } from '../../src/http/adapters/express.ts'
 import { withRateLimit as withFetchRateLimit } from '../../src/http/adapters/fetch.ts'
 import { createRateLimitPipeline, type HttpOutcome } from '../../src/http/handler.ts'
+import { NODE_METHODS } from '../../src/http/match.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { expressServer, fastifyServer, fetchServer, nodeServer, type StartServer } from './servers.ts'
 
@@ -422,6 +423,18 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ name: {} as never, policies }] }), /^ArgumentError: rules\[0\]\.name must be a non-empty string \(got an object\)/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], prefix: Object.create(null) as never }), /^ArgumentError: prefix must be 1 to 59 printable ASCII characters without spaces or braces/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], prefix: 'x'.repeat(60) }), /^ArgumentError: prefix must be 1 to 59/)
+    // A wait on a rule that refuses was silently dropped: the rule refused at once.
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'crawl', policies, maxWaitMs: 5000 }] }), /^ArgumentError: rule "crawl" maxWaitMs applies to action 'queue' only: a refused request does not wait \(got 5000\)/)
+    assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ name: 'crawl', policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }, action: 'queue', maxWaitMs: 5000 }] }))
+  })
+
+  it('warns at start-up of a rule method no request on node carries (a typo such as PSOT), and only of those', () => {
+    assert.deepEqual([...NODE_METHODS].sort(), [...METHODS].sort())
+    const warnings: string[] = []
+    const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
+    createRateLimitHandler({ rules: [{ name: 'login', policies, match: { method: ['POST', 'PSOT'] } }, { name: 'dav', policies: { ...policies, name: 'dav' }, match: { method: ['mkcol', 'M-SEARCH', 'QUERY', 'get'] } }], onWarning: (message) => warnings.push(message) })
+    assert.equal(warnings.length, 1, warnings.join('\n'))
+    assert.match(warnings[0] as string, /^sluice: rule "login" match\.method "PSOT" is not a method node's HTTP parser accepts \(it answers 400 to all but ACL, .*UNSUBSCRIBE\): on node:http, Express and Fastify the rule never applies for it/)
   })
 
   it('a match or skip predicate that returns a promise fails the request, instead of matching (or skipping) every request', async () => {
