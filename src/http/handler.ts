@@ -531,7 +531,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     for (const entry of applied) {
       if (!entry.decision.allowed && !entry.shadow) refused ??= entry
       if (entry.decision.remaining < binding.decision.remaining) binding = entry
-      if (entry.decision.waitMs > waitMs) waitMs = entry.decision.waitMs
+      // A shadow rule reports the wait it would impose; only enforcing rules delay the request.
+      if (!entry.shadow && entry.decision.waitMs > waitMs) waitMs = entry.decision.waitMs
     }
     if (refused !== undefined) binding = refused
     // Only the legacy Reset field is a timestamp.

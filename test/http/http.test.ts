@@ -428,6 +428,25 @@ describe('HTTP configuration', () => {
     assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ name: 'crawl', policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }, action: 'queue', maxWaitMs: 5000 }] }))
   })
 
+  it('a shadow rule that queues (or shapes) reports the wait it would impose but never delays the request', async () => {
+    const waits: Array<[string, number]> = []
+    const decide = createRateLimitPipeline({
+      rules: [
+        { name: 'queued', shadow: true, action: 'queue', maxWaitMs: 5000, policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 1000, name: 'queued' } },
+        { name: 'shaped', shadow: true, policies: { algorithm: 'leaky-bucket', mode: 'shape', capacity: 5, leakTokens: 1, leakIntervalMs: 100, name: 'shaped' } },
+        { name: 'enforced', action: 'queue', maxWaitMs: 5000, policies: { algorithm: 'token-bucket', capacity: 2, refillTokens: 1, refillIntervalMs: 500, name: 'enforced' } },
+      ],
+      clock: () => 1_000_000,
+      onDecision: (event) => waits.push([event.rule, event.decision.waitMs]),
+    })
+    const request = { method: 'GET', path: '/', host: undefined, header: () => undefined, remoteAddress: '203.0.113.7' }
+    const outcomes = []
+    for (let i = 0; i < 4; i++) outcomes.push(await decide(request))
+    assert.deepEqual(outcomes.map((o) => [o.proceed, o.waitMs]), [[true, 0], [true, 0], [true, 500], [true, 1000]], 'only the enforcing rule delays')
+    assert.deepEqual(waits.filter(([rule]) => rule === 'queued').map(([, ms]) => ms), [0, 1000, 2000, 3000], 'the shadow queue decides as it would if enforced')
+    assert.deepEqual(waits.filter(([rule]) => rule === 'shaped').map(([, ms]) => ms), [0, 100, 200, 300])
+  })
+
   it('warns at start-up of a rule method no request on node carries (a typo such as PSOT), and only of those', () => {
     assert.deepEqual([...NODE_METHODS].sort(), [...METHODS].sort())
     const warnings: string[] = []
