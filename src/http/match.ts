@@ -260,9 +260,14 @@ function bareHost(host: string): string {
   return lower.slice(0, end)
 }
 
+/** A host as the Host header carries it (a name, an IPv4 or a bracketed IPv6 address, an optional port), or `*.` and a name. */
+const HOST_PATTERN = /^(?:(?:\*\.)?[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?|\[[0-9a-f:.]+\])(?::\d{1,5})?$/i
+
 /** A host pattern, exact or `*.example.com`, as a test of a bare host (see bareHost). */
 function compileHost(host: string, what: string): (bare: string) => boolean {
-  if (typeof host !== 'string' || host === '') throw new ArgumentError(what, host, 'must be host names')
+  if (typeof host !== 'string' || !HOST_PATTERN.test(host)) {
+    throw new ArgumentError(what, host, 'must be host names, as the Host header carries them: api.example.com, *.example.com, 192.0.2.1 or [2001:db8::1], optionally with :port; no scheme or path, and an international name in its xn-- form')
+  }
   const wanted = bareHost(host)
   if (wanted.startsWith('*.')) {
     const suffix = wanted.slice(1)

@@ -423,6 +423,13 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ name: {} as never, policies }] }), /^ArgumentError: rules\[0\]\.name must be a non-empty string \(got an object\)/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], prefix: Object.create(null) as never }), /^ArgumentError: prefix must be 1 to 59 printable ASCII characters without spaces or braces/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], prefix: 'x'.repeat(60) }), /^ArgumentError: prefix must be 1 to 59/)
+    // A host pattern with a scheme, a path or a misplaced wildcard never matched (https://api.example.com compared as "https").
+    for (const host of ['https://api.example.com', 'api.example.com/v1', '*example.com', 'api.*.com', 'bücher.de', '*']) {
+      assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', policies, match: { host } }] }), /^ArgumentError: rule "api" match\.host must be host names, as the Host header carries them: .*no scheme or path/, host)
+    }
+    for (const host of ['api.example.com', '*.example.com', 'Example.COM.', '192.0.2.1', '[2001:db8::1]:8443', 'localhost:3000', 'xn--bcher-kva.de']) {
+      assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ name: 'api', policies, match: { host } }] }), host)
+    }
     // A wait on a rule that refuses was silently dropped: the rule refused at once.
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'crawl', policies, maxWaitMs: 5000 }] }), /^ArgumentError: rule "crawl" maxWaitMs applies to action 'queue' only: a refused request does not wait \(got 5000\)/)
     assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ name: 'crawl', policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }, action: 'queue', maxWaitMs: 5000 }] }))
