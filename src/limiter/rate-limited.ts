@@ -5,7 +5,7 @@
  */
 import { ArgumentError, RateLimitedError } from '../core/errors.ts'
 import { checkOptions } from '../core/options.ts'
-import { checkMaxWait, resolvePolicies } from '../core/policy.ts'
+import { checkCost, checkMaxWait, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy } from '../core/types.ts'
 import type { Store } from '../stores/store.ts'
 import { Limiter } from './limiter.ts'
@@ -106,6 +106,8 @@ function createGuard<Args extends unknown[]>(
   if (typeof prefix !== 'string' || prefix === '') throw new ArgumentError('keyPrefix', prefix, 'must be a non-empty string')
   const { key, cost } = options
   if (key !== undefined && typeof key !== 'function') throw new ArgumentError('key', key, 'must be a function of the call arguments')
+  // A constant cost that no call could pay is found now, not on the first call.
+  if (cost !== undefined && typeof cost !== 'function') checkCost(cost, limiter.policies)
   const limitOptions = (args: Args) => ({ cost: typeof cost === 'function' ? cost(...args) : cost ?? 1, maxWaitMs })
 
   return async (args) => {

@@ -110,6 +110,10 @@ describe('rateLimited / @RateLimited', () => {
     assert.throws(() => rateLimited(async () => 1, { limiter: {} as never }), /limiter must be a Limiter/)
     assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, maxWaitMs: 500 }), /maxWaitMs applies to action 'queue' only/)
     assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, keyPrefix: '' }), /keyPrefix must be a non-empty string/)
+    // A constant cost no call could pay was found only on the first call.
+    assert.throws(() => rateLimited(async () => 1, { limit: 5, windowMs: 1000, cost: 6 }), /^ArgumentError: cost exceeds the limit 5 of policy "fixed-window:5\/1s", so it could never be allowed \(got 6\)/)
+    assert.throws(() => rateLimited(async () => 1, { limit: 5, windowMs: 1000, cost: 0 }), /^ArgumentError: cost must be a positive integer \(got 0\)/)
+    assert.doesNotThrow(() => rateLimited(async () => 1, { limit: 5, windowMs: 1000, cost: 5 }))
   })
 
   it('refuses a call whose key is not a string or a number, rather than share one limit among such callers', async () => {
