@@ -165,6 +165,37 @@ const headerStyle = z.strictObject({
   springCloudGateway: z.boolean().optional(),
 })
 
+/**
+ * A `$n` or `$<name>` in a rewrite's replacement that names no group of its
+ * pattern: String.replace then sends `$2` as written (or, for a missing
+ * name, nothing), so the upstream would get a path nobody meant.
+ */
+function replacementProblem(pattern: string, replacement: string): string | undefined {
+  let match: RegExpExecArray | null
+  try {
+    // An alternation that matches the empty string exposes the pattern's groups.
+    match = new RegExp(`${pattern}|`).exec('')
+  } catch {
+    return undefined // the pattern's own problem is reported beside it
+  }
+  if (match === null) return undefined
+  const groups = match.length - 1
+  const names = Object.keys(match.groups ?? {})
+  const plural = groups === 1 ? 'group' : 'groups'
+  for (const reference of replacement.matchAll(/\$(\$|\d\d?|<([^>]*)>)/g)) {
+    const [whole, body, name] = reference as unknown as [string, string, string | undefined]
+    if (body === '$') continue
+    if (name !== undefined) {
+      if (!names.includes(name)) return `${whole} names no group of the pattern (${names.length === 0 ? 'it has no named groups' : `it has ${names.map((n) => `<${n}>`).join(', ')}`}): write $$ for a literal $`
+      continue
+    }
+    // As String.replace reads $nn: two digits if the pattern has that many groups, else one.
+    const index = Number(body) <= groups && body.length === 2 ? Number(body) : Number(body[0])
+    if (index === 0 || index > groups) return `$${index === 0 ? body : body[0]} refers to a group the pattern does not have (it has ${groups} capturing ${plural}), so it would be sent as written; write $$ for a literal $`
+  }
+  return undefined
+}
+
 const route = z.strictObject({
   name,
   match: match.optional(),
@@ -182,6 +213,9 @@ const route = z.strictObject({
       if (!safeRegex(value)) context.addIssue({ code: 'custom', message: `${show(value)} nests quantifiers (as (a+)+ does), which can take exponential time on a crafted path; rewrite it without` })
     }),
     replacement: z.string(),
+  }).superRefine(({ pattern, replacement }, context) => {
+    const problem = replacementProblem(pattern, replacement)
+    if (problem !== undefined) context.addIssue({ code: 'custom', path: ['replacement'], message: problem })
   }).optional(),
   /** Send the client's Host to the upstream instead of the upstream's own. */
   preserveHost: z.boolean().optional(),
@@ -289,7 +323,7 @@ export const configSchema = z.strictObject({
   }).default({ listen: { host: '127.0.0.1', port: 9090 }, watch: [] }),
   store: store.default({ type: 'memory' }),
   /** State key namespace, so several gateways can share one Redis. */
-  prefix: z.string().regex(/^[\x21-\x7a\x7c\x7e]{1,48}$/).default('sluice'),
+  prefix: z.string().regex(/^[\x21-\x7a\x7c\x7e]{1,48}$/, { error: (issue) => `expected 1 to 48 printable ASCII characters without spaces or braces, got ${show(issue.input)}` }).default('sluice'),
   identity: identity.default({}),
   tiers: tiers.optional(),
   headers: headerStyle.default({}),
@@ -460,6 +494,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     }
   }
   checkReferences(config, report)
+  checkServer(config, report)
   checkCompiles(config, jwtPublicKey, apiKeys, report)
   checkReachable(config, report)
   if (problems.length > 0) throw new ConfigError(file, problems)
@@ -627,6 +662,20 @@ function checkReachable(config: RawConfig, report: Report): void {
   config.limits.forEach((limit, k) => {
     if (excludesOwnPaths(limit.match)) report(['limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
   })
+}
+
+/** What only fails when the gateway starts, or behaves otherwise than written: two listeners on one port, timeouts that contradict. */
+function checkServer(config: RawConfig, report: Report): void {
+  const server = config.server.listen
+  const admin = config.admin.listen
+  const anyAddress = (host: string) => host === '0.0.0.0' || host === '::'
+  if (server.port !== 0 && admin.port === server.port && (admin.host === server.host || anyAddress(admin.host) || anyAddress(server.host))) {
+    report(['admin', 'listen'], `is server.listen's port (${server.port}): give the admin listener one of its own`)
+  }
+  const { headersMs, requestMs } = config.server.timeouts
+  if (headersMs > requestMs) {
+    report(['server', 'timeouts', 'headersMs'], `${headersMs} exceeds requestMs (${requestMs}): the whole request, headers included, must arrive within requestMs`)
+  }
 }
 
 function checkReferences(config: RawConfig, report: Report): void {

@@ -329,6 +329,41 @@ routes:
     assert.deepEqual(await problems(route('^/v1/([^/]+)/(.*)$')), [])
   })
 
+  it('refuses what would fail at start or contradict itself: the admin listener on the server port, headersMs beyond requestMs; names the prefix rule', async () => {
+    const limit = '      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }'
+    assert.deepEqual(await problems(minimal(limit, 'server: { listen: "0.0.0.0:8080" }\nadmin: { listen: "127.0.0.1:8080" }')), [
+      "admin.listen: is server.listen's port (8080): give the admin listener one of its own (line 3)",
+    ])
+    assert.deepEqual(await problems(minimal(limit, 'admin: { listen: 8080 }')), ["admin.listen: is server.listen's port (8080): give the admin listener one of its own (line 2)"])
+    assert.deepEqual(await problems(minimal(limit, 'server: { listen: "127.0.0.1:8080" }\nadmin: { listen: "127.0.0.2:8080" }')), [])
+    assert.deepEqual(await problems(minimal(limit, 'server: { listen: 0 }\nadmin: { listen: 0 }')), [], 'port 0 picks two free ports')
+    assert.deepEqual(await problems(minimal(limit, 'server: { timeouts: { headersMs: 400000 } }')), [
+      'server.timeouts.headersMs: 400000 exceeds requestMs (300000): the whole request, headers included, must arrive within requestMs (line 2)',
+    ])
+    assert.deepEqual(await problems(minimal(limit, 'prefix: "my app"')), ['prefix: expected 1 to 48 printable ASCII characters without spaces or braces, got "my app" (line 2)'])
+  })
+
+  it('refuses a rewrite replacement that names a group its pattern does not have, which String.replace would send as written', async () => {
+    const route = (pattern: string, replacement: string) => `
+routes:
+  - name: api
+    upstream: http://127.0.0.1:9
+    rewrite: { pattern: '${pattern}', replacement: '${replacement}' }
+`
+    assert.deepEqual(await problems(route('^/api/(.*)', '/v2/$2')), [
+      'routes[0].rewrite.replacement: $2 refers to a group the pattern does not have (it has 1 capturing group), so it would be sent as written; write $$ for a literal $ (line 5)',
+    ])
+    assert.deepEqual(await problems(route('^/api/(?<rest>.*)', '/v2/$<reset>')), [
+      'routes[0].rewrite.replacement: $<reset> names no group of the pattern (it has <rest>): write $$ for a literal $ (line 5)',
+    ])
+    assert.deepEqual(await problems(route('^/api/', '/v2/$1')), [
+      'routes[0].rewrite.replacement: $1 refers to a group the pattern does not have (it has 0 capturing groups), so it would be sent as written; write $$ for a literal $ (line 5)',
+    ])
+    for (const [pattern, replacement] of [['^/api/(.*)', '/v2/$1'], ['^/api/(?<rest>.*)', '/v2/$<rest>'], ['^/api/(.*)', '/v2/$$1/$&'], ['^/(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)', '/$10']]) {
+      assert.deepEqual(await problems(route(pattern as string, replacement as string)), [], `${pattern} -> ${replacement}`)
+    }
+  })
+
   it('substitutes ${ENV} (with defaults) and reports unset variables', async () => {
     const text = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `server:
   listen: 127.0.0.1:\${PORT}
