@@ -281,7 +281,7 @@ const identity = z.strictObject({
     keysFile: nonEmpty.optional(),
   }).refine((value) => value.keys === undefined || value.keysFile === undefined, { message: 'takes keys or keysFile, not both' }).optional(),
   clientIp: z.strictObject({
-    trustProxy: z.union([z.array(nonEmpty), z.number().int().min(0), z.literal(false)]).optional(),
+    trustProxy: z.union([z.array(nonEmpty), z.number().int().min(0), z.literal(false)], { error: (issue) => `expected a list of proxy addresses or CIDRs ([10.0.0.0/8]), a hop count, or false, got ${show(issue.input)}` }).optional(),
     ipv6Prefix: z.number().int().min(1).max(128).optional(),
     /** The header the trusted proxies write; only that one is read. */
     header: z.enum(['x-forwarded-for', 'forwarded']).optional(),

@@ -329,7 +329,7 @@ routes:
     assert.deepEqual(await problems(route('^/v1/([^/]+)/(.*)$')), [])
   })
 
-  it('refuses what would fail at start or contradict itself: the admin listener on the server port, headersMs beyond requestMs; names the prefix rule', async () => {
+  it('refuses what would fail at start or contradict itself: the admin listener on the server port, headersMs beyond requestMs; names what trustProxy and prefix take', async () => {
     const limit = '      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }'
     assert.deepEqual(await problems(minimal(limit, 'server: { listen: "0.0.0.0:8080" }\nadmin: { listen: "127.0.0.1:8080" }')), [
       "admin.listen: is server.listen's port (8080): give the admin listener one of its own (line 3)",
@@ -340,6 +340,9 @@ routes:
     assert.deepEqual(await problems(minimal(limit, 'server: { timeouts: { headersMs: 400000 } }')), [
       'server.timeouts.headersMs: 400000 exceeds requestMs (300000): the whole request, headers included, must arrive within requestMs (line 2)',
     ])
+    // Express's `trust proxy: true`, or one CIDR without its list, named what is expected (it said only "invalid value").
+    assert.deepEqual(await problems(minimal(limit, 'identity: { clientIp: { trustProxy: true } }')), ['identity.clientIp.trustProxy: expected a list of proxy addresses or CIDRs ([10.0.0.0/8]), a hop count, or false, got true (line 2)'])
+    assert.deepEqual(await problems(minimal(limit, 'identity: { clientIp: { trustProxy: 10.0.0.0/8 } }')), ['identity.clientIp.trustProxy: expected a list of proxy addresses or CIDRs ([10.0.0.0/8]), a hop count, or false, got "10.0.0.0/8" (line 2)'])
     assert.deepEqual(await problems(minimal(limit, 'prefix: "my app"')), ['prefix: expected 1 to 48 printable ASCII characters without spaces or braces, got "my app" (line 2)'])
   })
 
