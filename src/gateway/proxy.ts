@@ -10,6 +10,7 @@ import type { Socket } from 'node:net'
 import { PassThrough, type Duplex } from 'node:stream'
 import { Agent, errors, type Dispatcher } from 'undici'
 import { problem, type HttpOutcome } from '../http/handler.ts'
+import { mergeWithUpstream, type HeaderList } from '../http/headers.ts'
 import { requestQuery } from '../http/path.ts'
 import type { RouteConfig } from './config.ts'
 
@@ -391,13 +392,15 @@ const KEEP_UPGRADE: ReadonlySet<string> = new Set(['upgrade'])
 function responseHeaders(upstream: Record<string, string | string[] | undefined>, extra: ReadonlyArray<[string, string]>, keep: ReadonlySet<string> = NONE): string[] {
   const headers: string[] = []
   const dropped = connectionTokens(upstream.connection)
+  // An upstream that limits too: one value per one-value field, the tighter side's.
+  const merged = extra.length === 0 ? undefined : mergeWithUpstream(upstream, extra as HeaderList)
   for (const name in upstream) {
     const value = upstream[name]
-    if (value === undefined || ((HOP_BY_HOP.has(name) || dropped.has(name)) && !keep.has(name))) continue
+    if (value === undefined || ((HOP_BY_HOP.has(name) || dropped.has(name)) && !keep.has(name)) || merged?.drop.has(name) === true) continue
     if (Array.isArray(value)) for (const item of value) headers.push(name, item)
     else headers.push(name, value)
   }
-  for (const [name, value] of extra) headers.push(name, value)
+  for (const [name, value] of merged?.ours ?? extra) headers.push(name, value)
   return headers
 }
 

@@ -189,6 +189,66 @@ function itemsOf(policy: ResolvedPolicy, limit: number): PolicyItems {
   return cached
 }
 
+/**
+ * Fields that carry one value: two limiters' values joined by a proxy
+ * (`X-RateLimit-Remaining: 2, 50`) are read by no client. Each family is
+ * told apart by its remaining count.
+ */
+const ONE_VALUE_FAMILIES: ReadonlyArray<{ remaining: (field: string) => number | undefined; names: ReadonlySet<string> }> = [
+  { remaining: (field) => digits(field), names: new Set(['ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset']) },
+  {
+    remaining: (field) => digits(field),
+    names: new Set(['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'x-ratelimit-replenish-rate', 'x-ratelimit-burst-capacity', 'x-ratelimit-requested-tokens']),
+  },
+  // draft-7's RateLimit is one dictionary (limit=, remaining=, reset=); draft-10's, a list, combines.
+  { remaining: (field) => digits(/(?:^|[,;\s])remaining=(\d+)/.exec(field)?.[1] ?? ''), names: new Set(['ratelimit']) },
+]
+const REMAINING_FIELD = ['ratelimit-remaining', 'x-ratelimit-remaining', 'ratelimit']
+const ONE_VALUE_NAMES = ONE_VALUE_FAMILIES.flatMap(({ names }) => [...names])
+
+/** Whether the upstream sent any one-value rate-limit field: most responses carry none, and cost one loop. */
+function limitsToo(upstream: Readonly<Record<string, unknown>>): boolean {
+  for (let i = 0; i < ONE_VALUE_NAMES.length; i++) if (upstream[ONE_VALUE_NAMES[i] as string] !== undefined) return true
+  return false
+}
+
+function digits(text: string): number | undefined {
+  return /^\s*\d{1,15}\s*$/.test(text) ? Number(text) : undefined
+}
+
+/**
+ * A proxy's own fields beside those of an upstream that limits too: list
+ * fields (draft-10's `RateLimit`, every `RateLimit-Policy`) carry both sides'
+ * items, as RFC 9110 5.3 combines them. Of a one-value family both sides send,
+ * the response keeps the side with fewer units remaining, whose limit the
+ * client's next request meets first (the proxy's on a tie, or when the
+ * upstream's count cannot be read). Returns the upstream field names to drop
+ * and the proxy's fields to send.
+ */
+export function mergeWithUpstream(upstream: Readonly<Record<string, string | string[] | undefined>>, ours: HeaderList): { drop: ReadonlySet<string>; ours: HeaderList } {
+  if (!limitsToo(upstream)) return { drop: NOTHING, ours }
+  let drop: Set<string> | undefined
+  let kept = ours
+  const ourFields = new Map(ours.map(([name, value]) => [name.toLowerCase(), value]))
+  for (let family = 0; family < ONE_VALUE_FAMILIES.length; family++) {
+    const { names, remaining } = ONE_VALUE_FAMILIES[family] as (typeof ONE_VALUE_FAMILIES)[number]
+    const ourRemaining = ourFields.get(REMAINING_FIELD[family] as string)
+    // draft-10's RateLimit shares draft-7's name but is a list: only a dictionary of ours is one value.
+    if (ourRemaining === undefined || (family === 2 && remaining(ourRemaining) === undefined)) continue
+    if (![...names].some((name) => upstream[name] !== undefined)) continue
+    const theirs = upstream[REMAINING_FIELD[family] as string]
+    const theirRemaining = typeof theirs === 'string' ? remaining(theirs) : undefined
+    if (theirRemaining !== undefined && theirRemaining < (remaining(ourRemaining) ?? Infinity)) {
+      kept = kept.filter(([name]) => !names.has(name.toLowerCase()))
+    } else {
+      drop ??= new Set()
+      for (const name of names) drop.add(name)
+    }
+  }
+  return { drop: drop ?? NOTHING, ours: kept }
+}
+const NOTHING: ReadonlySet<string> = new Set()
+
 /** `Retry-After` in delay-seconds, rounded up (RFC 9110 10.2.3). */
 export function retryAfterHeader(decision: Decision): [string, string] {
   return ['Retry-After', String(Math.max(1, seconds(decision.retryAfterMs)))]

@@ -295,3 +295,72 @@ describe('gateway: hop-by-hop fields', () => {
     }
   })
 })
+
+describe('gateway: in front of an upstream that limits too', () => {
+  it('keeps one value per one-value field, the side with fewer units left; list fields carry both sides\' items', async () => {
+    // As an app behind the gateway limiting per user would answer (express-rate-limit's fields, or draft-7's, or draft-10's).
+    const fields: Record<string, Record<string, string>> = {
+      '/legacy': { 'X-RateLimit-Limit': '1000', 'X-RateLimit-Remaining': '2', 'X-RateLimit-Reset': '1800000000', 'RateLimit-Limit': '1000', 'RateLimit-Remaining': '500', 'RateLimit-Reset': '30' },
+      '/d7': { RateLimit: 'limit=100, remaining=1, reset=5', 'RateLimit-Policy': '100;w=60' },
+      '/d7-loose': { RateLimit: 'limit=100, remaining=99, reset=5', 'RateLimit-Policy': '100;w=60' },
+      '/d10': { RateLimit: '"app";r=3;t=10', 'RateLimit-Policy': '"app";q=5;w=60' },
+    }
+    const server = createServer((req, res) => {
+      res.writeHead(200, fields[req.url ?? ''] ?? {})
+      res.end('ok')
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const upstreamUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    const policy = (name: string) => `{ algorithm: fixed-window, name: ${name}, limit: 10, windowMs: 60000 }`
+    const gateway = await startGateway(withRoutes(`
+  - name: legacy
+    match: { path: /legacy }
+    upstream: ${upstreamUrl}
+    headers: { standard: draft-6, legacy: true }
+    limits: [{ policies: ${policy('legacy')} }]
+  - name: d7
+    match: { path: [/d7, /d7-loose] }
+    upstream: ${upstreamUrl}
+    headers: { standard: draft-7 }
+    limits: [{ policies: ${policy('d7')} }]
+  - name: d10
+    match: { path: /d10 }
+    upstream: ${upstreamUrl}
+    limits: [{ policies: ${policy('d10')} }]`))
+    try {
+      /** Each field's values as sent, one entry per field line. */
+      const send = (path: string) => new Promise<Map<string, string[]>>((resolve, reject) => {
+        const request = httpRequest(`${gateway.url}${path}`, (response) => {
+          response.resume()
+          const lines = new Map<string, string[]>()
+          for (let i = 0; i < response.rawHeaders.length; i += 2) {
+            const name = (response.rawHeaders[i] as string).toLowerCase()
+            lines.set(name, [...(lines.get(name) ?? []), response.rawHeaders[i + 1] as string])
+          }
+          response.on('end', () => resolve(lines))
+        })
+        request.on('error', reject)
+        request.end()
+      })
+      const legacy = await send('/legacy')
+      // The upstream's X-RateLimit-* leave 2, the gateway's 9: the upstream's set, whole. Its RateLimit-* leave 500: the gateway's.
+      assert.deepEqual(['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'].map((name) => legacy.get(name)), [['1000'], ['2'], ['1800000000']])
+      assert.deepEqual(['ratelimit-limit', 'ratelimit-remaining'].map((name) => legacy.get(name)), [['10'], ['9']])
+      assert.match(legacy.get('ratelimit-reset')?.join('|') ?? '', /^\d+$/, "the gateway's own reset, one value")
+      const d7 = await send('/d7')
+      assert.deepEqual(d7.get('ratelimit'), ['limit=100, remaining=1, reset=5'])
+      assert.deepEqual(d7.get('ratelimit-policy'), ['100;w=60', '10;w=60'], 'a list: both policies')
+      const d7Loose = await send('/d7-loose')
+      assert.match(d7Loose.get('ratelimit')?.join('|') ?? '', /^limit=10, remaining=8, reset=\d+$/)
+      const d10 = await send('/d10')
+      assert.equal(d10.get('ratelimit')?.[0], '"app";r=3;t=10')
+      assert.match(d10.get('ratelimit')?.[1] ?? '', /^"d10";r=9;t=\d+$/)
+      assert.equal(d10.get('ratelimit')?.length, 2)
+      assert.deepEqual(d10.get('ratelimit-policy'), ['"app";q=5;w=60', '"d10";q=10;w=60'])
+    } finally {
+      await gateway.stop()
+      server.closeAllConnections()
+      server.close()
+    }
+  })
+})
