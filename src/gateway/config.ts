@@ -495,6 +495,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   }
   checkReferences(config, report)
   checkServer(config, report)
+  const watch = watchedKeys(config, report)
   checkCompiles(config, jwtPublicKey, apiKeys, report)
   checkReachable(config, report)
   if (problems.length > 0) throw new ConfigError(file, problems)
@@ -502,7 +503,28 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
   const named = [config.server.tls?.cert, config.server.tls?.key, config.identity.jwt?.publicKeyFile, keysFile]
   const files = [resolve(file), ...named.filter((path) => path !== undefined).map(beside)]
-  return { ...config, file, version, files, limitsResolved, tls, jwtPublicKey, apiKeys }
+  return { ...config, admin: { ...config.admin, watch }, file, version, files, limitsResolved, tls, jwtPublicKey, apiKeys }
+}
+
+/**
+ * `admin.watch` as the keys the gateway makes: `ip:` ones normalized as the
+ * client IP resolver writes them (an IPv6 address as its /ipv6Prefix network,
+ * a mapped IPv4 as IPv4), so /status shows the quota the client spends. A key
+ * of another kind would only ever show a full quota.
+ */
+function watchedKeys(config: RawConfig, report: Report): string[] {
+  const ipKey = clientIpResolver({ ...(config.identity.clientIp?.ipv6Prefix !== undefined ? { ipv6Prefix: config.identity.clientIp.ipv6Prefix } : {}) })
+  return config.admin.watch.map((key, i) => {
+    if (key === 'anonymous' || /^(apikey|user):./.test(key)) return key
+    if (key.startsWith('ip:')) {
+      const normalized = ipKey(key.slice(3).replace(/\/\d{1,3}$/, ''), () => undefined).key
+      if (normalized !== undefined) return normalized
+      report(['admin', 'watch', i], `${show(key)} holds no IP address (ip:203.0.113.7, ip:2001:db8::1)`)
+      return key
+    }
+    report(['admin', 'watch', i], `${show(key)} is not a key the gateway makes: ip:<address>, apikey:<key>, user:<JWT claim> or anonymous`)
+    return key
+  })
 }
 
 type Report = (path: readonly PropertyKey[], message: string) => void

@@ -346,6 +346,18 @@ routes:
     assert.deepEqual(await problems(minimal(limit, 'prefix: "my app"')), ['prefix: expected 1 to 48 printable ASCII characters without spaces or braces, got "my app" (line 2)'])
   })
 
+  it('admin.watch: keys as the gateway makes them (an IPv6 address as its /56 network, a mapped IPv4 as IPv4); refuses a key of no kind it makes', async () => {
+    const limit = '      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }'
+    const watched = await parseConfig(minimal(limit, 'admin: { watch: [apikey:alpha, "ip:2001:db8:1:2::7", "ip:::ffff:192.0.2.1", ip:192.0.2.9, "user:42", anonymous] }'), 'test.yaml', {})
+    assert.deepEqual(watched.admin.watch, ['apikey:alpha', 'ip:2001:db8:1::/56', 'ip:192.0.2.1', 'ip:192.0.2.9', 'user:42', 'anonymous'])
+    const wider = await parseConfig(minimal(limit, 'admin: { watch: ["ip:2001:db8:1:2::7"] }\nidentity: { clientIp: { ipv6Prefix: 64 } }'), 'test.yaml', {})
+    assert.deepEqual(wider.admin.watch, ['ip:2001:db8:1:2::/64'])
+    assert.deepEqual(await problems(minimal(limit, 'admin: { watch: [partner-1, "ip:localhost"] }')), [
+      'admin.watch[0]: "partner-1" is not a key the gateway makes: ip:<address>, apikey:<key>, user:<JWT claim> or anonymous (line 2)',
+      'admin.watch[1]: "ip:localhost" holds no IP address (ip:203.0.113.7, ip:2001:db8::1) (line 2)',
+    ])
+  })
+
   it('refuses a rewrite replacement that names a group its pattern does not have, which String.replace would send as written', async () => {
     const route = (pattern: string, replacement: string) => `
 routes:
