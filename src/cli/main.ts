@@ -12,7 +12,7 @@ import { maskCredentials, SluiceError } from '../core/errors.ts'
 import { resolvePolicies } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
-import { ConfigError, configWarnings, loadConfig, type GatewayConfig } from '../gateway/config.ts'
+import { canonicalKey, ConfigError, configWarnings, loadConfig, type GatewayConfig } from '../gateway/config.ts'
 import { startDemoUpstream } from '../gateway/demo-upstream.ts'
 import { Gateway } from '../gateway/gateway.ts'
 import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
@@ -229,8 +229,8 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     return 0
   }
   const url = parsed.values.redis
-  const key = parsed.positionals[0]
-  if (typeof url !== 'string' || key === undefined || parsed.positionals.length !== 1) {
+  const given = parsed.positionals[0]
+  if (typeof url !== 'string' || given === undefined || parsed.positionals.length !== 1) {
     err(`sluice inspect: ${typeof url !== 'string' ? '--redis URL is required' : 'expected one KEY'}\n\n${INSPECT_USAGE}`)
     return 2
   }
@@ -250,6 +250,9 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
       throw error
     }
   }
+  // An IPv6 client's quota is kept under its network (ip:2001:db8:1::/56): read that, and say so.
+  const key = canonicalKey(given, config?.identity.clientIp?.ipv6Prefix) ?? given
+  if (key !== given) out(`${given} is kept as ${key}`)
   const prefix = httpStatePrefix(parsed.values.prefix ?? config?.prefix)
   const { Redis } = await import('ioredis')
   const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 1000, commandTimeout: 2000, enableOfflineQueue: false, retryStrategy: () => null })

@@ -507,17 +507,27 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
 }
 
 /**
+ * An `ip:` key as the client IP resolver writes it (an IPv6 address as its
+ * /ipv6Prefix network, a mapped IPv4 address as IPv4); undefined when it holds
+ * no address. Keys of other kinds are returned as given.
+ */
+export function canonicalKey(key: string, ipv6Prefix?: number): string | undefined {
+  if (!key.startsWith('ip:')) return key
+  const resolve = clientIpResolver(ipv6Prefix === undefined ? {} : { ipv6Prefix })
+  return resolve(key.slice(3).replace(/\/\d{1,3}$/, ''), () => undefined).key
+}
+
+/**
  * `admin.watch` as the keys the gateway makes: `ip:` ones normalized as the
  * client IP resolver writes them (an IPv6 address as its /ipv6Prefix network,
  * a mapped IPv4 as IPv4), so /status shows the quota the client spends. A key
  * of another kind would only ever show a full quota.
  */
 function watchedKeys(config: RawConfig, report: Report): string[] {
-  const ipKey = clientIpResolver({ ...(config.identity.clientIp?.ipv6Prefix !== undefined ? { ipv6Prefix: config.identity.clientIp.ipv6Prefix } : {}) })
   return config.admin.watch.map((key, i) => {
     if (key === 'anonymous' || /^(apikey|user):./.test(key)) return key
     if (key.startsWith('ip:')) {
-      const normalized = ipKey(key.slice(3).replace(/\/\d{1,3}$/, ''), () => undefined).key
+      const normalized = canonicalKey(key, config.identity.clientIp?.ipv6Prefix)
       if (normalized !== undefined) return normalized
       report(['admin', 'watch', i], `${show(key)} holds no IP address (ip:203.0.113.7, ip:2001:db8::1)`)
       return key

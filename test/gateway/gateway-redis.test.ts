@@ -102,6 +102,13 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     assert.equal(viaConfig.code, 0, viaConfig.stderr)
     assert.match(viaConfig.stdout, /api\.plan \[tier pro\] {2}pro-day: 0\/5 left/)
     assert.match(viaConfig.stdout, /api\.plan \[tier free\] {2}free-day: 2\/2 left/)
+    // An address as the client's socket shows it (IPv4-mapped on a dual-stack listener) is read where its quota is kept.
+    const mapped = await runCli(['inspect', '--redis', redis.url, '--config', dir, 'ip:::ffff:127.0.0.1'], { JWT_SECRET: SECRET })
+    assert.equal(mapped.code, 0, mapped.stderr)
+    assert.match(mapped.stdout, /^ip:::ffff:127\.0\.0\.1 is kept as ip:127\.0\.0\.1\n/)
+    assert.match(mapped.stdout, /api\.shared {2}shared-hour: 0\/40 left/)
+    const v6 = await runCli(['inspect', '--redis', redis.url, '--prefix', 'gw-test', 'ip:2001:db8:1:2::7'])
+    assert.match(v6.stdout, /^ip:2001:db8:1:2::7 is kept as ip:2001:db8:1::\/56\nip:2001:db8:1::\/56: no state under prefix gw-test/)
     const unreachable = await runCli(['inspect', '--redis', 'redis://127.0.0.1:1', 'user:bob'])
     assert.equal(unreachable.code, 3)
     assert.match(unreachable.stderr, /cannot reach redis:\/\/127\.0\.0\.1:1: connect ECONNREFUSED/)
