@@ -189,21 +189,25 @@ function itemsOf(policy: ResolvedPolicy, limit: number): PolicyItems {
   return cached
 }
 
+function digits(text: string): number | undefined {
+  return /^\s*\d{1,15}\s*$/.test(text) ? Number(text) : undefined
+}
+
 /**
  * Fields that carry one value: two limiters' values joined by a proxy
  * (`X-RateLimit-Remaining: 2, 50`) are read by no client. Each family is
  * told apart by its remaining count.
  */
-const ONE_VALUE_FAMILIES: ReadonlyArray<{ remaining: (field: string) => number | undefined; names: ReadonlySet<string> }> = [
-  { remaining: (field) => digits(field), names: new Set(['ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset']) },
+const ONE_VALUE_FAMILIES: ReadonlyArray<{ field: string; remaining: (value: string) => number | undefined; names: ReadonlySet<string> }> = [
+  { field: 'ratelimit-remaining', remaining: digits, names: new Set(['ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset']) },
   {
-    remaining: (field) => digits(field),
+    field: 'x-ratelimit-remaining',
+    remaining: digits,
     names: new Set(['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'x-ratelimit-replenish-rate', 'x-ratelimit-burst-capacity', 'x-ratelimit-requested-tokens']),
   },
-  // draft-7's RateLimit is one dictionary (limit=, remaining=, reset=); draft-10's, a list, combines.
-  { remaining: (field) => digits(/(?:^|[,;\s])remaining=(\d+)/.exec(field)?.[1] ?? ''), names: new Set(['ratelimit']) },
+  // draft-7's RateLimit is one dictionary (limit=, remaining=, reset=); draft-10's, a list under the same name, combines.
+  { field: 'ratelimit', remaining: (value) => digits(/(?:^|[,;\s])remaining=(\d+)/.exec(value)?.[1] ?? ''), names: new Set(['ratelimit']) },
 ]
-const REMAINING_FIELD = ['ratelimit-remaining', 'x-ratelimit-remaining', 'ratelimit']
 const ONE_VALUE_NAMES = ONE_VALUE_FAMILIES.flatMap(({ names }) => [...names])
 
 /** Whether the upstream sent any one-value rate-limit field: most responses carry none, and cost one loop. */
@@ -212,9 +216,6 @@ function limitsToo(upstream: Readonly<Record<string, unknown>>): boolean {
   return false
 }
 
-function digits(text: string): number | undefined {
-  return /^\s*\d{1,15}\s*$/.test(text) ? Number(text) : undefined
-}
 
 /**
  * A proxy's own fields beside those of an upstream that limits too: list
@@ -230,15 +231,15 @@ export function mergeWithUpstream(upstream: Readonly<Record<string, string | str
   let drop: Set<string> | undefined
   let kept = ours
   const ourFields = new Map(ours.map(([name, value]) => [name.toLowerCase(), value]))
-  for (let family = 0; family < ONE_VALUE_FAMILIES.length; family++) {
-    const { names, remaining } = ONE_VALUE_FAMILIES[family] as (typeof ONE_VALUE_FAMILIES)[number]
-    const ourRemaining = ourFields.get(REMAINING_FIELD[family] as string)
-    // draft-10's RateLimit shares draft-7's name but is a list: only a dictionary of ours is one value.
-    if (ourRemaining === undefined || (family === 2 && remaining(ourRemaining) === undefined)) continue
+  for (const { field, names, remaining } of ONE_VALUE_FAMILIES) {
+    const ourValue = ourFields.get(field)
+    // Ours unread (draft-10's RateLimit, a list) is not of this family.
+    const ourRemaining = ourValue === undefined ? undefined : remaining(ourValue)
+    if (ourRemaining === undefined) continue
     if (![...names].some((name) => upstream[name] !== undefined)) continue
-    const theirs = upstream[REMAINING_FIELD[family] as string]
+    const theirs = upstream[field]
     const theirRemaining = typeof theirs === 'string' ? remaining(theirs) : undefined
-    if (theirRemaining !== undefined && theirRemaining < (remaining(ourRemaining) ?? Infinity)) {
+    if (theirRemaining !== undefined && theirRemaining < ourRemaining) {
       kept = kept.filter(([name]) => !names.has(name.toLowerCase()))
     } else {
       drop ??= new Set()

@@ -290,7 +290,6 @@ function compileHeaders(headers: Record<string, string | true>, what: string): (
   return (request) => checks.every((check) => check(request))
 }
 
-/** RFC 9110 5.6.2: what field names (5.1) and methods (9.1) are made of. */
 /**
  * The methods node's HTTP parser accepts (node:http's `METHODS`, as of Node 20);
  * it answers any other with 400, so no node:http, Express or Fastify app, nor
@@ -306,6 +305,7 @@ export function unknownMethods(match: MatchOptions): string[] {
   return match.method === undefined ? [] : list(match.method).filter((method) => !NODE_METHODS.has(method.toUpperCase()))
 }
 
+/** RFC 9110 5.6.2: what field names (5.1) and methods (9.1) are made of. */
 function isToken(value: unknown): value is string {
   return typeof value === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(value)
 }
