@@ -126,7 +126,7 @@ function namedItems(header: HeaderLookup): AnnouncedQuota[] | undefined {
 }
 
 /** draft-7: `RateLimit: limit=100, remaining=42, reset=18`, `RateLimit-Policy: 100;w=60`. */
-function draft7(header: HeaderLookup): AnnouncedQuota[] | undefined {
+export function draft7(header: HeaderLookup): AnnouncedQuota[] | undefined {
   const value = header('ratelimit')
   if (value === undefined) return undefined
   let fields: ReturnType<typeof parseDictionary>
@@ -145,7 +145,7 @@ function draft7(header: HeaderLookup): AnnouncedQuota[] | undefined {
 }
 
 /** draft-6 and earlier: `RateLimit-Limit` (optionally with quota policies), `-Remaining`, `-Reset`. */
-function draft6(header: HeaderLookup): AnnouncedQuota[] | undefined {
+export function draft6(header: HeaderLookup): AnnouncedQuota[] | undefined {
   const limitField = header('ratelimit-limit')
   const quota = quotaOf({
     limit: firstNumber(limitField),
@@ -158,7 +158,7 @@ function draft6(header: HeaderLookup): AnnouncedQuota[] | undefined {
 }
 
 /** `X-RateLimit-*`: GitHub, Twitter, Discord, Spring Cloud Gateway and most others. */
-function legacy(header: HeaderLookup, serverNow: number): AnnouncedQuota[] | undefined {
+export function legacy(header: HeaderLookup, serverNow: number): AnnouncedQuota[] | undefined {
   const reset = number(header('x-ratelimit-reset-after')) ?? resetOf(number(header('x-ratelimit-reset')), serverNow)
   const burst = number(header('x-ratelimit-burst-capacity'))
   const quota = quotaOf({

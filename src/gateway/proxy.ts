@@ -10,7 +10,7 @@ import type { Socket } from 'node:net'
 import { PassThrough, type Duplex } from 'node:stream'
 import { Agent, errors, type Dispatcher } from 'undici'
 import { problem, type HttpOutcome } from '../http/handler.ts'
-import { mergeWithUpstream, type HeaderList } from '../http/headers.ts'
+import { draft6, draft7, legacy, type HeaderLookup } from '../client/headers.ts'
 import { requestQuery } from '../http/path.ts'
 import type { RouteConfig } from './config.ts'
 
@@ -393,7 +393,7 @@ function responseHeaders(upstream: Record<string, string | string[] | undefined>
   const headers: string[] = []
   const dropped = connectionTokens(upstream.connection)
   // An upstream that limits too: one value per one-value field, the tighter side's.
-  const merged = extra.length === 0 ? undefined : mergeWithUpstream(upstream, extra as HeaderList)
+  const merged = extra.length === 0 ? undefined : mergeWithUpstream(upstream, extra)
   for (const name in upstream) {
     const value = upstream[name]
     if (value === undefined || ((HOP_BY_HOP.has(name) || dropped.has(name)) && !keep.has(name)) || merged?.drop.has(name) === true) continue
@@ -402,6 +402,54 @@ function responseHeaders(upstream: Record<string, string | string[] | undefined>
   }
   for (const [name, value] of merged?.ours ?? extra) headers.push(name, value)
   return headers
+}
+
+/**
+ * Fields that carry one value: two limiters' values joined by a proxy
+ * (`X-RateLimit-Remaining: 2, 50`) are read by no client. Each family's
+ * remaining count is read as sluice's client reads its dialect.
+ */
+const ONE_VALUE_FAMILIES: ReadonlyArray<{ remaining: (header: HeaderLookup) => number | undefined; names: readonly string[] }> = [
+  { remaining: (header) => draft6(header)?.[0]?.remaining, names: ['ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset'] },
+  {
+    remaining: (header) => legacy(header, 0)?.[0]?.remaining,
+    names: ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'x-ratelimit-replenish-rate', 'x-ratelimit-burst-capacity', 'x-ratelimit-requested-tokens'],
+  },
+  // draft-7's RateLimit is one dictionary; draft-10's, a list under the same name (which draft7 does not read), combines.
+  { remaining: (header) => draft7(header)?.[0]?.remaining, names: ['ratelimit'] },
+]
+const ONE_VALUE_NAMES = ONE_VALUE_FAMILIES.flatMap(({ names }) => names)
+const NO_NAMES: ReadonlySet<string> = new Set()
+
+/**
+ * The gateway's fields beside those of an upstream that limits too: list
+ * fields (draft-10's `RateLimit`, every `RateLimit-Policy`) carry both sides'
+ * items, as RFC 9110 5.3 combines them. Of a one-value family both sides send,
+ * the response keeps the side with fewer units remaining, whose limit the
+ * client's next request meets first (the gateway's on a tie, or when the
+ * upstream's count cannot be read). Returns the upstream field names to drop
+ * and the gateway's fields to send.
+ */
+function mergeWithUpstream(upstream: Readonly<Record<string, string | string[] | undefined>>, ours: ReadonlyArray<[string, string]>): { drop: ReadonlySet<string>; ours: ReadonlyArray<[string, string]> } {
+  // Most upstreams send no such field: one loop over ten names.
+  let limitsToo = false
+  for (let i = 0; i < ONE_VALUE_NAMES.length && !limitsToo; i++) limitsToo = upstream[ONE_VALUE_NAMES[i] as string] !== undefined
+  if (!limitsToo) return { drop: NO_NAMES, ours }
+  const ourFields = new Map(ours.map(([name, value]) => [name.toLowerCase(), value]))
+  const theirField: HeaderLookup = (name) => {
+    const value = upstream[name]
+    return typeof value === 'string' ? value : undefined
+  }
+  const drop = new Set<string>()
+  let kept = ours
+  for (const { names, remaining } of ONE_VALUE_FAMILIES) {
+    const ourRemaining = remaining((name) => ourFields.get(name))
+    if (ourRemaining === undefined || !names.some((name) => upstream[name] !== undefined)) continue
+    const theirRemaining = remaining(theirField)
+    if (theirRemaining !== undefined && theirRemaining < ourRemaining) kept = kept.filter(([name]) => !names.includes(name.toLowerCase()))
+    else for (const name of names) drop.add(name)
+  }
+  return { drop, ours: kept }
 }
 
 function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamHost: string): Record<string, string | string[]> {

@@ -189,67 +189,6 @@ function itemsOf(policy: ResolvedPolicy, limit: number): PolicyItems {
   return cached
 }
 
-function digits(text: string): number | undefined {
-  return /^\s*\d{1,15}\s*$/.test(text) ? Number(text) : undefined
-}
-
-/**
- * Fields that carry one value: two limiters' values joined by a proxy
- * (`X-RateLimit-Remaining: 2, 50`) are read by no client. Each family is
- * told apart by its remaining count.
- */
-const ONE_VALUE_FAMILIES: ReadonlyArray<{ field: string; remaining: (value: string) => number | undefined; names: ReadonlySet<string> }> = [
-  { field: 'ratelimit-remaining', remaining: digits, names: new Set(['ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset']) },
-  {
-    field: 'x-ratelimit-remaining',
-    remaining: digits,
-    names: new Set(['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'x-ratelimit-replenish-rate', 'x-ratelimit-burst-capacity', 'x-ratelimit-requested-tokens']),
-  },
-  // draft-7's RateLimit is one dictionary (limit=, remaining=, reset=); draft-10's, a list under the same name, combines.
-  { field: 'ratelimit', remaining: (value) => digits(/(?:^|[,;\s])remaining=(\d+)/.exec(value)?.[1] ?? ''), names: new Set(['ratelimit']) },
-]
-const ONE_VALUE_NAMES = ONE_VALUE_FAMILIES.flatMap(({ names }) => [...names])
-
-/** Whether the upstream sent any one-value rate-limit field: most responses carry none, and cost one loop. */
-function limitsToo(upstream: Readonly<Record<string, unknown>>): boolean {
-  for (let i = 0; i < ONE_VALUE_NAMES.length; i++) if (upstream[ONE_VALUE_NAMES[i] as string] !== undefined) return true
-  return false
-}
-
-
-/**
- * A proxy's own fields beside those of an upstream that limits too: list
- * fields (draft-10's `RateLimit`, every `RateLimit-Policy`) carry both sides'
- * items, as RFC 9110 5.3 combines them. Of a one-value family both sides send,
- * the response keeps the side with fewer units remaining, whose limit the
- * client's next request meets first (the proxy's on a tie, or when the
- * upstream's count cannot be read). Returns the upstream field names to drop
- * and the proxy's fields to send.
- */
-export function mergeWithUpstream(upstream: Readonly<Record<string, string | string[] | undefined>>, ours: HeaderList): { drop: ReadonlySet<string>; ours: HeaderList } {
-  if (!limitsToo(upstream)) return { drop: NOTHING, ours }
-  let drop: Set<string> | undefined
-  let kept = ours
-  const ourFields = new Map(ours.map(([name, value]) => [name.toLowerCase(), value]))
-  for (const { field, names, remaining } of ONE_VALUE_FAMILIES) {
-    const ourValue = ourFields.get(field)
-    // Ours unread (draft-10's RateLimit, a list) is not of this family.
-    const ourRemaining = ourValue === undefined ? undefined : remaining(ourValue)
-    if (ourRemaining === undefined) continue
-    if (![...names].some((name) => upstream[name] !== undefined)) continue
-    const theirs = upstream[field]
-    const theirRemaining = typeof theirs === 'string' ? remaining(theirs) : undefined
-    if (theirRemaining !== undefined && theirRemaining < ourRemaining) {
-      kept = kept.filter(([name]) => !names.has(name.toLowerCase()))
-    } else {
-      drop ??= new Set()
-      for (const name of names) drop.add(name)
-    }
-  }
-  return { drop: drop ?? NOTHING, ours: kept }
-}
-const NOTHING: ReadonlySet<string> = new Set()
-
 /** `Retry-After` in delay-seconds, rounded up (RFC 9110 10.2.3). */
 export function retryAfterHeader(decision: Decision): [string, string] {
   return ['Retry-After', String(Math.max(1, seconds(decision.retryAfterMs)))]
