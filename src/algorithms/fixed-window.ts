@@ -9,15 +9,20 @@
  * sliding-log or sliding-window where that burst matters.
  *
  * Reservations (`maxWaitMs > 0`) treat windows as a queue: calls fill the
- * window `state.window`, then the one after it, and never go back to an earlier
+ * window that starts at `state.start`, then the one after it, and never go back to an earlier
  * window, so a call that reserved the next window is not overtaken by a later
  * call squeezing into leftover room (fair ordering).
  */
 import type { AlgorithmFn } from './algorithm.ts'
 
 export interface FixedWindowState {
-  /** Index of the window being filled: the current one, or a later one reserved ahead. */
-  window: number
+  /**
+   * Epoch ms at which the window being filled starts: the current one, or a
+   * later one reserved ahead. A time rather than an index, so that a state
+   * read under another windowMs (a config changed it) still means the same
+   * moment: its count carries into the window of the new length holding it.
+   */
+  start: number
   /** Units charged to that window. */
   used: number
 }
@@ -25,9 +30,11 @@ export interface FixedWindowState {
 export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state, now, cost, policy, options) => {
   const { limit, windowMs } = policy
   const current = Math.floor(now / windowMs)
-  // A window index behind the current one is simply over: start afresh.
-  const window = state !== undefined && state.window >= current ? state.window : current
-  const used = state !== undefined && state.window >= current ? state.used : 0
+  // The stored window on this policy's grid; one behind the current window is simply over: start afresh.
+  const stored = state === undefined ? undefined : Math.floor(state.start / windowMs)
+  const carried = stored !== undefined && stored >= current
+  const window = carried ? stored : current
+  const used = carried ? (state as FixedWindowState).used : 0
 
   const fits = used + cost <= limit
   const target = fits ? window : window + 1
@@ -38,7 +45,7 @@ export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state
   if (allowed) {
     const resetAfterMs = (target + 1) * windowMs - now
     return {
-      state: { window: target, used: usedAfter },
+      state: { start: target * windowMs, used: usedAfter },
       ttlMs: resetAfterMs,
       decision: {
         policy: policy.name,
@@ -53,7 +60,7 @@ export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state
   }
   const resetAfterMs = (window + 1) * windowMs - now
   return {
-    state: { window, used },
+    state: { start: window * windowMs, used },
     ttlMs: resetAfterMs,
     decision: {
       policy: policy.name,

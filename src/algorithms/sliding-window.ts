@@ -15,8 +15,12 @@
 import type { AlgorithmFn } from './algorithm.ts'
 
 export interface SlidingWindowState {
-  /** Index of the window `current` counts in. */
-  window: number
+  /**
+   * Epoch ms at which the window `current` counts in starts. A time rather
+   * than an index, so that a state read under another windowMs (a config
+   * changed it) still means the same moment.
+   */
+  start: number
   /** Units allowed in the window before it. */
   previous: number
   /** Units allowed in window `window`. */
@@ -30,16 +34,17 @@ export const slidingWindow: AlgorithmFn<'sliding-window', SlidingWindowState> = 
   let previous = 0
   let current = 0
   if (state !== undefined) {
-    if (state.window > window) {
+    const stored = Math.floor(state.start / windowMs)
+    if (stored > window) {
       // The clock stepped back: stay in the stored window, at its start, where
       // the previous window weighs most. Never reopen a window.
-      window = state.window
+      window = stored
       elapsed = 0
     }
-    if (state.window === window) {
+    if (stored === window) {
       previous = state.previous
       current = state.current
-    } else if (state.window === window - 1) {
+    } else if (stored === window - 1) {
       previous = state.current
     }
   }
@@ -51,7 +56,7 @@ export const slidingWindow: AlgorithmFn<'sliding-window', SlidingWindowState> = 
   if (room >= 0) {
     const resetAfterMs = (window + 2) * windowMs - now
     return {
-      state: { window, previous, current: current + cost },
+      state: { start: window * windowMs, previous, current: current + cost },
       ttlMs: resetAfterMs,
       decision: {
         policy: policy.name,
@@ -72,7 +77,7 @@ export const slidingWindow: AlgorithmFn<'sliding-window', SlidingWindowState> = 
     ? (window + 2) * windowMs - now
     : previous > 0 ? (window + 1) * windowMs - now : 0
   return {
-    state: { window, previous, current },
+    state: { start: window * windowMs, previous, current },
     ttlMs: resetAfterMs,
     decision: {
       policy: policy.name,

@@ -296,13 +296,19 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     for (const stateKey of found.sort()) {
       const policy = stateKey.slice(head.length)
       const [type, ttl] = await Promise.all([client.type(stateKey), client.pttl(stateKey)])
-      const value = type === 'zset' ? await describeLog(client, stateKey) : type === 'string' ? String(await client.get(stateKey)) : type
+      const value = type === 'zset' ? await describeLog(client, stateKey) : type === 'string' ? describeState(String(await client.get(stateKey))) : type
       out(`  ${policy}: ${value} (expires in ${ttl} ms)`)
     }
     return 0
   } finally {
     await client.quit().catch(() => client.disconnect())
   }
+}
+
+/** A string state names its algorithm by its first letter (see lua/limit.lua). */
+function describeState(value: string): string {
+  const algorithm = ({ F: 'fixed-window', W: 'sliding-window', T: 'token-bucket', L: 'leaky-bucket' } as Record<string, string>)[value[0] ?? '']
+  return algorithm === undefined ? `${value} (not a state sluice writes: read as none)` : `${algorithm} state ${value.slice(1)}`
 }
 
 /** A sliding log as the Lua script keeps it: members 'running total:cost' (see lua/limit.lua). */

@@ -96,7 +96,7 @@ describe('gateways on a shared Redis (real redis-server)', () => {
   it('sluice inspect shows a key\'s state per policy, raw or through the config', async () => {
     const raw = await runCli(['inspect', '--redis', redis.url, '--prefix', 'gw-test', 'user:alice'])
     assert.equal(raw.code, 0, raw.stderr)
-    assert.match(raw.stdout, /free-day: .* \(expires in \d+ ms\)/)
+    assert.match(raw.stdout, /free-day: fixed-window state \d+:\d+ \(expires in \d+ ms\)/)
     const dir = gateways[0]?.file as string
     const viaConfig = await runCli(['inspect', '--redis', redis.url, '--config', dir, 'user:bob'], { JWT_SECRET: SECRET })
     assert.equal(viaConfig.code, 0, viaConfig.stderr)

@@ -269,6 +269,73 @@ describe('RedisStore', () => {
     assert.deepEqual(await admin.zrange('legacy:{mixed}:log', '0', '-1'), ['3:3', '4:1'])
   })
 
+  it('a policy name that a new config gives another algorithm starts afresh, in Redis as in memory, with no store error', async () => {
+    const named = everyAlgorithm(60_000, 60_000).map((policy) => ({ ...policy, name: 'api' }))
+    const clock = () => 1_000_000
+    for (const before of named) {
+      for (const after of named) {
+        if (before === after) continue
+        const fresh = new Limiter({ store: new MemoryStore(), clock, policies: after })
+        const expected = [await fresh.limit('k'), await fresh.limit('k', { cost: 2 }), await fresh.limit('k')]
+        for (const [label, store] of [['memory', new MemoryStore()], ['redis', new RedisStore({ client: redis.client() })]] as const) {
+          const prefix = `switch-${before.algorithm}-${after.algorithm}`
+          // Spent to the last unit under the old algorithm: as numbers of the new one, that state meant anything.
+          const old = new Limiter({ store, prefix, clock, policies: before })
+          for (let i = 0; i < 3; i++) await old.limit('k')
+          const next = new Limiter({ store, prefix, clock, policies: after })
+          const actual = [await next.limit('k'), await next.limit('k', { cost: 2 }), await next.limit('k')]
+          assert.deepEqual(actual, expected, `${label}: ${before.algorithm} then ${after.algorithm}`)
+        }
+      }
+    }
+  })
+
+  it('a window that a new config lengthens keeps its count, in Redis as in memory, and ends when the new window does', async () => {
+    const now = 1_000_000_123
+    const clock = () => now
+    const hourEnds = 1_000_800_000 - now
+    const cases = [
+      // The 6 units spent in this second count in this hour, which ends at 1,000,800,000.
+      { algorithm: 'fixed-window', after: { allowed: true, remaining: 3, resetAfterMs: hourEnds, retryAfterMs: 0 }, refusedForMs: hourEnds },
+      // The sliding count is gone an hour after this one ends; 1 more fits once a tenth of the next hour has passed.
+      { algorithm: 'sliding-window', after: { allowed: true, remaining: 3, resetAfterMs: hourEnds + 3_600_000, retryAfterMs: 0 }, refusedForMs: hourEnds + 360_000 },
+    ] as const
+    for (const { algorithm, after, refusedForMs } of cases) {
+      for (const [label, store] of [['memory', new MemoryStore()], ['redis', new RedisStore({ client: redis.client() })]] as const) {
+        const prefix = `lengthened-${algorithm}`
+        const perSecond = new Limiter({ store, prefix, clock, policies: { algorithm, limit: 10, windowMs: 1000, name: 'api' } })
+        for (let i = 0; i < 6; i++) await perSecond.limit('k')
+        const perHour = new Limiter({ store, prefix, clock, policies: { algorithm, limit: 10, windowMs: 3_600_000, name: 'api' } })
+        assert.deepEqual(pick(await perHour.limit('k')), after, `${label} ${algorithm}`)
+        assert.equal((await perHour.limit('k', { cost: 3 })).remaining, 0)
+        assert.deepEqual(pick(await perHour.limit('k')), { allowed: false, remaining: 0, resetAfterMs: after.resetAfterMs, retryAfterMs: refusedForMs }, `${label} ${algorithm}`)
+      }
+    }
+  })
+
+  it('decides a key holding a value sluice did not write as a fresh key, and replaces it on the first charged call', async () => {
+    const admin = redis.client()
+    const clock = () => 1_000_000
+    const foreign: Array<[string, (key: string) => Promise<unknown>]> = [
+      ['a string', (key) => admin.set(key, 'hello')],
+      ['a string with a state letter', (key) => admin.set(key, 'F12:x')],
+      ['a hash', (key) => admin.hset(key, 'level', '1')],
+      ['a list', (key) => admin.rpush(key, '1')],
+    ]
+    for (const policy of everyAlgorithm(60_000, 60_000)) {
+      const fresh = new Limiter({ store: new MemoryStore(), clock, policies: policy })
+      const expected = [await fresh.peek('k'), await fresh.limit('k'), await fresh.limit('k', { cost: 2 }), await fresh.limit('k')]
+      for (const [what, write] of foreign) {
+        const prefix = `foreign-${policy.algorithm}`
+        await write(redisKey(prefix, 'k', policy.name as string))
+        const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix, clock, policies: policy })
+        const actual = [await limiter.peek('k'), await limiter.limit('k'), await limiter.limit('k', { cost: 2 }), await limiter.limit('k')]
+        assert.deepEqual(actual, expected, `${policy.algorithm} over ${what}`)
+        await admin.del(redisKey(prefix, 'k', policy.name as string))
+      }
+    }
+  })
+
   it('hashes keys too long to store, never rejecting them', async () => {
     const admin = redis.client()
     const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'long', policies: { algorithm: 'fixed-window', limit: 1, windowMs: 3_600_000, name: 'fw' } })

@@ -24,7 +24,7 @@ export interface MemoryStoreOptions {
 /** A key's state, linked into the recency list (head = least recently used). */
 interface Entry {
   key: string
-  /** The namespace map (prefix + policy) that holds this entry. */
+  /** The namespace map (prefix, policy name, algorithm) that holds this entry. */
   space: Map<string, Entry>
   /** Undefined once expired: the entry then decides as a missing key until it is written again or swept. */
   state: AlgorithmState | undefined
@@ -42,7 +42,7 @@ const SWEEP_STEPS = 2
 export class MemoryStore implements SyncStore {
   readonly maxKeys: number
   private readonly clock: Clock
-  /** One map per (prefix, policy name), keyed by the caller's key as given: no per-call key building. */
+  /** One map per (prefix, policy name, algorithm), keyed by the caller's key as given: no per-call key building. */
   private readonly spaces = new Map<string, Map<string, Entry>>()
   /** The last namespace each policy object was used with, to skip even the namespace lookup. */
   private readonly spaceOf = new WeakMap<ResolvedPolicy, { prefix: string; space: Map<string, Entry> }>()
@@ -146,8 +146,10 @@ export class MemoryStore implements SyncStore {
   private lookupSpace(prefix: string, policy: ResolvedPolicy): Map<string, Entry> {
     const cached = this.spaceOf.get(policy)
     if (cached !== undefined && cached.prefix === prefix) return cached.space
-    // NUL cannot occur in a prefix or a policy name, so distinct pairs never collide.
-    const name = `${prefix}\u0000${policy.name}`
+    // NUL cannot occur in a prefix or a policy name, so distinct triples never collide. The algorithm
+    // is part of the namespace: a policy name that a new config gives another algorithm starts afresh
+    // (as the Redis store reads another algorithm's state as none), not from a state of another shape.
+    const name = `${prefix}\u0000${policy.name}\u0000${policy.algorithm}`
     let space = this.spaces.get(name)
     if (space === undefined) {
       space = new Map()

@@ -44,16 +44,24 @@ local format, match, tonumber = string.format, string.match, tonumber
 -- passed to redis.call is written with '%.17g', slower still.)
 local INT = (format('%d', 2 ^ 53) == '9007199254740992') and '%d' or '%.0f'
 local PAIR = INT .. ':' .. INT
-local TRIPLE = PAIR .. ':' .. INT
 
 local function int(x)
   return format(INT, x)
 end
 
--- A two-field state, 'a:b', in one format call.
+-- A two-field value, 'a:b', in one format call.
 local function pair(a, b)
   return format(PAIR, a, b)
 end
+
+-- A string state starts with its algorithm's letter, and each algorithm reads
+-- only its own: a policy name that a new config gives another algorithm, or a
+-- value written from outside sluice, then decides as a fresh key (the first
+-- charged call overwrites it) rather than as numbers that meant something else.
+local FIXED = 'F' .. PAIR
+local WINDOW = 'W' .. PAIR .. ':' .. INT
+local BUCKET = 'T' .. PAIR
+local GCRA = 'L' .. PAIR
 
 -- A decision is an array (Lua builds one in half the time of a record):
 local ALLOWED, REMAINING, RESET_AFTER, RETRY_AFTER, WAIT = 1, 2, 3, 4, 5
@@ -70,10 +78,11 @@ end
 local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wait)
   local current = floor(now / window_ms)
   local window, used = current, 0
-  if raw then
-    local w, u = match(raw, '^(-?%d+):(-?%d+)$')
-    w, u = tonumber(w), tonumber(u)
-    if w >= current then window, used = w, u end
+  -- The stored window's start (epoch ms), on this policy's grid.
+  local start, u = match(raw or '', '^F(-?%d+):(-?%d+)$')
+  if start then
+    local stored = floor(tonumber(start) / window_ms)
+    if stored >= current then window, used = stored, tonumber(u) end
   end
   local fits = used + cost <= limit
   local target = fits and window or window + 1
@@ -83,7 +92,7 @@ local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wai
     local reset_after = (target + 1) * window_ms - now
     local remaining = (target == current) and (limit - used_after) or 0
     return decision(1, limit, remaining, reset_after, 0, needed_wait),
-      pair(target, used_after), reset_after
+      format(FIXED, target * window_ms, used_after), reset_after
   end
   local reset_after = (window + 1) * window_ms - now
   local remaining = (window == current) and (limit - used) or 0
@@ -143,7 +152,10 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
   -- Entries that have left the window are trimmed when a call is allowed, as the
   -- memory log is, and never on a refusal or a peek: a clock that steps back
   -- afterwards finds them still counted, and no window reopens.
-  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local head = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+  -- Not a sorted set: another algorithm's state, read as none and replaced by the first charged call.
+  local foreign = head.err ~= nil
+  if foreign then head = {} end
   local stale = head[1] ~= nil and tonumber(head[2]) <= cutoff
   if stale then head = first_live(key, cutoff, true) end
   if head[1] then
@@ -178,6 +190,7 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
     local commit = nil
     if not peek then
       commit = function(ttl)
+        if foreign then redis.call('DEL', key) end
         if stale then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(cutoff)) end
         if newest and newest_total + cost >= MAX_TOTAL then
           rewrite_log(key)
@@ -236,16 +249,17 @@ local function sliding_window(key, raw, now, cost, limit, window_ms)
   local window = floor(now / window_ms)
   local elapsed = now - window * window_ms
   local previous, current = 0, 0
-  if raw then
-    local w, p, c = match(raw, '^(-?%d+):(-?%d+):(-?%d+)$')
-    w, p, c = tonumber(w), tonumber(p), tonumber(c)
-    if w > window then
-      window = w
+  local start, p, c = match(raw or '', '^W(-?%d+):(-?%d+):(-?%d+)$')
+  if start then
+    local stored = floor(tonumber(start) / window_ms)
+    p, c = tonumber(p), tonumber(c)
+    if stored > window then
+      window = stored
       elapsed = 0
     end
-    if w == window then
+    if stored == window then
       previous, current = p, c
-    elseif w == window - 1 then
+    elseif stored == window - 1 then
       previous = c
     end
   end
@@ -255,7 +269,7 @@ local function sliding_window(key, raw, now, cost, limit, window_ms)
   if room >= 0 then
     local reset_after = (window + 2) * window_ms - now
     return decision(1, limit, floor(room / window_ms), reset_after, 0, 0),
-      format(TRIPLE, window, previous, current + cost), reset_after
+      format(WINDOW, window * window_ms, previous, current + cost), reset_after
   end
 
   local lag = window * window_ms + elapsed - now
@@ -282,9 +296,9 @@ end
 -- The level brought up to `now` by refill (never above full), and when it was.
 local function token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
   local full = capacity * refill_interval
-  if not raw then return full, now end
-  local l, u = match(raw, '^(-?%d+):(-?%d+)$')
+  local l, u = match(raw or '', '^T(-?%d+):(-?%d+)$')
   l, u = tonumber(l), tonumber(u)
+  if not l then return full, now end
   local elapsed = max(0, now - u)
   if refill == 'greedy' then
     return min(full, l + elapsed * refill_tokens), max(now, u)
@@ -308,7 +322,7 @@ local function token_bucket(key, raw, now, cost, capacity, refill_tokens, refill
   if after < full then reset_after = ms_until(full - after, now, updated_at, refill, refill_tokens, refill_interval) end
   local remaining = max(0, floor(after / refill_interval))
   if allowed then
-    return decision(1, capacity, remaining, reset_after, 0, needed_wait), pair(after, updated_at), reset_after
+    return decision(1, capacity, remaining, reset_after, 0, needed_wait), format(BUCKET, after, updated_at), reset_after
   end
   return decision(0, capacity, remaining, reset_after, needed_wait - max_wait, 0), nil, reset_after
 end
@@ -316,10 +330,8 @@ end
 ------------------------------------------------------------ leaky bucket (GCRA)
 local function leaky_bucket(key, raw, now, cost, capacity, leak_tokens, leak_interval, mode, max_wait)
   local queued = 0
-  if raw then
-    local t, r = match(raw, '^(-?%d+):(-?%d+)$')
-    queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r))
-  end
+  local t, r = match(raw or '', '^L(-?%d+):(-?%d+)$')
+  if t then queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r)) end
   local tolerance = capacity * leak_interval
   local queued_after = queued + cost * leak_interval
   local overflow = 0
@@ -342,7 +354,7 @@ local function leaky_bucket(key, raw, now, cost, capacity, leak_tokens, leak_int
   if allowed then
     local offset = floor(held / leak_tokens)
     return decision(1, capacity, remaining, reset_after, 0, needed_wait),
-      pair(now + offset, held - offset * leak_tokens), reset_after
+      format(GCRA, now + offset, held - offset * leak_tokens), reset_after
   end
   return decision(0, capacity, remaining, reset_after, retry_after, 0), nil, reset_after
 end
@@ -351,17 +363,17 @@ end
 -- Mirrors tokenBucketRefund / leakyBucketRefund: the state after giving back
 -- `units` that were taken and not spent; false when there is no state.
 local function token_bucket_refund(raw, now, units, capacity, refill_tokens, refill_interval, refill)
-  if not raw then return false end
+  if not match(raw or '', '^T(-?%d+):(-?%d+)$') then return false end
   local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
-  return pair(min(capacity * refill_interval, level + units * refill_interval), updated_at)
+  return format(BUCKET, min(capacity * refill_interval, level + units * refill_interval), updated_at)
 end
 
 local function leaky_bucket_refund(raw, now, units, capacity, leak_tokens, leak_interval)
-  if not raw then return false end
-  local t, r = match(raw, '^(-?%d+):(-?%d+)$')
+  local t, r = match(raw or '', '^L(-?%d+):(-?%d+)$')
+  if not t then return false end
   local queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r) - units * leak_interval)
   local offset = floor(queued / leak_tokens)
-  return pair(now + offset, queued - offset * leak_tokens)
+  return format(GCRA, now + offset, queued - offset * leak_tokens)
 end
 
 local REFUNDS = {
@@ -427,12 +439,19 @@ for s = 1, tonumber(ARGV[1]) do
   a = a + 1 + 5 * n
 end
 
+-- A string key's value, false for a missing key or one of another type (a
+-- sliding log's sorted set, when a new config gave its policy name another algorithm).
+local function string_at(key)
+  local raw = redis.pcall('GET', key)
+  return type(raw) == 'string' and raw
+end
+
 -- Policy i of a call whose keys start after KEYS[k0].
 local function run(set, k0, i, now, c, wait, peek)
   local policy = set[i]
   local key = KEYS[k0 + i]
   local raw = false
-  if policy[2] ~= 'sliding-log' then raw = redis.call('GET', key) end
+  if policy[2] ~= 'sliding-log' then raw = string_at(key) end
   return policy[1](key, raw, now, c, policy[3], policy[4], policy[5], policy[6], wait, peek)
 end
 
@@ -450,7 +469,7 @@ local function decide(set, k0, now, cost, max_wait, ttl_slack)
     for i = 1, n do
       local policy = set[i]
       local key = KEYS[k0 + i]
-      local refunded = REFUNDS[policy[2]](redis.call('GET', key), now, -cost, policy[3], policy[4], policy[5], policy[6])
+      local refunded = REFUNDS[policy[2]](string_at(key), now, -cost, policy[3], policy[4], policy[5], policy[6])
       local d, state, ttl = policy[1](key, refunded, now, 0, policy[3], policy[4], policy[5], policy[6], 0, true)
       -- Still in debt after the refund, the view refuses and returns no state:
       -- the refunded state is then current already (no time has passed).
