@@ -7,6 +7,7 @@
 import { createHash } from 'node:crypto'
 import { dirname, resolve } from 'node:path'
 import { createSecureContext } from 'node:tls'
+import { isUtf8 } from 'node:buffer'
 import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import safeRegex from 'safe-regex2'
 import { z } from 'zod'
@@ -256,7 +257,11 @@ const store = z.discriminatedUnion('type', [
     const given = [value.url, value.cluster, value.sentinel].filter((v) => v !== undefined).length
     if (given !== 1) context.addIssue({ code: 'custom', message: 'needs exactly one of url, cluster or sentinel' })
   }),
-], { error: (issue) => `expected type: memory or type: redis, got ${show((issue.input as { type?: unknown } | undefined)?.type)}` })
+], { error: ({ input }) => {
+  if (typeof input === 'object' && input !== null && !Array.isArray(input)) return `expected type: memory or type: redis, got ${show((input as { type?: unknown }).type)}`
+  const url = typeof input === 'string' && /^rediss?:\/\//i.test(input) ? ` (a Redis URL goes inside it: { type: redis, url: ${show(input)} })` : ''
+  return `expected an object with type: memory or type: redis${url}, got ${show(input)}`
+} })
 
 const identity = z.strictObject({
   jwt: z.strictObject({
@@ -392,10 +397,17 @@ function yamlProblems(errors: ReadonlyArray<{ message: string; pos: [number, num
     const hint = /\$\{[A-Za-z_]/.test(source) && /[{[]/.test(source.slice(0, source.indexOf('${')))
       ? '; inside { } or [ ], quote a reference: "${NAME}"'
       : ''
-    problems.push(`YAML: ${error.message.split('\n')[0] as string} (line ${line ?? '?'})${hint}`)
+    // The parser quotes the token it stopped at, which in a file given by mistake can be megabytes long.
+    const message = maskCredentials(error.message.split('\n')[0] as string)
+    const shown = message.length > 160 ? `${message.slice(0, 120)}... (${message.length} characters)` : message
+    problems.push(`YAML: ${shown} (line ${line ?? '?'})${hint}`)
   }
-  return problems
+  if (problems.length <= MAX_YAML_PROBLEMS) return problems
+  return [...problems.slice(0, MAX_YAML_PROBLEMS), `YAML: ${problems.length - MAX_YAML_PROBLEMS} more lines the parser cannot read: is it the right file?`]
 }
+
+/** YAML problems listed before the rest are only counted: past a few, the file is seldom a config. */
+const MAX_YAML_PROBLEMS = 20
 
 /** The largest file the config is read from or names (its API keys: 64 MiB is about a million of them). */
 const MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -403,13 +415,16 @@ const readBounded = (path: string) => readFileBounded(path, MAX_FILE_BYTES)
 
 /** Reads, checks and resolves a config file; throws a ConfigError listing every problem. */
 export async function loadConfig(file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
-  let text: string
+  let bytes: Buffer
   try {
-    text = readBounded(file).toString('utf8')
+    bytes = readBounded(file)
   } catch (error) {
     throw new ConfigError(file, [`cannot read the file: ${(error as Error).message}`])
   }
-  return parseConfig(text, file, env)
+  // YAML is text, and a config is UTF-8: a binary file (or UTF-16) is named as such, not parsed into noise.
+  const notText = bytes.includes(0) ? 'it holds NUL bytes' : isUtf8(bytes) ? undefined : 'it holds bytes that are not UTF-8'
+  if (notText !== undefined) throw new ConfigError(file, [`not a UTF-8 text file (${notText}): is it the right file?`])
+  return parseConfig(bytes.toString('utf8'), file, env)
 }
 
 export async function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {

@@ -9,6 +9,7 @@ import fc from 'fast-check'
 import { parse } from 'yaml'
 import { maskCredentials } from '../../src/core/errors.ts'
 import { fcOptions } from '../helpers.ts'
+import { seededRandom } from '../../src/simulate/traffic.ts'
 import { ConfigError, configJsonSchema, configWarnings, loadConfig, parseConfig } from '../../src/gateway/config.ts'
 import { runCli } from '../support/gateway.ts'
 
@@ -113,6 +114,29 @@ routes:
         'identity.apiKey.keysFile: lists no key (/dev/null): every request would fall through to the next resolver (line 3)',
       ])
     })
+  })
+
+  it('a binary file is named as one, and noise the parser cannot read is listed short: 20 lines, each quoting a few characters', async () => {
+    await inTempDir(async (dir) => {
+      const random = seededRandom(2)
+      const noise = Buffer.from(Array.from({ length: 200_000 }, () => Math.floor(random() * 256)))
+      writeFileSync(join(dir, 'binary.yaml'), noise)
+      await assert.rejects(loadConfig(join(dir, 'binary.yaml'), {}), (error: ConfigError) => error.problems.join() === 'not a UTF-8 text file (it holds NUL bytes): is it the right file?')
+      writeFileSync(join(dir, 'latin1.yaml'), Buffer.from('server: { listen: 8080 }\n# caf\xe9\n', 'latin1'))
+      await assert.rejects(loadConfig(join(dir, 'latin1.yaml'), {}), (error: ConfigError) => error.problems.join() === 'not a UTF-8 text file (it holds bytes that are not UTF-8): is it the right file?')
+    })
+    // The same noise as text, as a config read from elsewhere would be: the parser quotes whole runs of it.
+    const random = seededRandom(2)
+    const text = Buffer.from(Array.from({ length: 200_000 }, () => 1 + Math.floor(random() * 255))).toString('utf8')
+    const listed = await problems(text)
+    assert.equal(listed.length, 21)
+    assert.match(listed[20] as string, /^YAML: \d+ more lines the parser cannot read: is it the right file\?$/)
+    for (const problem of listed) assert.ok(problem.length < 200, problem.slice(0, 300))
+  })
+
+  it('store given as a URL says where the URL goes', async () => {
+    const found = await problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'store: redis://admin:hunter2@cache:6379'))
+    assert.deepEqual(found, ['store: expected an object with type: memory or type: redis (a Redis URL goes inside it: { type: redis, url: "redis://***@cache:6379" }), got "redis://***@cache:6379" (line 2)'])
   })
 
   it('masks credentials exactly where the URL pattern scheme:[//]user:password@ finds them', () => {
