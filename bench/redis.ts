@@ -164,13 +164,13 @@ async function main(): Promise<void> {
         for (;;) {
           await client.watch(key)
           const raw = await client.get(key)
-          const [level, updatedAt] = raw === null ? [undefined, undefined] : raw.split(':').map(Number)
-          const state = level === undefined ? undefined : { level, updatedAt: updatedAt as number }
+          const [level, updatedAt, intervalMs] = raw === null ? [undefined, undefined, undefined] : raw.split(':').map(Number)
+          const state = level === undefined ? undefined : { level, updatedAt: updatedAt as number, intervalMs: intervalMs as number }
           const [seconds, micros] = await client.time()
           const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
           const t = algorithms.step(policy, state, now, 1, algorithms.NO_WAIT)
           const s = t.state as algorithms.TokenBucketState
-          const done = await client.multi().set(key, `${s.level}:${s.updatedAt}`, 'PX', Math.max(1, t.ttlMs)).exec()
+          const done = await client.multi().set(key, `${s.level}:${s.updatedAt}:${s.intervalMs}`, 'PX', Math.max(1, t.ttlMs)).exec()
           if (done !== null) return t.decision
           retries++
         }

@@ -66,7 +66,8 @@ export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state
       policy: policy.name,
       allowed: false,
       limit,
-      remaining: window === current ? limit - used : 0,
+      // Above the limit only when a config lowered it: a count of units, never below zero.
+      remaining: window === current ? Math.max(0, limit - used) : 0,
       resetAfterMs,
       retryAfterMs: neededWaitMs - options.maxWaitMs,
       waitMs: 0,

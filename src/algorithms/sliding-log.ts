@@ -66,7 +66,8 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
     return {
       state: { log, head, end, tailTime, tailCost, used },
       ttlMs: resetAfterMs,
-      decision: { policy: policy.name, allowed: true, limit, remaining: limit - used, resetAfterMs, retryAfterMs: 0, waitMs: 0 },
+      // Above the limit only when a config lowered it: a count of units, never below zero.
+      decision: { policy: policy.name, allowed: true, limit, remaining: Math.max(0, limit - used), resetAfterMs, retryAfterMs: 0, waitMs: 0 },
     }
   }
 
@@ -132,7 +133,7 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
       policy: policy.name,
       allowed: false,
       limit,
-      remaining: limit - used,
+      remaining: Math.max(0, limit - used),
       resetAfterMs,
       retryAfterMs,
       waitMs: 0,

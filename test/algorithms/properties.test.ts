@@ -34,12 +34,28 @@ const traceArb = fc.array(
 
 interface Admission { at: number; effectiveAt: number; cost: number }
 
-/** Replays a trace through the pure step, checking per-call invariants; returns the admissions. */
-function replay(policy: ResolvedPolicy, trace: Array<{ gap: number; cost: number; wait: number }>): Admission[] {
+/** How long the policy takes to forget a full count: a window, or a bucket's time to refill or drain from capacity. */
+function emptiesIn(policy: ResolvedPolicy): number {
+  if (policy.algorithm === 'token-bucket') return Math.ceil(policy.capacity / policy.refillTokens) * policy.refillIntervalMs
+  if (policy.algorithm === 'leaky-bucket') return Math.ceil((policy.capacity * policy.leakIntervalMs) / policy.leakTokens)
+  return policy.windowMs
+}
+
+interface Replayed { admitted: Admission[]; state: algorithms.AlgorithmState | undefined; t: number }
+
+/**
+ * Replays a trace through the pure step, checking per-call invariants; returns the admissions.
+ * `from`: the state and time to go on from (a state another policy of the same algorithm left).
+ */
+function replay(policy: ResolvedPolicy, trace: Array<{ gap: number; cost: number; wait: number }>, from?: Replayed): Admission[] {
+  return replayFrom(policy, trace, from).admitted
+}
+
+function replayFrom(policy: ResolvedPolicy, trace: Array<{ gap: number; cost: number; wait: number }>, from?: Replayed, maxMs = Number.MAX_SAFE_INTEGER): Replayed {
   const limit = 'limit' in policy ? policy.limit : policy.capacity
   const canReserve = RESERVABLE.has(policy.algorithm)
-  let state: algorithms.AlgorithmState | undefined
-  let t = 1_000_000
+  let state = from?.state
+  let t = from?.t ?? 1_000_000
   const admitted: Admission[] = []
   for (const call of trace) {
     t += call.gap
@@ -49,6 +65,7 @@ function replay(policy: ResolvedPolicy, trace: Array<{ gap: number; cost: number
     for (const field of ['remaining', 'retryAfterMs', 'waitMs', 'resetAfterMs'] as const) {
       assert.ok(Number.isSafeInteger(d[field]) && d[field] >= 0, `${field} = ${d[field]}`)
     }
+    for (const field of ['retryAfterMs', 'waitMs', 'resetAfterMs'] as const) assert.ok(d[field] <= maxMs, `${field} = ${d[field]} > ${maxMs}`)
     if (d.allowed) {
       assert.equal(d.retryAfterMs, 0)
       const shapeUncapped = policy.algorithm === 'leaky-bucket' && policy.mode === 'shape' && options.maxWaitMs === 0
@@ -66,7 +83,7 @@ function replay(policy: ResolvedPolicy, trace: Array<{ gap: number; cost: number
       assert.equal(algorithms.step(policy, state, retry - 1, cost, options).decision.allowed, false, `already allowed before retry time`)
     }
   }
-  return admitted
+  return { admitted, state, t }
 }
 
 /** Largest summed cost of admissions whose time lies in any span [a, a + spanMs). */
@@ -123,6 +140,20 @@ describe('properties on random traces', () => {
             break
           }
         }
+      }),
+      fcOptions(400),
+    )
+  })
+
+  it('a policy whose numbers a new config changes (same name, same algorithm) goes on from its state with every invariant kept', () => {
+    // Windows read a stored window start onto the new grid; buckets read their level at the new rate.
+    const changed = fc.tuple(policyArb, policyArb).filter(([a, b]) => a.algorithm === b.algorithm)
+    fc.assert(
+      fc.property(changed, traceArb, traceArb, (inputs, before, after) => {
+        const [old, next] = inputs.map((input) => resolvePolicy(input)) as [ResolvedPolicy, ResolvedPolicy]
+        // No wait longer than the longest reservation plus what each policy takes to empty, twice over.
+        const bound = 3000 + 2 * (emptiesIn(old) + emptiesIn(next))
+        replayFrom(next, after, replayFrom(old, before), bound)
       }),
       fcOptions(400),
     )

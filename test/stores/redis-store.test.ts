@@ -6,6 +6,7 @@ import { Limiter, MemoryStore, RedisStore, redisKey, type Decision, type Policy,
 import { handWritten, randomTraces, replay, type Trace } from '../conformance/traces.ts'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { freePort, scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
+import { seededRandom } from '../../src/simulate/traffic.ts'
 
 const traces: Trace[] = [...handWritten, ...randomTraces(80, 7)]
 
@@ -310,6 +311,42 @@ describe('RedisStore', () => {
         assert.equal((await perHour.limit('k', { cost: 3 })).remaining, 0)
         assert.deepEqual(pick(await perHour.limit('k')), { allowed: false, remaining: 0, resetAfterMs: after.resetAfterMs, retryAfterMs: refusedForMs }, `${label} ${algorithm}`)
       }
+    }
+  })
+
+  it('a policy whose numbers a new config changes decides in Redis exactly as in memory while its state lives, never below zero remaining', async () => {
+    // Each old policy's state outlives the trace (400 ms at most): past its expiry, the memory store has
+    // forgotten it, while Redis under a client clock keeps every state a minute longer (clocks differ),
+    // where a policy with other numbers may still count it.
+    const changes: Array<[Policy, Policy]> = [
+      [{ algorithm: 'fixed-window', limit: 10, windowMs: 1000 }, { algorithm: 'fixed-window', limit: 4, windowMs: 7000 }],
+      [{ algorithm: 'fixed-window', limit: 4, windowMs: 7000 }, { algorithm: 'fixed-window', limit: 10, windowMs: 300 }],
+      [{ algorithm: 'sliding-window', limit: 10, windowMs: 1000 }, { algorithm: 'sliding-window', limit: 4, windowMs: 7000 }],
+      [{ algorithm: 'sliding-window', limit: 4, windowMs: 7000 }, { algorithm: 'sliding-window', limit: 10, windowMs: 150 }],
+      [{ algorithm: 'sliding-log', limit: 10, windowMs: 1000 }, { algorithm: 'sliding-log', limit: 3, windowMs: 2500 }],
+      [{ algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 900 }, { algorithm: 'token-bucket', capacity: 4, refillTokens: 3, refillIntervalMs: 100 }],
+      [{ algorithm: 'token-bucket', capacity: 4, refillTokens: 1, refillIntervalMs: 900, refill: 'interval' }, { algorithm: 'token-bucket', capacity: 10, refillTokens: 2, refillIntervalMs: 70, refill: 'interval' }],
+      [{ algorithm: 'leaky-bucket', capacity: 10, leakTokens: 1, leakIntervalMs: 900 }, { algorithm: 'leaky-bucket', capacity: 4, leakTokens: 3, leakIntervalMs: 100 }],
+      [{ algorithm: 'leaky-bucket', capacity: 4, leakTokens: 1, leakIntervalMs: 900, mode: 'shape' }, { algorithm: 'leaky-bucket', capacity: 10, leakTokens: 7, leakIntervalMs: 50, mode: 'shape' }],
+    ]
+    for (const [n, [before, after]] of changes.entries()) {
+      const random = seededRandom(n + 1)
+      const calls = Array.from({ length: 80 }, () => ({ gap: Math.floor(random() * 5), cost: 1 + Math.floor(random() * 3), wait: random() < 0.3 ? 2000 : 0 }))
+      const run = async (store: Store) => {
+        let now = 1_000_000_000
+        const decisions: Decision[] = []
+        for (const [i, call] of calls.entries()) {
+          const policy = { ...(i < 40 ? before : after), name: 'api' } as Policy
+          const limiter = new Limiter({ store, prefix: `renumbered-${n}`, clock: () => now, policies: policy })
+          now += call.gap
+          const maxWaitMs = policy.algorithm === 'sliding-log' || policy.algorithm === 'sliding-window' ? 0 : call.wait
+          decisions.push(await limiter.limit('k', { cost: call.cost, maxWaitMs }))
+        }
+        return decisions
+      }
+      const expected = await run(new MemoryStore())
+      assert.deepEqual(await run(new RedisStore({ client: redis.client() })), expected, `${before.algorithm} #${n}`)
+      for (const decision of expected) assert.ok(decision.remaining >= 0 && decision.retryAfterMs <= 20_000 && decision.resetAfterMs <= 20_000, JSON.stringify(decision))
     }
   })
 

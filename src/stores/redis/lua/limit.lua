@@ -60,7 +60,8 @@ end
 -- charged call overwrites it) rather than as numbers that meant something else.
 local FIXED = 'F' .. PAIR
 local WINDOW = 'W' .. PAIR .. ':' .. INT
-local BUCKET = 'T' .. PAIR
+-- A token bucket's state ends with the refill interval its level is scaled by.
+local BUCKET = 'T' .. PAIR .. ':' .. INT
 local GCRA = 'L' .. PAIR
 
 -- A decision is an array (Lua builds one in half the time of a record):
@@ -95,7 +96,7 @@ local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wai
       format(FIXED, target * window_ms, used_after), reset_after
   end
   local reset_after = (window + 1) * window_ms - now
-  local remaining = (window == current) and (limit - used) or 0
+  local remaining = (window == current) and max(0, limit - used) or 0
   return decision(0, limit, remaining, reset_after, needed_wait - max_wait, 0), nil, reset_after
 end
 
@@ -180,7 +181,7 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
   if cost == 0 then
     -- A peek, or a policy shown uncharged: the log as it stands, replenished when its newest entry leaves.
     local reset_after = (used > 0) and (last_time + window_ms - now) or 0
-    return decision(1, limit, limit - used, reset_after, 0, 0), nil, reset_after
+    return decision(1, limit, max(0, limit - used), reset_after, 0, 0), nil, reset_after
   end
 
   if used + cost <= limit then
@@ -229,7 +230,7 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
     end
     retry_after = tonumber(redis.call('ZRANGE', key, hi, hi, 'WITHSCORES')[2]) + window_ms - now
   end
-  return decision(0, limit, limit - used, reset_after, retry_after, 0), nil, reset_after
+  return decision(0, limit, max(0, limit - used), reset_after, retry_after, 0), nil, reset_after
 end
 
 ---------------------------------------------------------------- sliding window
@@ -296,9 +297,11 @@ end
 -- The level brought up to `now` by refill (never above full), and when it was.
 local function token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
   local full = capacity * refill_interval
-  local l, u = match(raw or '', '^T(-?%d+):(-?%d+)$')
-  l, u = tonumber(l), tonumber(u)
+  local l, u, i = match(raw or '', '^T(-?%d+):(-?%d+):(%d+)$')
+  l, u, i = tonumber(l), tonumber(u), tonumber(i)
   if not l then return full, now end
+  -- Scaled by another refillIntervalMs (a config changed it): the same tokens, within a full bucket either way.
+  if i ~= refill_interval then l = min(full, max(-full, floor(l * refill_interval / i))) end
   local elapsed = max(0, now - u)
   if refill == 'greedy' then
     return min(full, l + elapsed * refill_tokens), max(now, u)
@@ -322,7 +325,7 @@ local function token_bucket(key, raw, now, cost, capacity, refill_tokens, refill
   if after < full then reset_after = ms_until(full - after, now, updated_at, refill, refill_tokens, refill_interval) end
   local remaining = max(0, floor(after / refill_interval))
   if allowed then
-    return decision(1, capacity, remaining, reset_after, 0, needed_wait), format(BUCKET, after, updated_at), reset_after
+    return decision(1, capacity, remaining, reset_after, 0, needed_wait), format(BUCKET, after, updated_at, refill_interval), reset_after
   end
   return decision(0, capacity, remaining, reset_after, needed_wait - max_wait, 0), nil, reset_after
 end
@@ -363,9 +366,9 @@ end
 -- Mirrors tokenBucketRefund / leakyBucketRefund: the state after giving back
 -- `units` that were taken and not spent; false when there is no state.
 local function token_bucket_refund(raw, now, units, capacity, refill_tokens, refill_interval, refill)
-  if not match(raw or '', '^T(-?%d+):(-?%d+)$') then return false end
+  if not match(raw or '', '^T(-?%d+):(-?%d+):(%d+)$') then return false end
   local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
-  return format(BUCKET, min(capacity * refill_interval, level + units * refill_interval), updated_at)
+  return format(BUCKET, min(capacity * refill_interval, level + units * refill_interval), updated_at, refill_interval)
 end
 
 local function leaky_bucket_refund(raw, now, units, capacity, leak_tokens, leak_interval)
