@@ -9,20 +9,21 @@
  * sliding-log or sliding-window where that burst matters.
  *
  * Reservations (`maxWaitMs > 0`) treat windows as a queue: calls fill the
- * window that starts at `state.start`, then the one after it, and never go back to an earlier
+ * window `state.window`, then the one after it, and never go back to an earlier
  * window, so a call that reserved the next window is not overtaken by a later
  * call squeezing into leftover room (fair ordering).
  */
 import type { AlgorithmFn } from './algorithm.ts'
 
 export interface FixedWindowState {
+  /** Index of the window being filled: the current one, or a later one reserved ahead. */
+  window: number
   /**
-   * Epoch ms at which the window being filled starts: the current one, or a
-   * later one reserved ahead. A time rather than an index, so that a state
-   * read under another windowMs (a config changed it) still means the same
-   * moment: its count carries into the window of the new length holding it.
+   * The windowMs that index counts in: read under another (a config changed
+   * it), the window's start still means the same moment, and its count
+   * carries into the window of the new length that holds it.
    */
-  start: number
+  windowMs: number
   /** Units charged to that window. */
   used: number
 }
@@ -31,7 +32,7 @@ export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state
   const { limit, windowMs } = policy
   const current = Math.floor(now / windowMs)
   // The stored window on this policy's grid; one behind the current window is simply over: start afresh.
-  const stored = state === undefined ? undefined : Math.floor(state.start / windowMs)
+  const stored = state === undefined ? undefined : state.windowMs === windowMs ? state.window : Math.floor((state.window * state.windowMs) / windowMs)
   const carried = stored !== undefined && stored >= current
   const window = carried ? stored : current
   const used = carried ? (state as FixedWindowState).used : 0
@@ -45,7 +46,7 @@ export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state
   if (allowed) {
     const resetAfterMs = (target + 1) * windowMs - now
     return {
-      state: { start: target * windowMs, used: usedAfter },
+      state: { window: target, windowMs, used: usedAfter },
       ttlMs: resetAfterMs,
       decision: {
         policy: policy.name,
@@ -60,7 +61,7 @@ export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state
   }
   const resetAfterMs = (window + 1) * windowMs - now
   return {
-    state: { start: window * windowMs, used },
+    state: { window, windowMs, used },
     ttlMs: resetAfterMs,
     decision: {
       policy: policy.name,

@@ -15,12 +15,10 @@
 import type { AlgorithmFn } from './algorithm.ts'
 
 export interface SlidingWindowState {
-  /**
-   * Epoch ms at which the window `current` counts in starts. A time rather
-   * than an index, so that a state read under another windowMs (a config
-   * changed it) still means the same moment.
-   */
-  start: number
+  /** Index of the window `current` counts in. */
+  window: number
+  /** The windowMs that index counts in: read under another (a config changed it), its start still means the same moment. */
+  windowMs: number
   /** Units allowed in the window before it. */
   previous: number
   /** Units allowed in window `window`. */
@@ -34,7 +32,7 @@ export const slidingWindow: AlgorithmFn<'sliding-window', SlidingWindowState> = 
   let previous = 0
   let current = 0
   if (state !== undefined) {
-    const stored = Math.floor(state.start / windowMs)
+    const stored = state.windowMs === windowMs ? state.window : Math.floor((state.window * state.windowMs) / windowMs)
     if (stored > window) {
       // The clock stepped back: stay in the stored window, at its start, where
       // the previous window weighs most. Never reopen a window.
@@ -56,7 +54,7 @@ export const slidingWindow: AlgorithmFn<'sliding-window', SlidingWindowState> = 
   if (room >= 0) {
     const resetAfterMs = (window + 2) * windowMs - now
     return {
-      state: { start: window * windowMs, previous, current: current + cost },
+      state: { window, windowMs, previous, current: current + cost },
       ttlMs: resetAfterMs,
       decision: {
         policy: policy.name,
@@ -77,7 +75,7 @@ export const slidingWindow: AlgorithmFn<'sliding-window', SlidingWindowState> = 
     ? (window + 2) * windowMs - now
     : previous > 0 ? (window + 1) * windowMs - now : 0
   return {
-    state: { start: window * windowMs, previous, current },
+    state: { window, windowMs, previous, current },
     ttlMs: resetAfterMs,
     decision: {
       policy: policy.name,

@@ -8,11 +8,11 @@ if (policy.algorithm !== 'sliding-window') throw new Error('unreachable')
 
 describe('sliding window counter', () => {
   it('weighs the previous window: limit 100, previous 80, 75% elapsed, current 60 -> estimate 80 -> allowed', () => {
-    const state = { start: 60_000, previous: 80, current: 60 }
+    const state = { window: 1, windowMs: 60_000, previous: 80, current: 60 }
     const t = algorithms.slidingWindow(state, 60_000 + 45_000, 1, policy, algorithms.NO_WAIT)
     assert.equal(t.decision.allowed, true)
     assert.equal(t.decision.remaining, 19, '100 - (80 + 1)')
-    assert.deepEqual(t.state, { start: 60_000, previous: 80, current: 61 })
+    assert.deepEqual(t.state, { window: 1, windowMs: 60_000, previous: 80, current: 61 })
     // Cost 20 brings the estimate to exactly 100; cost 21 is one too many.
     assert.equal(algorithms.slidingWindow(state, 105_000, 20, policy, algorithms.NO_WAIT).decision.remaining, 0)
     const refused = algorithms.slidingWindow(state, 105_000, 21, policy, algorithms.NO_WAIT).decision
