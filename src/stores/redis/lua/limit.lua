@@ -30,7 +30,9 @@
 -- When "now" comes from the client, expiries get CLIENT_TIME_SLACK ms more:
 -- Redis expires keys on its own clock, and state must not vanish before the
 -- client's time says it stops mattering (a later expiry never changes a
--- decision: a state past its TTL decides exactly as a missing key).
+-- decision of the policy that wrote the state: past its TTL, it decides
+-- exactly as a missing key; one whose numbers a config changed may still
+-- count it, where the memory store has forgotten it).
 
 -- Redis 3.2 to 4.x need this before a write that follows TIME; a no-op on 5+.
 pcall(redis.replicate_commands)
@@ -79,7 +81,9 @@ end
 local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wait)
   local current = floor(now / window_ms)
   local window, used = current, 0
-  -- The stored window's start (epoch ms), on this policy's grid.
+  -- The stored window's start in epoch ms (the TypeScript state's window x
+  -- windowMs: under a changed windowMs it still means the same moment), read
+  -- onto this policy's grid.
   local start, u = match(raw or '', '^F(-?%d+):(-?%d+)$')
   if start then
     local stored = floor(tonumber(start) / window_ms)
@@ -250,6 +254,7 @@ local function sliding_window(key, raw, now, cost, limit, window_ms)
   local window = floor(now / window_ms)
   local elapsed = now - window * window_ms
   local previous, current = 0, 0
+  -- As the fixed window: the stored window's start in epoch ms, read onto this policy's grid.
   local start, p, c = match(raw or '', '^W(-?%d+):(-?%d+):(-?%d+)$')
   if start then
     local stored = floor(tonumber(start) / window_ms)
