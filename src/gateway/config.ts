@@ -705,10 +705,30 @@ function checkReachable(config: RawConfig, report: Report): void {
     route.limits.forEach((limit, k) => {
       if (excludesOwnPaths(limit.match)) report(['routes', j, 'limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
     })
+    const paths = route.match?.path === undefined ? ['/**'] : [route.match.path].flat()
+    if (route.stripPrefix !== undefined && !paths.some((path) => mayStartWith(path, route.stripPrefix as string, config.caseSensitive))) {
+      report(['routes', j, 'stripPrefix'], `${show(route.stripPrefix)} begins no path the route matches (${paths.join(', ')}), so nothing would be stripped and the upstream would get every path whole`)
+    }
   })
   config.limits.forEach((limit, k) => {
     if (excludesOwnPaths(limit.match)) report(['limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
   })
+}
+
+/**
+ * Whether path pattern `pattern` matches some path that is `prefix` or starts
+ * with `prefix/`, as stripPrefix strips: its literal start must agree with the
+ * prefix for as long as both go, and, where the prefix goes on past it into a
+ * wildcard, the wildcard is taken to allow it.
+ */
+function mayStartWith(pattern: string, prefix: string, caseSensitive: boolean): boolean {
+  const fold = (text: string) => (caseSensitive ? text : text.toLowerCase())
+  const wildcard = pattern.indexOf('*')
+  const literal = fold(wildcard === -1 ? pattern.replace(/\/$/, '') : pattern.slice(0, wildcard))
+  const wanted = fold(prefix)
+  if (wanted === '/') return true
+  if (literal.startsWith(wanted)) return literal.length === wanted.length || literal[wanted.length] === '/'
+  return wildcard !== -1 && wanted.startsWith(literal)
 }
 
 /** What only fails when the gateway starts, or behaves otherwise than written: two listeners on one port, timeouts that contradict. */

@@ -330,11 +330,20 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
   })
 
+  const ruleNames = new Map<string, number>()
   const rules: CompiledRule[] = options.rules.map((rule, index) => {
     if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
     rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
     if (rule.name !== undefined && (typeof rule.name !== 'string' || rule.name === '')) throw new ArgumentError(`rules[${index}].name`, rule.name, 'must be a non-empty string')
     const name = rule.name ?? `rule-${index}`
+    // The name is how onDecision and onLimited tell rules apart.
+    const sameName = ruleNames.get(name)
+    if (sameName !== undefined) {
+      throw rule.name === undefined
+        ? new ArgumentError(`rules[${index}]`, name, `has no name, so it is called "${name}", as rules[${sameName}] is named; give each rule its own name (onDecision and onLimited report it)`)
+        : new ArgumentError(`rules[${index}].name`, name, `is also the name of rules[${sameName}]; give each rule its own name (onDecision and onLimited report it)`)
+    }
+    ruleNames.set(name, index)
     // One prefix for every rule: rules that share a key are decided in one store call,
     // which needs their state under one prefix; policy names keep it apart.
     const base = statePrefix

@@ -370,6 +370,32 @@ routes:
     assert.deepEqual(await problems(minimal(limit, 'prefix: "my app"')), ['prefix: expected 1 to 48 printable ASCII characters without spaces or braces, got "my app" (line 2)'])
   })
 
+  it('refuses a stripPrefix that begins no path its route matches (the upstream would get every path whole)', async () => {
+    const route = (match: string, strip: string, extra = '') => `
+${extra}
+routes:
+  - name: api
+    upstream: http://127.0.0.1:9
+    ${match}
+    stripPrefix: ${strip}
+`
+    assert.deepEqual(await problems(route('match: { path: /v1/** }', '/api')), [
+      'routes[0].stripPrefix: "/api" begins no path the route matches (/v1/**), so nothing would be stripped and the upstream would get every path whole (line 7)',
+    ])
+    // Only whole segments are stripped: /apiv2 does not begin with /api as stripPrefix reads it.
+    assert.equal((await problems(route('match: { path: [/apiv2/**, /apix] }', '/api'))).length, 1)
+    assert.equal((await problems(route('match: { path: /v1 }', '/v1/users'))).length, 1, 'a pattern without a wildcard never goes past its own path')
+    assert.equal((await problems(route('match: { path: /API/** }', '/api', 'caseSensitive: true'))).length, 1)
+    for (const [match, strip] of [
+      ['match: { path: /api/** }', '/api'], ['match: { path: /api }', '/api'], ['match: { path: /api/ }', '/api'],
+      ['match: { path: /API/** }', '/api'], ['match: { path: [/v1/**, /api/**] }', '/api'], ['match: { path: /v1/** }', '/v1/users'],
+      ['match: { path: "/v*/**" }', '/v2'], ['match: { path: "/**/x" }', '/api'], ['match: { host: api.example.com }', '/api'], ['', '/api'],
+      ['match: { path: /v1/** }', '/'],
+    ]) {
+      assert.deepEqual(await problems(route(match as string, strip as string)), [], `${match} with stripPrefix ${strip}`)
+    }
+  })
+
   it('admin.watch: keys as the gateway makes them (an IPv6 address as its /56 network, a mapped IPv4 as IPv4); refuses a key of no kind it makes', async () => {
     const limit = '      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }'
     const watched = await parseConfig(minimal(limit, 'admin: { watch: [apikey:alpha, "ip:2001:db8:1:2::7", "ip:::ffff:192.0.2.1", ip:192.0.2.9, "user:42", anonymous] }'), 'test.yaml', {})

@@ -395,6 +395,11 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { method: 'GET POST' } }] }), /match\.method.*must be HTTP methods/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, cost: 10 }] }), /exceeds the limit 5 .* would refuse every request/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { policies }] }), /both have a policy named/)
+    // Two rules of one name would be one rule to onDecision and onLimited.
+    const named = (name: string) => ({ ...policies, name })
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', policies: named('a') }, { name: 'api', policies: named('b') }] }), /^ArgumentError: rules\[1\]\.name is also the name of rules\[0\]; give each rule its own name .*\(got "api"\)$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'rule-1', policies: named('a') }, { policies: named('b') }] }), /^ArgumentError: rules\[1\] has no name, so it is called "rule-1", as rules\[0\] is named/)
+    assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ name: 'rule-0', policies: named('a') }, { policies: named('b') }] }))
     // A misspelt header style would silently send other fields, or none.
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { standard: 'draft-99' as never } }), /headers\.standard must be 'draft-10', 'draft-8', 'draft-7', 'draft-6' or false \(got "draft-99"\)/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { legacyHeaders: true } as never }), /legacyHeaders is not a headers option/)
