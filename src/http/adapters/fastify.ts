@@ -62,6 +62,21 @@ export function fastifyRequest(request: FastifyRequestLike, semicolonEndsPath = 
   }
 }
 
+/**
+ * Fastify keys reply headers by their lower-case name: handing it that name,
+ * the same string each time, spares it a new string to lower-case and look up
+ * per header per request. The names are the pipeline's few constants.
+ */
+const lowerCaseNames = new Map<string, string>()
+function lowerCase(name: string): string {
+  let lower = lowerCaseNames.get(name)
+  if (lower === undefined) {
+    lower = name.toLowerCase()
+    if (lowerCaseNames.size < 64) lowerCaseNames.set(name, lower)
+  }
+  return lower
+}
+
 /** `fastify.register(sluiceFastify, options)`: applies to every route of the instance, not only its children. */
 export const sluiceFastify = Object.assign(
   async function sluiceFastify(fastify: FastifyInstanceLike, options: RateLimitOptions): Promise<void> {
@@ -72,7 +87,7 @@ export const sluiceFastify = Object.assign(
     const apply = (request: FastifyRequestLike, reply: FastifyReplyLike, outcome: HttpOutcome, done: (error?: Error) => void): void => {
       recordDecision(request, outcome)
       settleWhenSent(reply.raw, outcome.settle)
-      for (const [name, value] of outcome.headers) reply.header(name, value)
+      for (const [name, value] of outcome.headers) reply.header(lowerCase(name), value)
       if (!outcome.proceed) {
         reply.code(outcome.status).send(outcome.body)
       } else if (outcome.waitMs > 0) {
