@@ -8,7 +8,7 @@
 import { readFileSync, realpathSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { maskCredentials, SluiceError } from '../core/errors.ts'
+import { commandLineProblem, maskCredentials, SluiceError } from '../core/errors.ts'
 import { resolvePolicies } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
@@ -110,17 +110,17 @@ export async function main(argv: readonly string[], out: Out = console.log, err:
 }
 
 /** Parses options; on a mistake prints it with the usage and returns undefined. */
-function options<R>(parse: () => R, usage: string, err: Out): R | undefined {
+function options<R>(command: string, parse: () => R, usage: string, err: Out): R | undefined {
   try {
     return parse()
   } catch (error) {
-    err(`${(error as Error).message}\n\n${usage}`)
+    err(`sluice ${command}: ${commandLineProblem(error)}\n\n${usage}`)
     return undefined
   }
 }
 
 async function gateway(args: readonly string[], out: Out, err: Out): Promise<number> {
-  const parsed = options(() => parseArgs({
+  const parsed = options('gateway', () => parseArgs({
     args: [...args],
     allowPositionals: true,
     options: {
@@ -185,7 +185,7 @@ async function gateway(args: readonly string[], out: Out, err: Out): Promise<num
 }
 
 async function checkConfig(args: readonly string[], out: Out, err: Out): Promise<number> {
-  const parsed = options(() => parseArgs({ args: [...args], allowPositionals: true, options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } } }), CHECK_CONFIG_USAGE, err)
+  const parsed = options('check-config', () => parseArgs({ args: [...args], allowPositionals: true, options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } } }), CHECK_CONFIG_USAGE, err)
   if (parsed === undefined) return 2
   if (parsed.values.help === true) {
     out(CHECK_CONFIG_USAGE)
@@ -213,7 +213,7 @@ async function checkConfig(args: readonly string[], out: Out, err: Out): Promise
 }
 
 async function inspect(args: readonly string[], out: Out, err: Out): Promise<number> {
-  const parsed = options(() => parseArgs({
+  const parsed = options('inspect', () => parseArgs({
     args: [...args],
     allowPositionals: true,
     options: {

@@ -166,3 +166,25 @@ function secretStart(text: string, floor: number, start: number, at: number): nu
   }
   return undefined
 }
+
+/**
+ * A mistake node's `parseArgs` found on a command line, said as the rest of
+ * the CLI says things: `unknown option --bogus`, `--config needs a value`.
+ */
+export function commandLineProblem(thrown: unknown): string {
+  const { code } = thrown as { code?: unknown }
+  const message = messageOf(thrown)
+  const quoted = /'([^']*)'/.exec(message)?.[1]
+  switch (code) {
+    case 'ERR_PARSE_ARGS_UNKNOWN_OPTION':
+      return `unknown option ${quoted ?? message}`
+    case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE': {
+      const option = quoted?.match(/--[\w-]+/)?.[0] ?? quoted ?? message
+      return message.endsWith('argument missing') ? `${option} needs a value` : `${option} takes no value`
+    }
+    case 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL':
+      return `unexpected argument ${JSON.stringify(quoted ?? message)}`
+    default:
+      return message
+  }
+}

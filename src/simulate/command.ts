@@ -2,7 +2,7 @@
 import { mkdirSync, statSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { SluiceError } from '../core/errors.ts'
+import { commandLineProblem, SluiceError } from '../core/errors.ts'
 import { FileTooLargeError, readFileBounded } from '../core/files.ts'
 import type { Policy } from '../core/types.ts'
 import { timelineSvg } from './chart.ts'
@@ -82,7 +82,7 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
       allowPositionals: false,
     }).values
   } catch (error) {
-    err(`${(error as Error).message}\n\n${SIMULATE_USAGE}`)
+    err(`sluice simulate: ${commandLineProblem(error)}\n\n${SIMULATE_USAGE}`)
     return 2
   }
   if (values.help === true) {
@@ -90,7 +90,7 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
     return 0
   }
   const usage = (problem: string) => {
-    err(`${problem}\n\n${SIMULATE_USAGE}`)
+    err(`sluice simulate: ${problem}\n\n${SIMULATE_USAGE}`)
     return 2
   }
   if (values.pattern !== undefined && values.csv !== undefined) return usage('--pattern and --csv cannot be used together')
@@ -124,7 +124,7 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
         text = readFileBounded(values.csv, MAX_CSV_BYTES).toString('utf8')
       } catch (error) {
         const sample = error instanceof FileTooLargeError ? ` (a simulation replays at most ${MAX_EVENTS.toLocaleString('en-US')} events: replay a sample)` : ''
-        err(`cannot read ${values.csv}: ${(error as Error).message}${sample}`)
+        err(`sluice simulate: cannot read ${values.csv}: ${(error as Error).message}${sample}`)
         return 1
       }
       traffic = parseCsv(text, values.csv, timeUnit)
@@ -154,13 +154,13 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
         if (values.json !== true) out(`wrote ${values.html}`)
       }
     } catch (error) {
-      err(`cannot write the charts: ${(error as Error).message}`)
+      err(`sluice simulate: cannot write the charts: ${(error as Error).message}`)
       return 1
     }
     return 0
   } catch (error) {
     if (error instanceof SluiceError) {
-      err(error.message)
+      err(`sluice simulate: ${error.message}`)
       return 1
     }
     throw error

@@ -567,5 +567,11 @@ routes:
     const demo = await runCli(['demo', '--fast'])
     assert.equal(demo.code, 2)
     assert.match(demo.stderr, /sluice demo takes no arguments, got "--fast"/)
+    // An option a command does not take, or one without its value, is named as the CLI names its other slips.
+    for (const [args, said] of [[['gateway', '--bogus'], 'sluice gateway: unknown option --bogus'], [['gateway', '--config'], 'sluice gateway: --config needs a value'], [['inspect', '-x', 'k'], 'sluice inspect: unknown option -x'], [['check-config', '--help=3'], 'sluice check-config: --help takes no value']] as const) {
+      const slip = await runCli([...args])
+      assert.equal(slip.code, 2, args.join(' '))
+      assert.ok(slip.stderr.startsWith(`${said}\n\nusage: sluice ${args[0]}`), slip.stderr)
+    }
   })
 })

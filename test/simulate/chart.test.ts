@@ -83,7 +83,7 @@ describe('simulator charts', () => {
       // A device that never ends, given by mistake, is refused at once (it used to be read until memory ran out).
       assert.throws(() => run('--csv', '/dev/zero'), (e: { status: number; stderr: string }) => {
         assert.equal(e.status, 1)
-        assert.match(e.stderr, /^cannot read \/dev\/zero: larger than 256 MiB: is it the right file\? \(a simulation replays at most 5,000,000 events: replay a sample\)/)
+        assert.match(e.stderr, /^sluice simulate: cannot read \/dev\/zero: larger than 256 MiB: is it the right file\? \(a simulation replays at most 5,000,000 events: replay a sample\)/)
         return true
       })
       writeFileSync(join(dir, 'epoch.csv'), '1700000000,a\n1700000001,a\n1700000002,a\n')
@@ -91,13 +91,17 @@ describe('simulator charts', () => {
       assert.match(run('--csv', join(dir, 'epoch.csv'), '--limit', '2', '--window', '1s', '--time-unit', 'ms'), /3 events, 1 key\(s\), 3ms[^]*sliding-log\s+sliding-log\s+2\/3/)
       assert.throws(() => run('--time-unit', 's'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit applies to --csv timestamps only/.test(e.stderr))
       assert.throws(() => run('--csv', join(dir, 'epoch.csv'), '--time-unit', 'us'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit must be ms or s, got us/.test(e.stderr))
-      assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /unknown pattern "tsunami"/.test(e.stderr))
+      assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /^sluice simulate: unknown pattern "tsunami"/.test(e.stderr))
+      // A slip on the command line is said as the CLI says the rest, with the usage after it.
+      for (const [args, said] of [[['--algorithm', 'x'], 'unknown option --algorithm'], [['--csv'], '--csv needs a value'], [['--json=yes'], '--json takes no value'], [['extra'], 'unexpected argument "extra"']] as const) {
+        assert.throws(() => run(...args), (e: { status: number; stderr: string }) => e.status === 2 && e.stderr.startsWith(`sluice simulate: ${said}\n\nusage: sluice simulate`), args.join(' '))
+      }
       // Where no directory can be made, an error rather than a hang (node's recursive mkdir spins on these) or a stack trace.
       symlinkSync(join(dir, 'gone'), join(dir, 'dangling'))
       for (const args of [['--out', join(dir, 'dangling', 'charts')], ['--out', '/proc/sluice/charts'], ['--out', join(dir, 'report.html')], ['--html', join(dir, 'nowhere', 'report.html')]]) {
         assert.throws(() => run('--limit', '10', ...args), (e: { status: number; stderr: string }) => {
           assert.equal(e.status, 1, args.join(' '))
-          assert.match(e.stderr, /^cannot write the charts: E[A-Z]+/)
+          assert.match(e.stderr, /^sluice simulate: cannot write the charts: E[A-Z]+/)
           return true
         })
       }
