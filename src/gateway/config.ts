@@ -510,6 +510,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   }
   checkReferences(config, report)
   checkServer(config, report)
+  checkStoreHolds(config, limitsResolved, report)
   const watch = watchedKeys(config, report)
   checkCompiles(config, jwtPublicKey, apiKeys, report)
   checkReachable(config, report)
@@ -742,6 +743,21 @@ function checkServer(config: RawConfig, report: Report): void {
   const { headersMs, requestMs } = config.server.timeouts
   if (headersMs > requestMs) {
     report(['server', 'timeouts', 'headersMs'], `${headersMs} exceeds requestMs (${requestMs}): the whole request, headers included, must arrive within requestMs`)
+  }
+}
+
+/**
+ * A memory store must hold one request's entries, one per policy it is decided
+ * with (the global limits and its route's, the largest tier of each): fewer,
+ * and it evicts a request's own state as it writes it, so nothing is refused.
+ */
+function checkStoreHolds(config: RawConfig, limits: readonly ResolvedLimit[], report: Report): void {
+  if (config.store.type !== 'memory' || config.store.maxKeys === undefined) return
+  const entries = (limit: ResolvedLimit) => Math.max(0, ...[...limit.policies.values()].map((policies) => policies.length))
+  const global = limits.filter((limit) => limit.route === undefined).reduce((sum, limit) => sum + entries(limit), 0)
+  const most = Math.max(global, ...config.routes.map((route) => global + limits.filter((limit) => limit.route === route.name).reduce((sum, limit) => sum + entries(limit), 0)))
+  if (config.store.maxKeys < most) {
+    report(['store', 'maxKeys'], `${config.store.maxKeys} is below the ${most} entries one client's request can take (one per policy it is decided with): each request would evict its own state and none would be refused`)
   }
 }
 

@@ -165,6 +165,12 @@ export class Limiter {
       throw new ArgumentError('fallbackStore', options.fallbackStore, 'must be a MemoryStore')
     }
     this.fallbackStore = options.fallbackStore ?? new MemoryStore({ maxKeys: 100_000 })
+    // A call keeps one entry per policy: a store holding fewer would evict the call's own state as it wrote it, and never refuse.
+    for (const [name, memory] of [['store', store], ['fallbackStore', this.fallbackStore]] as const) {
+      if (memory instanceof MemoryStore && memory.maxKeys < this.policies.length) {
+        throw new ArgumentError(`${name}.maxKeys`, memory.maxKeys, `is below the ${this.policies.length} entries each key takes here (one per policy): every call would forget what the last one spent`)
+      }
+    }
     const circuit = options.circuit ?? {}
     checkOptions('circuit', 'a circuit option', circuit, new Set(['failures', 'probeIntervalMs']))
     this.probeIntervalMs = positiveNumber('circuit.probeIntervalMs', circuit.probeIntervalMs, 1000)

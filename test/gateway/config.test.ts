@@ -396,6 +396,28 @@ routes:
     }
   })
 
+  it('refuses a memory store too small for one request: it would evict the request\'s own state and refuse nothing', async () => {
+    const config = (maxKeys: number) => `
+store: { type: memory, maxKeys: ${maxKeys} }
+limits:
+  - policies: [{ algorithm: fixed-window, limit: 5, windowMs: 1000 }, { algorithm: fixed-window, limit: 50, windowMs: 60000 }]
+routes:
+  - name: api
+    match: { path: /api/** }
+    upstream: http://127.0.0.1:9
+    limits:
+      - tiers: { free: { algorithm: fixed-window, limit: 5, windowMs: 1000 }, pro: [{ algorithm: fixed-window, limit: 50, windowMs: 1000 }, { algorithm: sliding-log, limit: 500, windowMs: 60000 }] }
+  - name: other
+    upstream: http://127.0.0.1:9
+tiers: { from: { header: x-plan }, default: free }
+`
+    // Two global policies, and the route's largest tier has two: four entries.
+    assert.deepEqual(await problems(config(3)), [
+      "store.maxKeys: 3 is below the 4 entries one client's request can take (one per policy it is decided with): each request would evict its own state and none would be refused (line 2)",
+    ])
+    assert.deepEqual(await problems(config(4)), [])
+  })
+
   it('admin.watch: keys as the gateway makes them (an IPv6 address as its /56 network, a mapped IPv4 as IPv4); refuses a key of no kind it makes', async () => {
     const limit = '      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }'
     const watched = await parseConfig(minimal(limit, 'admin: { watch: [apikey:alpha, "ip:2001:db8:1:2::7", "ip:::ffff:192.0.2.1", ip:192.0.2.9, "user:42", anonymous] }'), 'test.yaml', {})

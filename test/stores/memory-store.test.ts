@@ -70,4 +70,13 @@ describe('MemoryStore', () => {
     assert.throws(() => new MemoryStore({ max: 5 } as never), /max is not a MemoryStore option \(known: maxKeys, clock\)/)
     assert.throws(() => new MemoryStore(null as never), /options must be an object/)
   })
+
+  it('a limiter refuses a store too small for one key of its: with one entry per policy, it would evict its own state and never refuse', () => {
+    const policies: Policy[] = [{ ...oneBySecond, name: 'a' }, { ...oneBySecond, name: 'b' }, { ...oneBySecond, name: 'c' }]
+    assert.throws(() => new Limiter({ policies, store: new MemoryStore({ maxKeys: 2 }) }), /^ArgumentError: store\.maxKeys is below the 3 entries each key takes here \(one per policy\).*\(got 2\)$/)
+    assert.throws(() => new Limiter({ policies, store: new MemoryStore(), fallbackStore: new MemoryStore({ maxKeys: 1 }) }), /^ArgumentError: fallbackStore\.maxKeys is below the 3 entries/)
+    const limiter = new Limiter({ policies, store: new MemoryStore({ maxKeys: 3 }), clock: () => 0 })
+    assert.equal(limiter.limitSync('k').allowed, true)
+    assert.equal(limiter.limitSync('k').allowed, false, 'three entries fit: the key is remembered')
+  })
 })
