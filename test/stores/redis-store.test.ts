@@ -484,6 +484,19 @@ describe('RedisStore on a client of yours that re-sends commands after a reconne
       const fromUrl: string[] = []
       await new RedisStore({ url: `redis://127.0.0.1:${port}`, onWarning: (message) => fromUrl.push(message) }).close()
       assert.deepEqual(fromUrl, [])
+      // Process warnings: once per client, however many stores are made over it (one per limiter, say).
+      const emitted: string[] = []
+      const collect = (warning: Error) => { if ((warning as Error & { code?: string }).code === 'SLUICE_REDIS') emitted.push(warning.message) }
+      process.on('warning', collect)
+      try {
+        const shared = new Redis(options)
+        clients.push(shared)
+        for (let i = 0; i < 3; i++) new RedisStore({ client: shared })
+        await new Promise((resolve) => setImmediate(resolve))
+        assert.equal(emitted.length, 1, emitted.join('\n'))
+      } finally {
+        process.off('warning', collect)
+      }
     } finally {
       for (const client of [...clients, ...cluster]) client.disconnect()
     }

@@ -79,6 +79,9 @@ function hashTag(key: string): string {
   return key.startsWith('}') || key.startsWith('\\') ? `\\${key}` : key
 }
 
+/** Clients already warned of re-sending commands after a reconnect. */
+const warnedClients = new WeakSet<object>()
+
 export class RedisStore implements Store {
   private readonly runner: ScriptRunner
   private readonly owned: boolean
@@ -119,7 +122,10 @@ export class RedisStore implements Store {
       this.runner = runnerFor(options.client)
       this.ready = Promise.resolve()
       this.owned = false
-      if (resendsAfterReconnect(options.client)) {
+      // To the process once per client: stores made over one client share its setting (one store per limiter, say).
+      const told = options.onWarning === undefined && warnedClients.has(options.client as object)
+      if (resendsAfterReconnect(options.client) && !told) {
+        if (options.onWarning === undefined) warnedClients.add(options.client as object)
         this.warn('sluice: this ioredis client re-sends the commands in flight when its connection drops (autoResendUnfulfilledCommands, true by default): a decision Redis already made can be made, and charged, again. Create it with { autoResendUnfulfilledCommands: false } (and a commandTimeout), or pass { url } and let the store open its connection.')
       }
     }
