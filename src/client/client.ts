@@ -10,7 +10,7 @@
 import { createHash } from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import type { Dispatcher } from 'undici'
-import { ArgumentError, PolicyError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
+import { ArgumentError, inContext, PolicyError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
 import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { MAX_WAIT_MS, RESERVABLE } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
@@ -210,8 +210,9 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       else process.emitWarning(`sluice client: a store call failed (${failure.reason}): ${failure.error}; this process paces alone until the store answers`, { code: 'SLUICE_CLIENT' })
     })
     const observer: LimiterObserver = { storeCall: (_durationMs, outcome, error) => failures.observe(outcome, error) }
-    if (options.pace !== undefined) {
-      this.pacing = new Limiter({ policies: options.pace, store: store ?? new MemoryStore(), prefix: `${prefix}:pace`, observer })
+    const pace = options.pace
+    if (pace !== undefined) {
+      this.pacing = inContext('pace', () => new Limiter({ policies: pace, store: store ?? new MemoryStore(), prefix: `${prefix}:pace`, observer }))
     }
     if (store !== undefined) this.shared = new SharedQuotas(store, `${prefix}:quota`, observer)
   }

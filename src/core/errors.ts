@@ -188,3 +188,17 @@ export function commandLineProblem(thrown: unknown): string {
       return message
   }
 }
+
+/**
+ * Runs `build`; a SluiceError it throws goes on with `context` before its
+ * message (which rule, which option), so a mistake in one of many policies
+ * says where it is.
+ */
+export function inContext<T>(context: string, build: () => T): T {
+  try {
+    return build()
+  } catch (error) {
+    if (error instanceof SluiceError) error.message = `${context}: ${error.message}`
+    throw error
+  }
+}

@@ -4,7 +4,7 @@
  * translate their request into `HttpRequest` and apply the `HttpOutcome`.
  */
 import type { Clock } from '../core/clock.ts'
-import { ArgumentError, messageOf } from '../core/errors.ts'
+import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { checkBoolean, rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
@@ -355,13 +355,13 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     if (rule.tiers !== undefined) {
       const { of, policies, default: fallback } = rule.tiers
       if (typeof of !== 'function') throw new ArgumentError(`rule "${name}" tiers.of`, of, 'must be a function of the request')
-      const byTier = new Map(Object.entries(policies ?? {}).map(([tier, p]) => [tier, makeLimiter(p, base)]))
+      const byTier = new Map(Object.entries(policies ?? {}).map(([tier, p]) => [tier, inContext(`rule "${name}" tier "${tier}"`, () => makeLimiter(p, base))]))
       const fallbackLimiter = byTier.get(fallback)
       if (fallbackLimiter === undefined) throw new ArgumentError(`rule "${name}" tiers.default`, fallback, `must name one of the tiers (${[...byTier.keys()].join(', ')})`)
       limiters = [...byTier.values()]
       limiterFor = async (request) => byTier.get((await of(request)) ?? fallback) ?? fallbackLimiter
     } else {
-      const limiter = makeLimiter(rule.policies as Policy | Policy[], base)
+      const limiter = inContext(`rule "${name}"`, () => makeLimiter(rule.policies as Policy | Policy[], base))
       limiters = [limiter]
       limiterFor = () => limiter
     }

@@ -331,7 +331,7 @@ describe('waiting, failing fast, queues and pacing', () => {
     assert.throws(() => createClient({ concurrency: 0 }), /concurrency must be an integer of at least 1/)
     assert.throws(() => createClient({ retry: { retries: 1.5 } }), /retry.retries/)
     assert.throws(() => createClient({ retry: { statuses: [200] } }), /retry.statuses/)
-    assert.throws(() => createClient({ pace: { algorithm: 'token-bucket', capacity: 0, refillTokens: 1, refillIntervalMs: 1 } }), /capacity/)
+    assert.throws(() => createClient({ pace: { algorithm: 'token-bucket', capacity: 0, refillTokens: 1, refillIntervalMs: 1 } }), /^PolicyError: pace: capacity must be a positive integer \(got 0\)$/)
     assert.throws(() => createClient({ bogus: 1 } as never), /bogus is not a client option/)
     // A prefix the store's limiters refuse used to stop the fleet's sharing without a word, at the first quota learned.
     const store = new MemoryStore()

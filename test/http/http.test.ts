@@ -395,6 +395,9 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { method: 'GET POST' } }] }), /match\.method.*must be HTTP methods/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, cost: 10 }] }), /exceeds the limit 5 .* would refuse every request/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { policies }] }), /both have a policy named/)
+    // A policy's mistake says which rule (and tier) it is in.
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { name: 'login', policies: { algorithm: 'fixed-window', windowMs: 1000, name: 'login' } as never }] }), /^PolicyError: rule "login": policy "login": limit is required$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', tiers: { of: () => 'pro', default: 'pro', policies: { pro: { algorithm: 'token-bucket', capacity: 0, refillTokens: 1, refillIntervalMs: 1000 } } } }] }), /^PolicyError: rule "api" tier "pro": capacity must be a positive integer \(got 0\)$/)
     // Two rules of one name would be one rule to onDecision and onLimited.
     const named = (name: string) => ({ ...policies, name })
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', policies: named('a') }, { name: 'api', policies: named('b') }] }), /^ArgumentError: rules\[1\]\.name is also the name of rules\[0\]; give each rule its own name .*\(got "api"\)$/)
