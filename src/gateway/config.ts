@@ -18,7 +18,7 @@ import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, type ClientIpOptions } from '../http/client-ip.ts'
 import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
-import { compileMatch, excludesAll, matchCovers, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
+import { compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -705,6 +705,9 @@ function checkReachable(config: RawConfig, report: Report): void {
     }
     route.limits.forEach((limit, k) => {
       if (excludesOwnPaths(limit.match)) report(['routes', j, 'limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
+      else if (limit.match !== undefined && !matchesMeet(route.match ?? {}, limit.match, config.caseSensitive)) {
+        report(['routes', j, 'limits', k, 'match'], `no request the route takes (${describeMatch(route.match)}) is one this limit names (${describeMatch(limit.match)}), so it never applies: a limit's match narrows its route's, with the whole path`)
+      }
     })
     const paths = route.match?.path === undefined ? ['/**'] : [route.match.path].flat()
     if (route.stripPrefix !== undefined && !paths.some((path) => mayStartWith(path, route.stripPrefix as string, config.caseSensitive))) {
@@ -714,6 +717,12 @@ function checkReachable(config: RawConfig, report: Report): void {
   config.limits.forEach((limit, k) => {
     if (excludesOwnPaths(limit.match)) report(['limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
   })
+}
+
+/** A match's paths and methods, as a problem quotes them. */
+function describeMatch(match: MatchOptions | undefined): string {
+  const paths = [match?.path ?? '/**'].flat().join(', ')
+  return match?.method === undefined ? paths : `${[match.method].flat().join(', ')} ${paths}`
 }
 
 /**

@@ -214,6 +214,41 @@ export function matchCovers(outer: MatchOptions, inner: MatchOptions, caseSensit
     })
 }
 
+/**
+ * Whether some request may match both `a` and `b` (a gateway route and a
+ * limit within it). Conservative the other way from matchCovers: false only
+ * when sure, when their paths cannot meet, or their methods cannot (only a
+ * POST reads as a second method, through an override, so POST never rules
+ * a meeting out).
+ */
+export function matchesMeet(a: MatchOptions, b: MatchOptions, caseSensitive = true): boolean {
+  const aPaths = optionalList(a.path) ?? ['/**']
+  const bPaths = optionalList(b.path) ?? ['/**']
+  if (!aPaths.some((one) => bPaths.some((other) => pathsMeet(one, other, caseSensitive)))) return false
+  if (a.method === undefined || b.method === undefined) return true
+  const aMethods = methodNames(a.method)
+  const bMethods = methodNames(b.method)
+  return aMethods.includes('POST') || bMethods.includes('POST') || aMethods.some((method) => bMethods.includes(method))
+}
+
+/**
+ * Two path patterns may match one path: a pattern without wildcards is that
+ * path, tried on the other; else their literal starts, up to the first
+ * wildcard, must agree for as long as both go.
+ */
+function pathsMeet(one: string, other: string, caseSensitive: boolean): boolean {
+  const fixed = (pattern: string) => !pattern.includes('*')
+  const tries = (pattern: string, path: string) => {
+    const matches = compileGlob(pattern, caseSensitive)
+    return matches(path) || (!path.endsWith('/') && matches(`${path}/`))
+  }
+  if (fixed(one)) return tries(other, one)
+  if (fixed(other)) return tries(one, other)
+  const fold = (text: string) => (caseSensitive ? text : text.toLowerCase())
+  const start = (pattern: string) => fold(pattern.slice(0, pattern.indexOf('*')))
+  return start(one).startsWith(start(other)) || start(other).startsWith(start(one))
+}
+
 /** A rule that excludes every path it names: by its own `exclude`, or by `skip` patterns in force around it. */
 export function excludesAll(match: MatchOptions, skip: string | string[] = [], caseSensitive = true): boolean {
   const excluded = [...optionalList(match.exclude) ?? [], ...list(skip)]

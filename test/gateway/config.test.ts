@@ -396,6 +396,36 @@ routes:
     }
   })
 
+  it('refuses a limit whose match names no request its route takes: /login in a route of /api/**, DELETE in a route of GET', async () => {
+    const config = (routeMatch: string, limitMatch: string, extra = '') => `
+${extra}
+routes:
+  - name: api
+    match: ${routeMatch}
+    upstream: http://127.0.0.1:9
+    limits:
+      - match: ${limitMatch}
+        policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
+`
+    assert.deepEqual(await problems(config('{ path: /api/** }', '{ path: /login }')), [
+      "routes[0].limits[0].match: no request the route takes (/api/**) is one this limit names (/login), so it never applies: a limit's match narrows its route's, with the whole path (line 8)",
+    ])
+    assert.deepEqual(await problems(config('{ path: /r/**, method: GET }', '{ method: [DELETE, PUT] }')), [
+      "routes[0].limits[0].match: no request the route takes (GET /r/**) is one this limit names (DELETE, PUT /**), so it never applies: a limit's match narrows its route's, with the whole path (line 8)",
+    ])
+    assert.equal((await problems(config('{ path: [/v1/**, /v2/**] }', '{ path: [/v3/*, /api*] }'))).length, 1)
+    assert.equal((await problems(config('{ path: /API/** }', '{ path: /api/login }', 'caseSensitive: true'))).length, 1)
+    // Any request both can take, and every one POST can (an override makes a POST read as another method), is allowed.
+    for (const [route, limit] of [
+      ['{ path: /api/** }', '{ path: /api/login }'], ['{ path: /api/** }', '{ path: /api }'], ['{ path: /api/** }', '{ path: /API/login }'],
+      ['{ path: /api/** }', '{ path: "/*/login" }'], ['{ path: "/v*/**" }', '{ path: /v2/x }'], ['{ path: /api/x }', '{ path: /api/x/ }'],
+      ['{ path: /api/** }', '{ method: POST }'], ['{ method: GET }', '{ method: HEAD }'], ['{ method: GET }', '{ method: POST }'],
+      ['{ method: POST }', '{ method: DELETE }'], ['{ path: /api/** }', '{ headers: { x-debug: true } }'],
+    ]) {
+      assert.deepEqual(await problems(config(route as string, limit as string)), [], `${route} with ${limit}`)
+    }
+  })
+
   it('refuses a memory store too small for one request: it would evict the request\'s own state and refuse nothing', async () => {
     const config = (maxKeys: number) => `
 store: { type: memory, maxKeys: ${maxKeys} }
