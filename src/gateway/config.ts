@@ -709,9 +709,10 @@ function checkReachable(config: RawConfig, report: Report): void {
         report(['routes', j, 'limits', k, 'match'], `no request the route takes (${describeMatch(route.match)}) is one this limit names (${describeMatch(limit.match)}), so it never applies: a limit's match narrows its route's, with the whole path`)
       }
     })
-    const paths = route.match?.path === undefined ? ['/**'] : [route.match.path].flat()
-    if (route.stripPrefix !== undefined && !paths.some((path) => mayStartWith(path, route.stripPrefix as string, config.caseSensitive))) {
-      report(['routes', j, 'stripPrefix'], `${show(route.stripPrefix)} begins no path the route matches (${paths.join(', ')}), so nothing would be stripped and the upstream would get every path whole`)
+    // stripPrefix strips from the prefix itself and the paths below it: `<prefix>/**`.
+    const strip = route.stripPrefix
+    if (strip !== undefined && strip !== '/' && !matchesMeet({ path: route.match?.path ?? '/**' }, { path: `${strip}/**` }, config.caseSensitive)) {
+      report(['routes', j, 'stripPrefix'], `${show(strip)} begins no path the route matches (${[route.match?.path ?? '/**'].flat().join(', ')}), so nothing would be stripped and the upstream would get every path whole`)
     }
   })
   config.limits.forEach((limit, k) => {
@@ -723,22 +724,6 @@ function checkReachable(config: RawConfig, report: Report): void {
 function describeMatch(match: MatchOptions | undefined): string {
   const paths = [match?.path ?? '/**'].flat().join(', ')
   return match?.method === undefined ? paths : `${[match.method].flat().join(', ')} ${paths}`
-}
-
-/**
- * Whether path pattern `pattern` matches some path that is `prefix` or starts
- * with `prefix/`, as stripPrefix strips: its literal start must agree with the
- * prefix for as long as both go, and, where the prefix goes on past it into a
- * wildcard, the wildcard is taken to allow it.
- */
-function mayStartWith(pattern: string, prefix: string, caseSensitive: boolean): boolean {
-  const fold = (text: string) => (caseSensitive ? text : text.toLowerCase())
-  const wildcard = pattern.indexOf('*')
-  const literal = fold(wildcard === -1 ? pattern.replace(/\/$/, '') : pattern.slice(0, wildcard))
-  const wanted = fold(prefix)
-  if (wanted === '/') return true
-  if (literal.startsWith(wanted)) return literal.length === wanted.length || literal[wanted.length] === '/'
-  return wildcard !== -1 && wanted.startsWith(literal)
 }
 
 /** What only fails when the gateway starts, or behaves otherwise than written: two listeners on one port, timeouts that contradict. */
