@@ -705,7 +705,7 @@ function checkReachable(config: RawConfig, report: Report): void {
     }
     route.limits.forEach((limit, k) => {
       if (excludesOwnPaths(limit.match)) report(['routes', j, 'limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
-      else if (limit.match !== undefined && !matchesMeet(route.match ?? {}, limit.match, config.caseSensitive)) {
+      else if (limit.match !== undefined && unknownMethods(limit.match).length === 0 && !matchesMeet(route.match ?? {}, limit.match, config.caseSensitive)) {
         report(['routes', j, 'limits', k, 'match'], `no request the route takes (${describeMatch(route.match)}) is one this limit names (${describeMatch(limit.match)}), so it never applies: a limit's match narrows its route's, with the whole path`)
       }
     })
@@ -717,6 +717,9 @@ function checkReachable(config: RawConfig, report: Report): void {
   })
   config.limits.forEach((limit, k) => {
     if (excludesOwnPaths(limit.match)) report(['limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
+    else if (limit.match !== undefined && unknownMethods(limit.match).length === 0 && config.routes.length > 0 && !config.routes.some((route) => matchesMeet(route.match ?? {}, limit.match ?? {}, config.caseSensitive))) {
+      report(['limits', k, 'match'], `no route takes a request this limit names (${describeMatch(limit.match)}), so it never applies: requests no route takes are answered 404 unlimited`)
+    }
   })
 }
 

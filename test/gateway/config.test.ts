@@ -414,6 +414,16 @@ routes:
       "routes[0].limits[0].match: no request the route takes (GET /r/**) is one this limit names (DELETE, PUT /**), so it never applies: a limit's match narrows its route's, with the whole path (line 8)",
     ])
     assert.equal((await problems(config('{ path: [/v1/**, /v2/**] }', '{ path: [/v3/*, /api*] }'))).length, 1)
+    // A global limit that no route's requests meet: those get 404, unlimited.
+    const global = (match: string) => `limits:\n  - match: ${match}\n    policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }\nroutes:\n  - { name: api, match: { path: /api/** }, upstream: "http://127.0.0.1:9" }\n  - { name: web, match: { path: /web/**, method: GET }, upstream: "http://127.0.0.1:9" }\n`
+    assert.deepEqual(await problems(global('{ path: /admin/** }')), [
+      'limits[0].match: no route takes a request this limit names (/admin/**), so it never applies: requests no route takes are answered 404 unlimited (line 2)',
+    ])
+    assert.deepEqual(await problems(global('{ path: /web/x, method: DELETE }')), [
+      'limits[0].match: no route takes a request this limit names (DELETE /web/x), so it never applies: requests no route takes are answered 404 unlimited (line 2)',
+    ])
+    assert.deepEqual(await problems(global('{ path: [/admin/**, /api/login] }')), [])
+    assert.deepEqual(await problems(global('{ method: POST }')), [])
     assert.equal((await problems(config('{ path: /API/** }', '{ path: /api/login }', 'caseSensitive: true'))).length, 1)
     // Any request both can take, and every one POST can (an override makes a POST read as another method), is allowed.
     for (const [route, limit] of [
