@@ -763,6 +763,9 @@ function checkReferences(config: RawConfig, report: Report): void {
   const check = (kinds: readonly string[] | undefined, path: PropertyKey[]) => {
     kinds?.forEach((kind, i) => {
       if (!configured.has(kind)) report([...path, i], `${show(kind)} is not configured under identity`)
+      else if (kinds.indexOf(kind) < i) report([...path, i], `${show(kind)} is named twice`)
+      // Every request has a client address: whatever comes after ip is never tried.
+      else if (kind === 'ip' && i < kinds.length - 1) report([...path, i], `ip identifies every request, so ${kinds.slice(i + 1).join(', ')} after it would never be tried: put ip last`)
     })
   }
   check(config.identity.order, ['identity', 'order'])

@@ -370,6 +370,25 @@ routes:
     assert.deepEqual(await problems(minimal(limit, 'prefix: "my app"')), ['prefix: expected 1 to 48 printable ASCII characters without spaces or braces, got "my app" (line 2)'])
   })
 
+  it('refuses an identity order with ip before another kind (every request has an address, so the rest is never tried), or a kind named twice', async () => {
+    const config = (order: string, key: string) => `
+identity:
+  apiKey: { header: x-api-key, keys: [k1] }
+  order: ${order}
+routes:
+  - name: api
+    upstream: http://127.0.0.1:9
+    limits:
+      - key: ${key}
+        policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
+`
+    assert.deepEqual(await problems(config('[ip, apiKey]', '[apiKey, apiKey]')), [
+      'identity.order[0]: ip identifies every request, so apiKey after it would never be tried: put ip last (line 4)',
+      'routes[0].limits[0].key[1]: "apiKey" is named twice (line 9)',
+    ])
+    assert.deepEqual(await problems(config('[apiKey, ip]', '[ip]')), [])
+  })
+
   it('refuses a stripPrefix that begins no path its route matches (the upstream would get every path whole)', async () => {
     const route = (match: string, strip: string, extra = '') => `
 ${extra}
