@@ -16,7 +16,7 @@ import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../cor
 import { readFileBounded } from '../core/files.ts'
 import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
-import { clientIpResolver, type ClientIpOptions } from '../http/client-ip.ts'
+import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from '../http/client-ip.ts'
 import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
 import { compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
 
@@ -593,6 +593,8 @@ export function configWarnings(config: GatewayConfig): string[] {
   }
   const tierFrom = config.tiers?.from
   const trustProxy = config.identity.clientIp?.trustProxy
+  const trustsEveryone = everyAddressWarning(trustProxy, 'identity.clientIp.trustProxy')
+  if (trustsEveryone !== undefined) warnings.push(trustsEveryone)
   const behindProxy = trustProxy !== undefined && trustProxy !== false && trustProxy !== 0 && !(Array.isArray(trustProxy) && trustProxy.length === 0)
   if (tierFrom !== undefined && 'header' in tierFrom && !behindProxy) {
     warnings.push(`tiers.from.header: clients reach this gateway directly (identity.clientIp.trustProxy is not set), so any client can choose its tier by sending ${tierFrom.header}. Take the tier from a verified claim (tiers.from.jwtClaim), or set trustProxy for the proxy that writes the header.`)

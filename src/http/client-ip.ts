@@ -140,6 +140,18 @@ function forwardedFor(element: string | undefined): Address | undefined {
   return pair === undefined ? undefined : parse(pair.slice(4))
 }
 
+/**
+ * A warning for a trustProxy list that trusts every IPv4 or every IPv6
+ * address (`0.0.0.0/0`, `::/0`), if it does. With every address a proxy, the
+ * walk ends at the left-most X-Forwarded-For entry, the one the client wrote:
+ * each request can name a key of its own.
+ */
+export function everyAddressWarning(trustProxy: ClientIpOptions['trustProxy'], where: string): string | undefined {
+  const every = Array.isArray(trustProxy) ? trustProxy.find((cidr) => parseRange(cidr)[1] === 0) : undefined
+  if (every === undefined) return undefined
+  return `${where} trusts ${every}, every ${parseRange(every)[0].kind() === 'ipv4' ? 'IPv4' : 'IPv6'} address, as a proxy: the client is then the left-most X-Forwarded-For entry, which the client writes, so any client can take a fresh quota per request. List your proxies' addresses, or give the number of proxies in front (a hop count) if their addresses are not known.`
+}
+
 function parseRange(cidr: string): [Address, number] {
   let range: [Address, number]
   try {

@@ -13,7 +13,7 @@ import { checkObserver, checkPrefix, Limiter, MAX_PREFIX_LENGTH, type LimiterObs
 import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
-import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
+import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from './client-ip.ts'
 import { anyReading, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
 import { checkHeaderOptions, rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
 
@@ -267,6 +267,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     }
   }
   const resolveIp = clientIpResolver(options.clientIp)
+  const trustsEveryone = everyAddressWarning(options.clientIp?.trustProxy, 'sluice: clientIp.trustProxy')
+  if (trustsEveryone !== undefined) warn(trustsEveryone)
   const ipKey: KeyResolver = (request) => {
     const { key, ignoredForwarding } = resolveIp(request.remoteAddress, request.header)
     if (ignoredForwarding) {

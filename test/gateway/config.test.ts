@@ -327,6 +327,18 @@ routes:
     assert.deepEqual(configWarnings(behindProxy), [])
   })
 
+  it('warns of a trustProxy that trusts every address: the client then writes its own key', async () => {
+    const limit = '      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }'
+    const warned = async (trustProxy: string) => configWarnings(await parseConfig(minimal(limit, `identity: { clientIp: { trustProxy: ${trustProxy} } }`), 'test.yaml', {}))
+    assert.deepEqual(await warned('[10.0.0.0/8, 0.0.0.0/0]'), [
+      "identity.clientIp.trustProxy trusts 0.0.0.0/0, every IPv4 address, as a proxy: the client is then the left-most X-Forwarded-For entry, which the client writes, so any client can take a fresh quota per request. List your proxies' addresses, or give the number of proxies in front (a hop count) if their addresses are not known.",
+    ])
+    assert.match((await warned('["::ffff:0:0/96"]')).join(), /trusts ::ffff:0:0\/96, every IPv4 address/)
+    assert.match((await warned('["::/0"]')).join(), /trusts ::\/0, every IPv6 address/)
+    assert.deepEqual(await warned('[10.0.0.0/8, "::1"]'), [])
+    assert.deepEqual(await warned('2'), [])
+  })
+
   it('a rotated JWT key file is a new config version, so a reload takes it', async () => {
     await inTempDir(async (dir) => {
       const pem = join(dir, 'jwt.pem')

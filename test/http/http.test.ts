@@ -398,6 +398,10 @@ describe('HTTP configuration', () => {
     // A policy's mistake says which rule (and tier) it is in.
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { name: 'login', policies: { algorithm: 'fixed-window', windowMs: 1000, name: 'login' } as never }] }), /^PolicyError: rule "login": policy "login": limit is required$/)
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', tiers: { of: () => 'pro', default: 'pro', policies: { pro: { algorithm: 'token-bucket', capacity: 0, refillTokens: 1, refillIntervalMs: 1000 } } } }] }), /^PolicyError: rule "api" tier "pro": capacity must be a positive integer \(got 0\)$/)
+    // A proxy list that trusts every address lets each client write its own key: said at start-up.
+    const warnings: string[] = []
+    createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['0.0.0.0/0'] }, onWarning: (message) => warnings.push(message) })
+    assert.match(warnings.join(), /^sluice: clientIp\.trustProxy trusts 0\.0\.0\.0\/0, every IPv4 address, as a proxy: .* any client can take a fresh quota per request/)
     // Two rules of one name would be one rule to onDecision and onLimited.
     const named = (name: string) => ({ ...policies, name })
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', policies: named('a') }, { name: 'api', policies: named('b') }] }), /^ArgumentError: rules\[1\]\.name is also the name of rules\[0\]; give each rule its own name .*\(got "api"\)$/)
