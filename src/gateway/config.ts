@@ -19,6 +19,7 @@ import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from '../http/client-ip.ts'
 import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
 import { compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
+import { partitionKeyProblem } from '../http/headers.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -733,6 +734,13 @@ function describeMatch(match: MatchOptions | undefined): string {
 
 /** What only fails when the gateway starts, or behaves otherwise than written: two listeners on one port, timeouts that contradict. */
 function checkServer(config: RawConfig, report: Report): void {
+  const unsent = partitionKeyProblem(config.headers)
+  if (unsent !== undefined) report(['headers', 'partitionKey'], unsent)
+  // A route's style is the top-level one under its own, field by field; a partition key it inherits goes where its style has room.
+  config.routes.forEach((route, i) => {
+    const merged = route.headers?.partitionKey === true ? partitionKeyProblem({ ...config.headers, ...route.headers }) : undefined
+    if (merged !== undefined) report(['routes', i, 'headers', 'partitionKey'], merged)
+  })
   const server = config.server.listen
   const admin = config.admin.listen
   const anyAddress = (host: string) => host === '0.0.0.0' || host === '::'

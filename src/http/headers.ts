@@ -53,6 +53,15 @@ export function checkHeaderOptions(options: unknown, argument = 'headers'): asse
     throw new ArgumentError(`${argument}.standard`, standard, "must be 'draft-10', 'draft-8', 'draft-7', 'draft-6' or false")
   }
   for (const flag of ['legacy', 'partitionKey', 'springCloudGateway'] as const) checkBoolean(`${argument}.${flag}`, (options as HeaderOptions)[flag])
+  const unsent = partitionKeyProblem(options as HeaderOptions)
+  if (unsent !== undefined) throw new ArgumentError(`${argument}.partitionKey`, true, unsent)
+}
+
+/** Why `partitionKey: true` would send nothing under these options: only the draft-10 and draft-8 fields carry `pk`. */
+export function partitionKeyProblem(options: HeaderOptions): string | undefined {
+  const standard = options.standard ?? 'draft-10'
+  if (options.partitionKey !== true || standard === 'draft-10' || standard === 'draft-8') return undefined
+  return `is a parameter of the draft-10 and draft-8 fields; standard ${standard === false ? 'false sends none' : `${standard} has no place for it`}, so no partition key would be sent`
 }
 
 /** The window a policy's quota refers to, in whole seconds (at least 1). */

@@ -379,6 +379,15 @@ routes:
     // Express's `trust proxy: true`, or one CIDR without its list, named what is expected (it said only "invalid value").
     assert.deepEqual(await problems(minimal(limit, 'identity: { clientIp: { trustProxy: true } }')), ['identity.clientIp.trustProxy: expected a list of proxy addresses or CIDRs ([10.0.0.0/8]), a hop count, or false, got true (line 2)'])
     assert.deepEqual(await problems(minimal(limit, 'identity: { clientIp: { trustProxy: 10.0.0.0/8 } }')), ['identity.clientIp.trustProxy: expected a list of proxy addresses or CIDRs ([10.0.0.0/8]), a hop count, or false, got "10.0.0.0/8" (line 2)'])
+    // A partition key the chosen fields have no place for; a route's style may drop the one it inherits.
+    assert.deepEqual(await problems(minimal(limit, 'headers: { standard: draft-7, partitionKey: true }')), [
+      'headers.partitionKey: is a parameter of the draft-10 and draft-8 fields; standard draft-7 has no place for it, so no partition key would be sent (line 2)',
+    ])
+    const routeStyle = (top: string, route: string) => `headers: ${top}\nroutes:\n  - { name: a, upstream: "http://127.0.0.1:9", headers: ${route} }\n`
+    assert.deepEqual(await problems(routeStyle('{ standard: draft-6 }', '{ partitionKey: true }')), [
+      'routes[0].headers.partitionKey: is a parameter of the draft-10 and draft-8 fields; standard draft-6 has no place for it, so no partition key would be sent (line 3)',
+    ])
+    assert.deepEqual(await problems(routeStyle('{ partitionKey: true }', '{ standard: draft-6 }')), [])
     assert.deepEqual(await problems(minimal(limit, 'prefix: "my app"')), ['prefix: expected 1 to 48 printable ASCII characters without spaces or braces, got "my app" (line 2)'])
   })
 

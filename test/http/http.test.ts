@@ -410,6 +410,10 @@ describe('HTTP configuration', () => {
     // A misspelt header style would silently send other fields, or none.
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { standard: 'draft-99' as never } }), /headers\.standard must be 'draft-10', 'draft-8', 'draft-7', 'draft-6' or false \(got "draft-99"\)/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { legacyHeaders: true } as never }), /legacyHeaders is not a headers option/)
+    // A partition key only the draft-10 and draft-8 fields carry.
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { standard: 'draft-7', partitionKey: true } }), /^ArgumentError: headers\.partitionKey is a parameter of the draft-10 and draft-8 fields; standard draft-7 has no place for it, so no partition key would be sent \(got true\)$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { standard: false, legacy: true, partitionKey: true } }), /standard false sends none/)
+    assert.doesNotThrow(() => createRateLimitHandler({ rules: [{ policies }], headers: { standard: 'draft-8', partitionKey: true } }))
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { legacy: 'yes' as never } }), /headers\.legacy must be true or false/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['not-an-ip'] } }), /trustProxy/)
     // Counting only some responses refunds the others: only buckets take units back exactly.
