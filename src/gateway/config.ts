@@ -512,7 +512,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   checkReferences(config, report)
   checkServer(config, report)
   checkStoreHolds(config, limitsResolved, report)
-  const watch = watchedKeys(config, report)
+  const watch = watchedKeys(config, apiKeys, report)
   checkCompiles(config, jwtPublicKey, apiKeys, report)
   checkReachable(config, report)
   if (problems.length > 0) throw new ConfigError(file, problems)
@@ -540,9 +540,20 @@ export function canonicalKey(key: string, ipv6Prefix?: number): string | undefin
  * a mapped IPv4 as IPv4), so /status shows the quota the client spends. A key
  * of another kind would only ever show a full quota.
  */
-function watchedKeys(config: RawConfig, report: Report): string[] {
+function watchedKeys(config: RawConfig, apiKeys: readonly string[] | undefined, report: Report): string[] {
   return config.admin.watch.map((key, i) => {
-    if (key === 'anonymous' || /^(apikey|user):./.test(key)) return key
+    // A key no request can be given would show a full quota for ever.
+    if (key.startsWith('user:') && key.length > 5) {
+      if (config.identity.jwt === undefined) report(['admin', 'watch', i], `${show(key)} is a JWT identity, and identity.jwt is not configured: no request is given it`)
+      return key
+    }
+    if (key.startsWith('apikey:') && key.length > 7) {
+      // Not quoted: an API key is a secret, and problems are logged.
+      if (config.identity.apiKey === undefined) report(['admin', 'watch', i], 'is an API key identity (apikey:…), and identity.apiKey is not configured: no request is given it')
+      else if (apiKeys !== undefined && !apiKeys.includes(key.slice(7))) report(['admin', 'watch', i], 'is an API key (apikey:…) that is not one of the listed keys: no request is given it')
+      return key
+    }
+    if (key === 'anonymous') return key
     if (key.startsWith('ip:')) {
       const normalized = canonicalKey(key, config.identity.clientIp?.ipv6Prefix)
       if (normalized !== undefined) return normalized

@@ -500,13 +500,23 @@ tiers: { from: { header: x-plan }, default: free }
 
   it('admin.watch: keys as the gateway makes them (an IPv6 address as its /56 network, a mapped IPv4 as IPv4); refuses a key of no kind it makes', async () => {
     const limit = '      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }'
-    const watched = await parseConfig(minimal(limit, 'admin: { watch: [apikey:alpha, "ip:2001:db8:1:2::7", "ip:::ffff:192.0.2.1", ip:192.0.2.9, "user:42", anonymous] }'), 'test.yaml', {})
+    const identity = 'identity: { apiKey: { header: x-api-key, keys: [alpha] }, jwt: { algorithms: [HS256], secret: "${JWT_SECRET}" } }'
+    const env = { JWT_SECRET: 'a'.repeat(32) }
+    const watched = await parseConfig(minimal(limit, `admin: { watch: [apikey:alpha, "ip:2001:db8:1:2::7", "ip:::ffff:192.0.2.1", ip:192.0.2.9, "user:42", anonymous] }\n${identity}`), 'test.yaml', env)
     assert.deepEqual(watched.admin.watch, ['apikey:alpha', 'ip:2001:db8:1::/56', 'ip:192.0.2.1', 'ip:192.0.2.9', 'user:42', 'anonymous'])
     const wider = await parseConfig(minimal(limit, 'admin: { watch: ["ip:2001:db8:1:2::7"] }\nidentity: { clientIp: { ipv6Prefix: 64 } }'), 'test.yaml', {})
     assert.deepEqual(wider.admin.watch, ['ip:2001:db8:1:2::/64'])
     assert.deepEqual(await problems(minimal(limit, 'admin: { watch: [partner-1, "ip:localhost"] }')), [
       'admin.watch[0]: "partner-1" is not a key the gateway makes: ip:<address>, apikey:<key>, user:<JWT claim> or anonymous (line 2)',
       'admin.watch[1]: "ip:localhost" holds no IP address (ip:203.0.113.7, ip:2001:db8::1) (line 2)',
+    ])
+    // A key no request is given would show a full quota for ever; an API key is not quoted (problems are logged).
+    assert.deepEqual(await problems(minimal(limit, 'admin: { watch: ["user:42", apikey:s3cret-key] }')), [
+      'admin.watch[0]: "user:42" is a JWT identity, and identity.jwt is not configured: no request is given it (line 2)',
+      'admin.watch[1]: is an API key identity (apikey:…), and identity.apiKey is not configured: no request is given it (line 2)',
+    ])
+    assert.deepEqual(await problems(minimal(limit, `admin: { watch: [apikey:s3cret-kee] }\n${identity}`), env), [
+      'admin.watch[0]: is an API key (apikey:…) that is not one of the listed keys: no request is given it (line 2)',
     ])
   })
 
