@@ -217,6 +217,8 @@ const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-ex
 
 const OPTIONS = new Set(['rules', 'skip', 'caseSensitive', 'allow', 'deny', 'key', 'clientIp', 'emptyKey', 'headers', 'shadow', 'store', 'prefix', 'clock', 'onDecision', 'onLimited', 'limitedResponse', 'onWarning',
   'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'observer'])
+/** Distinct unknown tier names reported per pipeline, a bound on what a client-written tier can make it log. */
+const MAX_UNKNOWN_TIERS = 10
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs', 'count'])
 
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
@@ -332,6 +334,16 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
   })
 
+  // A tier name the rule has no policies for (a claim's "Pro" for "pro") is decided as the default tier: said, for the first few names.
+  const unknownTiers = new Set<string>()
+  const unknownTier = (rule: string, tier: unknown, fallback: string, known: string[]) => {
+    const named = `${rule}\u0000${String(tier)}`
+    if (unknownTiers.has(named) || unknownTiers.size > MAX_UNKNOWN_TIERS) return
+    unknownTiers.add(named)
+    warn(unknownTiers.size > MAX_UNKNOWN_TIERS
+      ? `sluice: rule "${rule}": more tier names no tier is named for; no more are reported`
+      : `sluice: rule "${rule}": tiers.of gave ${JSON.stringify(tier)}, which names none of its tiers (${known.join(', ')}), so the default tier "${fallback}" decided; tier names are matched exactly`)
+  }
   const ruleNames = new Map<string, number>()
   const rules: CompiledRule[] = options.rules.map((rule, index) => {
     if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
@@ -361,7 +373,13 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       const fallbackLimiter = byTier.get(fallback)
       if (fallbackLimiter === undefined) throw new ArgumentError(`rule "${name}" tiers.default`, fallback, `must name one of the tiers (${[...byTier.keys()].join(', ')})`)
       limiters = [...byTier.values()]
-      limiterFor = async (request) => byTier.get((await of(request)) ?? fallback) ?? fallbackLimiter
+      limiterFor = async (request) => {
+        const tier = await of(request)
+        const limiter = tier === undefined ? fallbackLimiter : byTier.get(tier)
+        if (limiter !== undefined) return limiter
+        unknownTier(name, tier, fallback, [...byTier.keys()])
+        return fallbackLimiter
+      }
     } else {
       const limiter = inContext(`rule "${name}"`, () => makeLimiter(rule.policies as Policy | Policy[], base))
       limiters = [limiter]

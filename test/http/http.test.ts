@@ -470,6 +470,25 @@ describe('HTTP configuration', () => {
     assert.deepEqual(waits.filter(([rule]) => rule === 'shaped').map(([, ms]) => ms), [0, 100, 200, 300])
   })
 
+  it('a tier name no tier is named for is decided as the default tier, and said: once per name, for the first ten names', async () => {
+    const warnings: string[] = []
+    const decide = createRateLimitPipeline({
+      rules: [{ name: 'plan', tiers: { of: (request) => request.header('x-plan'), default: 'free', policies: { free: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'free' }, pro: { algorithm: 'fixed-window', limit: 5, windowMs: 60_000, name: 'pro' } } } }],
+      clock: () => 1_000_000,
+      onWarning: (message) => warnings.push(message),
+    })
+    const request = (plan: string | undefined, address: string) => ({ method: 'GET', path: '/', host: undefined, header: (name: string) => (name === 'x-plan' ? plan : undefined), remoteAddress: address })
+    // "Pro" is not "pro": the free tier's limit of 1 decides.
+    assert.deepEqual([(await decide(request('Pro', '203.0.113.1'))).proceed, (await decide(request('Pro', '203.0.113.1'))).proceed], [true, false])
+    assert.deepEqual(warnings, ['sluice: rule "plan": tiers.of gave "Pro", which names none of its tiers (free, pro), so the default tier "free" decided; tier names are matched exactly'])
+    assert.equal((await decide(request(undefined, '203.0.113.2'))).proceed, true)
+    assert.equal((await decide(request('pro', '203.0.113.3'))).proceed, true)
+    assert.equal(warnings.length, 1, 'no tier, or a known one, is not a slip')
+    for (let i = 0; i < 50; i++) await decide(request(`made-up-${i}`, '203.0.113.4'))
+    assert.equal(warnings.length, 11)
+    assert.equal(warnings.at(-1), 'sluice: rule "plan": more tier names no tier is named for; no more are reported')
+  })
+
   it('warns at start-up of a rule method no request on node carries (a typo such as PSOT), and only of those', () => {
     assert.deepEqual([...NODE_METHODS].sort(), [...METHODS].sort())
     const warnings: string[] = []
