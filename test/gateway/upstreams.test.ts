@@ -311,7 +311,7 @@ describe('gateway: in front of an upstream that limits too', () => {
     })
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
     const upstreamUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-    const policy = (name: string) => `{ algorithm: fixed-window, name: ${name}, limit: 10, windowMs: 60000 }`
+    const policy = (name: string) => `{ algorithm: sliding-log, name: ${name}, limit: 10, windowMs: 60000 }`
     const gateway = await startGateway(withRoutes(`
   - name: legacy
     match: { path: /legacy }

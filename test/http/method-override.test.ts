@@ -23,7 +23,7 @@ import { startGateway } from '../support/gateway.ts'
 
 const DELETED = 'deleted'
 const options = (): RateLimitOptions => ({
-  rules: [{ name: 'deletes', match: { path: '/items/*', method: 'DELETE' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 600_000, name: 'deletes' } }],
+  rules: [{ name: 'deletes', match: { path: '/items/*', method: 'DELETE' }, policies: { algorithm: 'sliding-log', limit: 1, windowMs: 600_000, name: 'deletes' } }],
   onWarning: () => {},
 })
 
@@ -67,7 +67,7 @@ const apps: Record<string, () => Promise<App>> = {
     limits:
       - name: deletes
         match: { path: /items/*, method: DELETE }
-        policies: [{ algorithm: fixed-window, name: deletes, limit: 1, windowMs: 600000 }]
+        policies: [{ algorithm: sliding-log, name: deletes, limit: 1, windowMs: 600000 }]
 `),
 }
 
@@ -134,7 +134,7 @@ describe('a limit on a method holds against a POST that names it in a method-ove
     upstream: UPSTREAM
     limits:
       - name: deletes
-        policies: [{ algorithm: fixed-window, name: deletes, limit: 1, windowMs: 600000 }]
+        policies: [{ algorithm: sliding-log, name: deletes, limit: 1, windowMs: 600000 }]
   - name: rest
     match: { path: /** }
     upstream: UPSTREAM

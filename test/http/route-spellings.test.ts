@@ -25,7 +25,7 @@ import { startGateway } from '../support/gateway.ts'
 
 const HANDLER = 'the /login handler'
 const limitOn = (match: MatchOptions) => (): RateLimitOptions => ({
-  rules: [{ name: 'login', match, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 600_000, name: 'login' } }],
+  rules: [{ name: 'login', match, policies: { algorithm: 'sliding-log', limit: 1, windowMs: 600_000, name: 'login' } }],
   onWarning: () => {},
 })
 
@@ -180,7 +180,7 @@ const loginRoutes = `
     upstream: UPSTREAM
     limits:
       - name: login
-        policies: { algorithm: fixed-window, name: login, limit: 1, windowMs: 600000 }
+        policies: { algorithm: sliding-log, name: login, limit: 1, windowMs: 600000 }
   - name: rest
     match: { path: /** }
     upstream: UPSTREAM
@@ -210,7 +210,7 @@ describe('a spent limit that excludes some paths holds against paths that read a
     upstream: UPSTREAM
     limits:
       - name: login
-        policies: { algorithm: fixed-window, name: login, limit: 1, windowMs: 600000 }
+        policies: { algorithm: sliding-log, name: login, limit: 1, windowMs: 600000 }
 `
   const excludingRoutes = `
   - name: all
@@ -219,7 +219,7 @@ describe('a spent limit that excludes some paths holds against paths that read a
     limits:
       - name: login
         match: { path: /**, exclude: /static/** }
-        policies: { algorithm: fixed-window, name: login, limit: 1, windowMs: 600000 }
+        policies: { algorithm: sliding-log, name: login, limit: 1, windowMs: 600000 }
 `
   const intoStatic = ['/static/..', '/static/x/../..', '/static/%2e%2e', '/static/..%2F', '/static/x%2F..%2F..', '/static/..%5C', '/static/..;', '/static/..;x=1', '/static;x/..', '/static/..\\', '/static/x/..;/..']
   const excludedSpellings = intoStatic.flatMap((head) => login.flatMap((middle) => ['', '/', ';x', '/;/../static/x'].map((tail) => `${head}${middle}${tail}`)))
@@ -249,7 +249,7 @@ describe('a spent limit that excludes some paths holds against paths that read a
  * target's authority when it has one.
  */
 const hostOptions = (): RateLimitOptions => ({
-  rules: [{ name: 'api-login', match: { host: 'api.test', path: '/login' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 600_000, name: 'api-login' } }],
+  rules: [{ name: 'api-login', match: { host: 'api.test', path: '/login' }, policies: { algorithm: 'sliding-log', limit: 1, windowMs: 600_000, name: 'api-login' } }],
   onWarning: () => {},
 })
 const apiHandler = (host: string | undefined, path: string): string =>
@@ -303,7 +303,7 @@ routes:
     upstream: ${upstream}
     limits:
       - name: api-login
-        policies: { algorithm: fixed-window, name: api-login, limit: 1, windowMs: 600000 }
+        policies: { algorithm: sliding-log, name: api-login, limit: 1, windowMs: 600000 }
   - name: rest
     match: { path: /** }
     upstream: ${upstream}

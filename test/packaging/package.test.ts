@@ -10,7 +10,7 @@ import { describe, it } from 'node:test'
 describe('package', () => {
   it('exports the engine from the built dist through its package name', async () => {
     const sluice = await import('sluice')
-    const limiter = new sluice.Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1000 } })
+    const limiter = new sluice.Limiter({ policies: { algorithm: 'sliding-log', limit: 1, windowMs: 60_000 } })
     assert.equal((await limiter.limit('k')).allowed, true)
     assert.equal((await limiter.limit('k')).allowed, false)
     assert.equal(typeof sluice.MemoryStore, 'function')
