@@ -52,7 +52,7 @@ routes:
     stripPrefix: /v1
     upstream: http://127.0.0.1:\${UPSTREAM_PORT}
     limits:
-      - { name: expensive, cost: 3, policies: { algorithm: fixed-window, limit: 7, windowMs: 3600000 } }
+      - { name: expensive, cost: 3, policies: { algorithm: sliding-log, limit: 7, windowMs: 3600000 } }
 `
     const own = await startGateway(yaml, { args: ['--demo-upstream'] })
     try {
