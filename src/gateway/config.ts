@@ -726,7 +726,7 @@ function checkReachable(config: RawConfig, report: Report): void {
     // stripPrefix strips from the prefix itself and the paths below it: `<prefix>/**`.
     const strip = route.stripPrefix
     if (strip !== undefined && strip !== '/' && !matchesMeet({ path: route.match?.path ?? '/**' }, { path: `${strip}/**` }, config.caseSensitive)) {
-      report(['routes', j, 'stripPrefix'], `${show(strip)} begins no path the route matches (${[route.match?.path ?? '/**'].flat().join(', ')}), so nothing would be stripped and the upstream would get every path whole`)
+      report(['routes', j, 'stripPrefix'], `${show(strip)} begins no path the route matches (${describeMatch({ path: route.match?.path })}), so nothing would be stripped and the upstream would get every path whole`)
     }
   })
   config.limits.forEach((limit, k) => {

@@ -147,9 +147,9 @@ function forwardedFor(element: string | undefined): Address | undefined {
  * each request can name a key of its own.
  */
 export function everyAddressWarning(trustProxy: ClientIpOptions['trustProxy'], where: string): string | undefined {
-  const every = Array.isArray(trustProxy) ? trustProxy.find((cidr) => parseRange(cidr)[1] === 0) : undefined
+  const every = Array.isArray(trustProxy) ? trustProxy.map((cidr) => ({ cidr, range: parseRange(cidr) })).find(({ range }) => range[1] === 0) : undefined
   if (every === undefined) return undefined
-  return `${where} trusts ${every}, every ${parseRange(every)[0].kind() === 'ipv4' ? 'IPv4' : 'IPv6'} address, as a proxy: the client is then the left-most X-Forwarded-For entry, which the client writes, so any client can take a fresh quota per request. List your proxies' addresses, or give the number of proxies in front (a hop count) if their addresses are not known.`
+  return `${where} trusts ${every.cidr}, every ${every.range[0].kind() === 'ipv4' ? 'IPv4' : 'IPv6'} address, as a proxy: the client is then the left-most X-Forwarded-For entry, which the client writes, so any client can take a fresh quota per request. List your proxies' addresses, or give the number of proxies in front (a hop count) if their addresses are not known.`
 }
 
 function parseRange(cidr: string): [Address, number] {
