@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
+import { createServer } from 'node:http'
+import { connect, type AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
 import { Limiter, MemoryStore, RedisStore, redisKey, type Decision, type Policy, type Store } from '../../src/index.ts'
@@ -117,6 +119,40 @@ describe('RedisStore', () => {
     const stats = await admin.info('commandstats')
     const scripts = [...stats.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((sum, m) => sum + Number(m[1]), 0)
     assert.ok(scripts >= 3 && scripts <= 4, `300 calls in ${scripts} script invocations (at most 128 per invocation)`)
+  })
+
+  it('batches the requests a server reads in one turn of the event loop, each in a callback of its own', async () => {
+    const admin = redis.client()
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'turn', policies: [{ algorithm: 'fixed-window', limit: 5, windowMs: 60_000 }], clock: () => 42_000, blockCache: false })
+    await limiter.limit('warm-up')
+    // Twenty requests on twenty sockets, read in one poll of the event loop: node runs each
+    // 'request' listener in a callback of its own, with microtasks run in between.
+    const server = createServer((_req, res) => { void limiter.limit('client').then((d) => res.end(String(d.allowed))) })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const { port } = server.address() as AddressInfo
+    // Kept-alive connections, as under load: the server has accepted every one before the requests come.
+    let accepted = 0
+    const allAccepted = new Promise<void>((resolve) => server.on('connection', () => { if (++accepted === 20) resolve() }))
+    const sockets = Array.from({ length: 20 }, () => connect(port, '127.0.0.1'))
+    await Promise.all([allAccepted, ...sockets.map((socket) => new Promise((resolve) => socket.once('connect', resolve)))])
+    try {
+      const answers = sockets.map((socket) => new Promise<string>((resolve) => {
+        let text = ''
+        socket.on('data', (chunk) => { text += chunk })
+        socket.on('end', () => resolve(text.slice(text.indexOf('\r\n\r\n') + 4)))
+      }))
+      await admin.config('RESETSTAT')
+      // Written in one go: all twenty are waiting when the server next polls its sockets.
+      for (const socket of sockets) socket.write('GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+      const allowed = (await Promise.all(answers)).filter((body) => body === 'true').length
+      assert.equal(allowed, 5, 'exactly the limit, as one by one')
+      const stats = await admin.info('commandstats')
+      const scripts = [...stats.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((sum, m) => sum + Number(m[1]), 0)
+      assert.ok(scripts <= 8, `20 requests read in one turn (5 per invocation: 4) took ${scripts} script invocations`)
+    } finally {
+      for (const socket of sockets) socket.destroy()
+      await new Promise((resolve) => server.close(resolve))
+    }
   })
 
   it('decides a batch of runs (two limiters on one store, peeks, costs, reservations, two clocks) exactly as one by one', async () => {

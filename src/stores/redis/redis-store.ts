@@ -133,15 +133,21 @@ export class RedisStore implements Store {
 
   /**
    * Decides the call in the next script invocation: calls issued in the same
-   * tick go together, in order, up to MAX_BATCH per invocation (on a cluster,
-   * per user key). Each is decided exactly as it would be alone.
+   * turn of the event loop (requests read from many sockets at once) go
+   * together, in order, up to MAX_BATCH per invocation (on a cluster, per user
+   * key). Each is decided exactly as it would be alone.
    */
   consume(call: StoreCall): Promise<PolicyDecision[]> {
     return new Promise((resolve, reject) => {
       this.queue.push({ call, resolve, reject })
       if (!this.flushScheduled) {
         this.flushScheduled = true
-        queueMicrotask(() => this.flush())
+        // Not a microtask: a server reads each socket's request in a callback of its own, and
+        // microtasks run between them, so each request would be a script invocation (and a
+        // write to the socket) of its own. An immediate runs once this turn's I/O callbacks are
+        // done: every request read in the turn goes in one invocation (measured with the Fastify
+        // and Express servers of bench/http.ts: a third to a half less CPU per request).
+        setImmediate(() => this.flush())
       }
     })
   }
