@@ -319,7 +319,7 @@ export class Limiter {
     if (observed !== undefined && (outcome.ok || outcome.reason !== 'circuit-open')) {
       const durationMs = performance.now() - started
       if (outcome.ok) observed(durationMs, 'ok')
-      else if (outcome.reason === 'timeout') observed(durationMs, 'timeout', new Error(`no answer within storeTimeoutMs (${this.storeTimeoutMs} ms)`))
+      else if (outcome.reason === 'timeout') observed(durationMs, 'timeout', new Error(`no answer within the store timeout (${this.storeTimeoutMs} ms)`))
       else observed(durationMs, 'store-error', asError(outcome.error))
     }
     if (!outcome.ok) return this.degrade(logical, outcome.reason, now)

@@ -75,7 +75,7 @@ describe('store call failures in the gateway log', () => {
     const readOnly = new Error("READONLY You can't write against a read only replica.")
     for (let i = 0; i < 5; i++) failures.observe('store-error', readOnly)
     assert.deepEqual(lines, [{ reason: 'store-error', error: readOnly.message }])
-    failures.observe('timeout', new Error('no answer within storeTimeoutMs (250 ms)'))
+    failures.observe('timeout', new Error('no answer within the store timeout (250 ms)'))
     assert.equal(lines.length, 2, 'a new failure is logged at once')
     now += 9_999
     failures.observe('store-error', readOnly)
@@ -83,7 +83,7 @@ describe('store call failures in the gateway log', () => {
     now += 1
     failures.observe('store-error', readOnly)
     // The 4 repeats before the timeout's line were counted on that line's interval; 1 failed since it.
-    assert.deepEqual(lines[1], { reason: 'timeout', error: 'no answer within storeTimeoutMs (250 ms)', failedSinceLastLog: 4 })
+    assert.deepEqual(lines[1], { reason: 'timeout', error: 'no answer within the store timeout (250 ms)', failedSinceLastLog: 4 })
     assert.deepEqual(lines[2], { reason: 'store-error', error: readOnly.message, failedSinceLastLog: 1 })
     assert.deepEqual(failures.current, { reason: 'store-error', error: readOnly.message, at: new Date(now).toISOString() })
     failures.observe('ok', undefined)

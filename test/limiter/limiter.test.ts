@@ -164,7 +164,7 @@ describe('Limiter observer', () => {
     assert.equal((await limiter.limit('k')).degraded, false)
     assert.deepEqual(heard, [
       ['store-error', "READONLY You can't write against a read only replica."],
-      ['timeout', 'no answer within storeTimeoutMs (30 ms)'],
+      ['timeout', 'no answer within the store timeout (30 ms)'],
       ['ok', undefined],
     ])
   })
