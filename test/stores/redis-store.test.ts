@@ -155,6 +155,13 @@ describe('RedisStore', () => {
     }
   })
 
+  it("keeps deciding while an application's tests fake setImmediate and setTimeout", { timeout: 5_000 }, async (t) => {
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'faked', policies: [{ algorithm: 'fixed-window', limit: 1, windowMs: 60_000 }], clock: () => 42_000 })
+    t.mock.timers.enable({ apis: ['setImmediate', 'setTimeout'] })
+    const [first, second] = await Promise.all([limiter.limit('k'), limiter.limit('k')])
+    assert.deepEqual([first.allowed, second.allowed], [true, false], 'decided by Redis, in order')
+  })
+
   it('decides a batch of runs (two limiters on one store, peeks, costs, reservations, two clocks) exactly as one by one', async () => {
     const shapes = [
       [{ algorithm: 'token-bucket', capacity: 20, refillTokens: 1, refillIntervalMs: 100 }, { algorithm: 'fixed-window', limit: 25, windowMs: 1000 }],
