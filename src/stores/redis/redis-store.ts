@@ -152,8 +152,8 @@ export class RedisStore implements Store {
         // Not a microtask: a server reads each socket's request in a callback of its own, and
         // microtasks run between them, so each request would be a script invocation (and a
         // write to the socket) of its own. An immediate runs once this turn's I/O callbacks are
-        // done: every request read in the turn goes in one invocation (measured with the Fastify
-        // and Express servers of bench/http.ts: a third to a half less CPU per request).
+        // done: every request read in the turn goes in one invocation (the Express and Fastify
+        // servers of bench/http.ts on Redis spent a quarter to a half less CPU per request).
         nextTurn(() => this.flush())
       }
     })
