@@ -78,10 +78,11 @@ export function rateLimitNode(
 export function nodeLimiter<Req extends NodeRequest>(
   options: RateLimitOptions,
   toRequest: (req: Req) => HttpRequest = listenerRequest,
+  keepDecisionAside = false,
 ): (req: Req, res: NodeResponse) => boolean | Promise<boolean> {
   const decide = createRateLimitPipeline(options)
   const apply = (req: Req, res: NodeResponse, outcome: HttpOutcome): boolean | Promise<boolean> => {
-    recordDecision(req, outcome)
+    recordDecision(req, outcome, keepDecisionAside)
     settleWhenSent(res, outcome.settle)
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
     if (outcome.proceed && outcome.waitMs > 0) return waitTurn(res, outcome.waitMs)
