@@ -82,9 +82,10 @@ function hashTag(key: string): string {
 /**
  * Flushes run on the event loop's own setImmediate, taken when this module loads:
  * an application's tests that fake timers later (node:test's `mock.timers`) must
- * not leave every decision waiting for a tick that never comes.
+ * not leave every decision waiting for a tick that never comes. A runtime
+ * without one (Deno has none as a global) flushes in a microtask.
  */
-const nextTurn = globalThis.setImmediate
+const nextTurn: (flush: () => void) => unknown = typeof globalThis.setImmediate === 'function' ? globalThis.setImmediate : queueMicrotask
 
 /** Clients already warned of re-sending commands after a reconnect. */
 const warnedClients = new WeakSet<object>()
