@@ -14,7 +14,7 @@
  * leaky bucket's async hot-key cell read 2.2-2.7M/s in some processes and
  * 4.2-4.9M/s in others), so each cell is the median of PROCESSES_PER_CELL of them. The peer is
  * measured again beside every algorithm, in turns, and compared by its median
- * (of ten processes per key set), so a drift of the machine during the run
+ * (of its five processes per key set), so a drift of the machine during the run
  * reaches both.
  *
  * Every limit is set high enough that the calls are allowed, the common path,
