@@ -700,6 +700,8 @@ function derivedName(owner: string, limit: string, index: number, policy: string
  */
 function checkReachable(config: RawConfig, report: Report): void {
   const excludesOwnPaths = (match: MatchOptions | undefined) => match !== undefined && excludesAll(match, [], config.caseSensitive)
+  // A limit's own match narrows where it applies; one naming a method node refuses is reported above, not again here.
+  const narrowsWithKnownMethods = (match: MatchOptions | undefined): match is MatchOptions => match !== undefined && unknownMethods(match).length === 0
   const knownMethods = (match: MatchOptions | undefined, path: PropertyKey[]) => {
     for (const method of match === undefined ? [] : unknownMethods(match)) {
       report([...path, 'match', 'method'], `${show(method)} is not a method the gateway can receive: node's HTTP parser answers 400 to all but ${[...NODE_METHODS].join(', ')}`)
@@ -719,7 +721,7 @@ function checkReachable(config: RawConfig, report: Report): void {
     }
     route.limits.forEach((limit, k) => {
       if (excludesOwnPaths(limit.match)) report(['routes', j, 'limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
-      else if (limit.match !== undefined && unknownMethods(limit.match).length === 0 && !matchesMeet(route.match ?? {}, limit.match, config.caseSensitive)) {
+      else if (narrowsWithKnownMethods(limit.match) && !matchesMeet(route.match ?? {}, limit.match, config.caseSensitive)) {
         report(['routes', j, 'limits', k, 'match'], `no request the route takes (${describeMatch(route.match)}) is one this limit names (${describeMatch(limit.match)}), so it never applies: a limit's match narrows its route's, with the whole path`)
       }
     })
@@ -731,7 +733,7 @@ function checkReachable(config: RawConfig, report: Report): void {
   })
   config.limits.forEach((limit, k) => {
     if (excludesOwnPaths(limit.match)) report(['limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
-    else if (limit.match !== undefined && unknownMethods(limit.match).length === 0 && config.routes.length > 0 && !config.routes.some((route) => matchesMeet(route.match ?? {}, limit.match ?? {}, config.caseSensitive))) {
+    else if (narrowsWithKnownMethods(limit.match) && config.routes.length > 0 && !config.routes.some((route) => matchesMeet(route.match ?? {}, limit.match as MatchOptions, config.caseSensitive))) {
       report(['limits', k, 'match'], `no route takes a request this limit names (${describeMatch(limit.match)}), so it never applies: requests no route takes are answered 404 unlimited`)
     }
   })

@@ -15,7 +15,7 @@ type Next = (error?: unknown) => void
 export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res: ServerResponse, next: Next) => void {
   // Express routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
   // Mounting rewrites req.url to the part below the mount point; originalUrl is what the client asked for.
-  // Express 5 gives each request its app's prototype, after which adding a property costs microseconds: the decision is kept aside.
+  // The decision is kept aside, not on the request (see decisionsAside in handler.ts).
   const limit = nodeLimiter({ caseSensitive: false, ...options }, (req) => nodeRequest(req, (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url), true)
   return function sluiceRateLimit(req, res, next) {
     let proceed: boolean | Promise<boolean>
