@@ -302,6 +302,31 @@ const tiers = z.strictObject({
   default: nonEmpty,
 })
 
+const fieldName = z.string({ error: (issue) => `expected a header name, got ${show(issue.input)}` })
+  .regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { error: (issue) => `expected a header name, got ${show(issue.input)}` })
+
+/** CORS answered by the gateway (see cors.ts). */
+const cors = z.strictObject({
+  /** Origins whose pages may read the answers, as browsers send them (`https://app.example.com`, no path), or "*" for any. */
+  origins: z.array(z.string({ error: (issue) => `expected an origin, got ${show(issue.input)}` })
+    .regex(/^(\*|https?:\/\/[^/\s?#@]+)$/, { error: (issue) => `expected an origin such as https://app.example.com (scheme and host, no path), or "*", got ${show(issue.input)}` }))
+    .min(1, { error: 'expected at least one origin' }),
+  /** Methods a page may send (a preflight for another is refused). */
+  methods: z.array(z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { error: (issue) => `expected a method, got ${show(issue.input)}` })).min(1).default(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE']),
+  /** Request headers a page may send; "*" (the default): any. */
+  headers: z.array(z.union([z.literal('*'), fieldName])).default(['*']),
+  /** Response headers a page may read, besides the rate-limit fields and Retry-After (always exposed). */
+  exposeHeaders: z.array(fieldName).default([]),
+  /** Cookies and HTTP authentication go with the requests (needs named origins). */
+  credentials: z.boolean().default(false),
+  /** How long a browser may keep a preflight's answer. */
+  maxAgeSeconds: z.number().int().min(0).max(86_400).default(600),
+}).superRefine((value, context) => {
+  if (value.credentials && value.origins.includes('*')) {
+    context.addIssue({ code: 'custom', path: ['origins'], message: 'credentials need the origins named: browsers refuse "*" with credentials, and allowing every page to call with the user\'s cookies would let any site act as the user' })
+  }
+}).meta({ id: 'cors', description: 'CORS answered by the gateway: preflights answered here (never forwarded, never charged), every answer readable by pages on these origins, the rate-limit fields exposed. An upstream\'s own Access-Control-* fields are replaced.' })
+
 const timeouts = z.strictObject({
   /** A client must send its request headers within this. */
   headersMs: milliseconds.default(10_000),
@@ -341,6 +366,7 @@ export const configSchema = z.strictObject({
    * case-sensitive /login limit could be walked around. true where case tells routes apart.
    */
   caseSensitive: z.boolean().default(false),
+  cors: cors.optional(),
   /** Limits on every route, in addition to each route's own. */
   limits: z.array(limit).default([]),
   routes: z.array(route).min(1, { error: 'expected at least one route' }),

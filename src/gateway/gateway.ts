@@ -16,6 +16,7 @@ import type { Agent } from 'undici'
 import { Limiter } from '../limiter/limiter.ts'
 import { nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
 import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
+import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
 import { compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
@@ -25,6 +26,7 @@ import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, t
 import { createAdminServer } from './admin.ts'
 import { connectionTokens, createAgent, HOP_BY_HOP, forward, pathRewriter, respond, Upstreams, type Upgrade, type UpstreamFailure } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
+import { compileCors, isPreflight, type Cors } from './cors.ts'
 
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
 interface GatewayRequest extends HttpRequest {
@@ -49,6 +51,8 @@ interface Runtime {
   store: OpenedStore
   /** Request headers (lower case) that pick the client's key, tier, route or limits: see decidedBy. */
   decisionHeaders: ReadonlySet<string>
+  /** The config's `cors`, compiled; undefined: CORS is the upstream's. */
+  cors: Cors | undefined
 }
 
 export interface GatewayOptions {
@@ -257,6 +261,8 @@ export class Gateway {
     this.inFlight++
     let finished = false
     const runtime = this.runtime
+    // What lets a browser page on an allowed origin read the answer, whoever gives it.
+    const corsFields = runtime.cors?.fieldsFor(req.headers.origin) ?? NO_FIELDS
     // The absolute form (`GET http://host/path`, RFC 9112 3.2.2: a server must accept it) names the host itself.
     const routable = toOriginForm(req)
     // nodeRequest normalizes the path (dot segments, empty segments): routes and limits see what the upstream will serve.
@@ -288,19 +294,26 @@ export class Gateway {
       if (this.draining) res.setHeader('connection', 'close')
       if (!routable) {
         // `OPTIONS *`, or an absolute form that is not http(s): nothing a route can name.
-        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request target must be a path or an http(s) URL.', []))
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request target must be a path or an http(s) URL.', []), corsFields)
         return
       }
       if (repeatsHost(req.rawHeaders)) {
         // node keeps the first Host and drops the rest; an upstream or a cache behind us may pick another (RFC 9112 3.2: answer 400).
-        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request carries more than one Host header.', []))
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request carries more than one Host header.', []), corsFields)
         return
       }
       const hopByHop = decidedBy(req.headers.connection, runtime.decisionHeaders)
       if (hopByHop !== undefined) {
         // Dropped on the way (RFC 9110 7.6.1), the upstream would not see what the limit was decided on:
         // a made-up API key would buy a fresh quota and never be refused by the upstream.
-        answerInstead(res, expectsContinue, problem(400, 'Bad Request', `The Connection header names ${hopByHop}, which this gateway reads to decide the request's limit; a hop-by-hop field would not reach the upstream. Send the request without it in Connection.`, []))
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', `The Connection header names ${hopByHop}, which this gateway reads to decide the request's limit; a hop-by-hop field would not reach the upstream. Send the request without it in Connection.`, []), corsFields)
+        return
+      }
+      if (runtime.cors !== undefined && isPreflight(req)) {
+        // Answered here: the upstream never sees it, and no limit is charged for what the browser asks on its own.
+        const answer = runtime.cors.preflight(req)
+        if (answer.status !== 204) answerInstead(res, expectsContinue, answer, [])
+        else res.writeHead(204, answer.headers.flat()).end()
         return
       }
       const route = routeFor(runtime.routes, request)
@@ -308,11 +321,11 @@ export class Gateway {
         const why = readsDifferently(request)
           ? 'its path holds an encoded slash, a backslash or a ";"; send it as the path meant'
           : 'it is a POST that names another method in X-HTTP-Method-Override (or X-HTTP-Method, X-Method-Override, or a _method query parameter); send it with the method meant'
-        answerInstead(res, expectsContinue, problem(400, 'Bad Request', `The request reads as different routes to different servers: ${why}.`, []))
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', `The request reads as different routes to different servers: ${why}.`, []), corsFields)
         return
       }
       if (route === undefined) {
-        answerInstead(res, expectsContinue, problem(404, 'Not Found', 'No route matches this request.', []))
+        answerInstead(res, expectsContinue, problem(404, 'Not Found', 'No route matches this request.', []), corsFields)
         return
       }
       routeName = route.config.name
@@ -321,7 +334,7 @@ export class Gateway {
       const decided = runtime.decide?.(request)
       const outcome = isPromise(decided) ? await decided : decided
       if (outcome !== undefined && !outcome.proceed) {
-        answerInstead(res, expectsContinue, outcome)
+        answerInstead(res, expectsContinue, outcome, corsFields)
         return
       }
       if (outcome !== undefined && outcome.waitMs > 0 && !(await waitTurn(res, outcome.waitMs))) return
@@ -334,7 +347,8 @@ export class Gateway {
         preserveHost: route.config.preserveHost ?? false,
         timeouts: { headersMs: route.config.timeoutMs ?? runtime.config.server.timeouts.upstreamMs, bodyMs: runtime.config.server.timeouts.upstreamBodyMs },
         protocol: runtime.config.tls !== undefined ? 'https' : 'http',
-        extraHeaders: outcome?.headers ?? [],
+        extraHeaders: corsFields.length === 0 ? outcome?.headers ?? [] : [...outcome?.headers ?? [], ...corsFields],
+        replacesCors: runtime.cors !== undefined,
         // Noted before the client is answered, so that the access log line, written as the response closes, carries it.
         onFailure: (kind, upstream, error, retried) => {
           if (retried) return this.metrics.upstreamRetry(routeName, upstream, kind)
@@ -356,7 +370,7 @@ export class Gateway {
     } catch (error) {
       // Only a bug gets here: answer rather than leave the client hanging.
       this.logger.error({ err: error, route: routeName }, 'request failed inside the gateway')
-      if (!res.headersSent) answerInstead(res, expectsContinue, problem(500, 'Internal Server Error', 'The gateway failed to handle this request.', []))
+      if (!res.headersSent) answerInstead(res, expectsContinue, problem(500, 'Internal Server Error', 'The gateway failed to handle this request.', []), corsFields)
       else res.destroy()
     }
   }
@@ -582,7 +596,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     },
     onWarning: (message) => logger.warn(message),
   }, { storeFailures: storeCalls, ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }) })
-  return { config, routes, decide, store, decisionHeaders: decisionHeaders(config) }
+  return { config, routes, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors) }
 }
 
 /** The request headers the config reads to key, tier, route or limit a request, in lower case. */
@@ -714,10 +728,12 @@ function repeatsHost(rawHeaders: readonly string[]): boolean {
 }
 
 /** The gateway's own answer, in the upstream's place. */
-function answerInstead(res: ServerResponse, expectsContinue: boolean, outcome: HttpOutcome): void {
+const NO_FIELDS: HeaderList = []
+
+function answerInstead(res: ServerResponse, expectsContinue: boolean, outcome: HttpOutcome, corsFields: HeaderList): void {
   // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be reused.
   if (expectsContinue) res.setHeader('connection', 'close')
-  respond(res, outcome)
+  respond(res, corsFields.length === 0 ? outcome : { ...outcome, headers: [...outcome.headers, ...corsFields] })
 }
 
 function listenOn(server: Server, host: string, port: number): Promise<void> {

@@ -224,8 +224,10 @@ export interface ForwardOptions {
   timeouts: UpstreamTimeouts
   /** `http` or `https`: how the client reached the gateway. */
   protocol: string
-  /** Headers to add to the response (rate-limit fields). */
+  /** Headers to add to the response (rate-limit fields, and CORS ones under `cors`). */
   extraHeaders: ReadonlyArray<[string, string]>
+  /** The gateway answers CORS itself: the upstream's Access-Control-* response fields are not passed on. */
+  replacesCors?: boolean
   /**
    * Told of each upstream failure as it happens, before the client is answered,
    * with what undici found: `retried` when the request was sent again (a
@@ -292,7 +294,8 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (statusCode < 100) return started.abort(new InvalidResponseError(`status ${statusCode}`))
         if (statusCode < 200) return // 1xx interim responses stay on the upstream hop
         status = statusCode
-        res.writeHead(statusCode, responseHeaders(headers, options.extraHeaders, NONE, statusCode === 204 ? NO_CONTENT_DROPS : NONE))
+        const drop = options.replacesCors === true ? (statusCode === 204 ? CORS_FIELDS_AND_LENGTH : CORS_FIELDS) : statusCode === 204 ? NO_CONTENT_DROPS : NONE
+        res.writeHead(statusCode, responseHeaders(headers, options.extraHeaders, NONE, drop))
         // Head, body and end of a small response usually arrive together: one write to the socket, not three.
         res.cork()
         process.nextTick(() => res.uncork())
@@ -399,6 +402,12 @@ const KEEP_UPGRADE: ReadonlySet<string> = new Set(['upgrade'])
 const BODILESS: ReadonlySet<number> = new Set([204, 304])
 /** RFC 9110 8.6: a 204 has no Content-Length; one an upstream sent anyway is not passed on. */
 const NO_CONTENT_DROPS: ReadonlySet<string> = new Set(['content-length'])
+/** An upstream's CORS fields, where the gateway answers CORS itself (`cors`): two Access-Control-Allow-Origin fields fail in browsers. */
+const CORS_FIELDS: ReadonlySet<string> = new Set([
+  'access-control-allow-origin', 'access-control-allow-credentials', 'access-control-expose-headers',
+  'access-control-allow-methods', 'access-control-allow-headers', 'access-control-max-age',
+])
+const CORS_FIELDS_AND_LENGTH: ReadonlySet<string> = new Set([...CORS_FIELDS, ...NO_CONTENT_DROPS])
 
 function responseHeaders(upstream: Record<string, string | string[] | undefined>, extra: ReadonlyArray<[string, string]>, keep: ReadonlySet<string> = NONE, drop: ReadonlySet<string> = NONE): string[] {
   const headers: string[] = []
