@@ -39,7 +39,7 @@ cors:
   maxAgeSeconds: 300
 limits:
   - name: per-client
-    policies: { algorithm: fixed-window, limit: 2, windowMs: 60000, name: per-client }
+    policies: { algorithm: sliding-log, limit: 2, windowMs: 60000, name: per-client }
 routes:
   - name: api
     match: { path: /api/** }

@@ -26,7 +26,7 @@ describe('package', () => {
     assert.equal(typeof node.withRateLimit, 'function')
     assert.equal(typeof node.rateLimitNode, 'function')
     assert.equal(typeof web.withRateLimit, 'function')
-    const limiter = web.rateLimitFetch({ rules: [{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 } }], onWarning: () => {} })
+    const limiter = web.rateLimitFetch({ rules: [{ policies: { algorithm: 'sliding-log', limit: 1, windowMs: 60_000 } }], onWarning: () => {} })
     assert.equal((await limiter.check(new Request('http://x/'), '203.0.113.9')).response, undefined)
     assert.equal((await limiter.check(new Request('http://x/'), '203.0.113.9')).response?.status, 429)
   })
@@ -48,7 +48,7 @@ describe('package', () => {
       for (const entry of ['sluice/node', 'sluice/fastify', 'sluice/fetch', 'sluice/client']) if (Object.keys(require(entry)).length === 0) throw new Error(entry + ' is empty')
       if (typeof Limiter !== 'function') throw new Error('no Limiter')
       const app = express()
-      app.use(rateLimit({ rules: [{ policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60000 } }], onWarning: () => {} }))
+      app.use(rateLimit({ rules: [{ policies: { algorithm: 'sliding-log', limit: 2, windowMs: 60000 } }], onWarning: () => {} }))
       app.get('/', (req, res) => res.send('ok'))
       const server = app.listen(0, '127.0.0.1', async () => {
         const statuses = []
