@@ -553,7 +553,7 @@ describe('RedisStore on a server that refuses TIME in scripts', () => {
 
   it('warns once and decides on client time instead of failing every call', async () => {
     const warnings: string[] = []
-    const limiter = new Limiter({ store: new RedisStore({ client: redis.client(), onWarning: (m) => warnings.push(m) }), prefix: 'notime', policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 } })
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client(), onWarning: (m) => warnings.push(m) }), prefix: 'notime', policies: { algorithm: 'sliding-log', limit: 2, windowMs: 60_000 } })
     const decisions = [await limiter.limit('k'), await limiter.limit('k'), await limiter.limit('k')]
     assert.deepEqual(decisions.map((d) => d.allowed), [true, true, false])
     assert.equal(warnings.length, 1)
