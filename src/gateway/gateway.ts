@@ -297,6 +297,13 @@ export class Gateway {
         answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request target must be a path or an http(s) URL.', []), corsFields)
         return
       }
+      const transferCodings = req.headers['transfer-encoding']
+      if (transferCodings !== undefined && !/^\s*chunked\s*$/i.test(transferCodings)) {
+        // node takes off the chunked framing only; forwarded, a body still in another coding (gzip) would reach
+        // the upstream without the field that says so. RFC 9112 6.1: 501, as nginx answers.
+        answerInstead(res, expectsContinue, problem(501, 'Not Implemented', `The request's Transfer-Encoding "${transferCodings}" is not supported: send the body chunked, or with a Content-Length (a compressed body with Content-Encoding).`, []), corsFields)
+        return
+      }
       if (repeatsHost(req.rawHeaders)) {
         // node keeps the first Host and drops the rest; an upstream or a cache behind us may pick another (RFC 9112 3.2: answer 400).
         answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request carries more than one Host header.', []), corsFields)

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict'
 import { createServer, request as httpRequest, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { connect, type AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import parsePrometheus from 'parse-prometheus-text-format'
 import { startGateway, type LogLine, type RunningGateway } from '../support/gateway.ts'
@@ -381,6 +381,49 @@ describe('gateway: in front of an upstream that limits too', () => {
       assert.match(d10.get('ratelimit')?.[1] ?? '', /^"d10";r=9;t=\d+$/)
       assert.equal(d10.get('ratelimit')?.length, 2)
       assert.deepEqual(d10.get('ratelimit-policy'), ['"app";q=5;w=60', '"d10";q=10;w=60'])
+    } finally {
+      await gateway.stop()
+      server.closeAllConnections()
+      server.close()
+    }
+  })
+})
+
+describe('gateway: transfer codings', () => {
+  it('answers 501 to a body in a transfer coding other than chunked, which would reach the upstream undeclared; chunked passes', async () => {
+    const seen: string[] = []
+    const server = createServer((req, res) => {
+      let body = ''
+      req.setEncoding('utf8')
+      req.on('data', (chunk: string) => { body += chunk })
+      req.on('end', () => {
+        seen.push(body)
+        res.end('ok')
+      })
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const gateway = await startGateway(withRoutes(`
+  - name: all
+    upstream: http://127.0.0.1:${(server.address() as AddressInfo).port}`))
+    const raw = (codings: string) => new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(new URL(gateway.url).port), '127.0.0.1', () => {
+        socket.write(`POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ${codings}\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n`)
+      })
+      let answer = ''
+      socket.setEncoding('utf8')
+      socket.on('data', (chunk: string) => { answer += chunk })
+      socket.on('end', () => resolve(answer))
+      socket.on('error', reject)
+    })
+    try {
+      for (const codings of ['gzip, chunked', 'deflate,chunked']) {
+        const answer = await raw(codings)
+        assert.match(answer, /^HTTP\/1\.1 501 Not Implemented\r\n/, codings)
+        assert.match(answer, new RegExp(`Transfer-Encoding \\\\"${codings}\\\\" is not supported`), codings)
+      }
+      assert.deepEqual(seen, [], 'neither reached the upstream')
+      assert.match(await raw('Chunked'), /^HTTP\/1\.1 200 OK\r\n[\s\S]*\r\n\r\nok$/)
+      assert.deepEqual(seen, ['hello'])
     } finally {
       await gateway.stop()
       server.closeAllConnections()
