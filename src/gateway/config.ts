@@ -18,7 +18,7 @@ import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from '../http/client-ip.ts'
 import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
-import { compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
+import { compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, TOKEN, unknownMethods, type MatchOptions } from '../http/match.ts'
 import { partitionKeyProblem } from '../http/headers.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
@@ -303,7 +303,7 @@ const tiers = z.strictObject({
 })
 
 const fieldName = z.string({ error: (issue) => `expected a header name, got ${show(issue.input)}` })
-  .regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { error: (issue) => `expected a header name, got ${show(issue.input)}` })
+  .regex(TOKEN, { error: (issue) => `expected a header name, got ${show(issue.input)}` })
 
 /** CORS answered by the gateway (see cors.ts). */
 const cors = z.strictObject({
@@ -312,7 +312,7 @@ const cors = z.strictObject({
     .regex(/^(\*|https?:\/\/[^/\s?#@]+)$/, { error: (issue) => `expected an origin such as https://app.example.com (scheme and host, no path), or "*", got ${show(issue.input)}` }))
     .min(1, { error: 'expected at least one origin' }),
   /** Methods a page may send (a preflight for another is refused). */
-  methods: z.array(z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { error: (issue) => `expected a method, got ${show(issue.input)}` })).min(1).default(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE']),
+  methods: z.array(z.string().regex(TOKEN, { error: (issue) => `expected a method, got ${show(issue.input)}` })).min(1).default(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE']),
   /** Request headers a page may send; "*" (the default): any. */
   headers: z.array(z.union([z.literal('*'), fieldName])).default(['*']),
   /** Response headers a page may read, besides the rate-limit fields and Retry-After (always exposed). */

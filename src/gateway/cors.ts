@@ -8,6 +8,7 @@
 import type { IncomingMessage } from 'node:http'
 import type { HeaderList } from '../http/headers.ts'
 import { problem, type HttpOutcome } from '../http/handler.ts'
+import { isHeaderName } from '../http/match.ts'
 
 export interface CorsConfig {
   origins: string[]
@@ -29,9 +30,6 @@ const RATE_LIMIT_FIELDS = [
   'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset',
   'X-RateLimit-Replenish-Rate', 'X-RateLimit-Burst-Capacity', 'X-RateLimit-Requested-Tokens',
 ]
-
-/** RFC 9110 5.1: a field name. */
-const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
 
 export interface Cors {
   /** For an answer to a request that sent `origin`: what lets its page read it (nothing for an origin not allowed), and Vary. */
@@ -75,7 +73,7 @@ export function compileCors(config: CorsConfig): Cors {
       const method = String(req.headers['access-control-request-method']).trim()
       if (!methods.has(method.toUpperCase())) return refuse(`The method ${JSON.stringify(method)} is not allowed from browser pages; allowed: ${config.methods.join(', ')}.`)
       const requested = String(req.headers['access-control-request-headers'] ?? '').split(',').map((name) => name.trim().toLowerCase()).filter((name) => name !== '')
-      const refused = requested.find((name) => !TOKEN.test(name) || (!anyHeader && !headers.has(name)))
+      const refused = requested.find((name) => !isHeaderName(name) || (!anyHeader && !headers.has(name)))
       if (refused !== undefined) return refuse(`The header ${JSON.stringify(refused)} is not allowed from browser pages; allowed: ${config.headers.join(', ') || 'none beyond the CORS-safelisted ones'}.`)
       return {
         proceed: false,

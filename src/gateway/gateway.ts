@@ -734,9 +734,9 @@ function repeatsHost(rawHeaders: readonly string[]): boolean {
   return false
 }
 
-/** The gateway's own answer, in the upstream's place. */
 const NO_FIELDS: HeaderList = []
 
+/** The gateway's own answer, in the upstream's place, with the CORS fields that let a page read it. */
 function answerInstead(res: ServerResponse, expectsContinue: boolean, outcome: HttpOutcome, corsFields: HeaderList): void {
   // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be reused.
   if (expectsContinue) res.setHeader('connection', 'close')

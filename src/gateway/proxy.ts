@@ -294,8 +294,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (statusCode < 100) return started.abort(new InvalidResponseError(`status ${statusCode}`))
         if (statusCode < 200) return // 1xx interim responses stay on the upstream hop
         status = statusCode
-        const drop = options.replacesCors === true ? (statusCode === 204 ? CORS_FIELDS_AND_LENGTH : CORS_FIELDS) : statusCode === 204 ? NO_CONTENT_DROPS : NONE
-        res.writeHead(statusCode, responseHeaders(headers, options.extraHeaders, NONE, drop))
+        res.writeHead(statusCode, responseHeaders(headers, options.extraHeaders, NONE, upstreamFieldsDropped(statusCode, options.replacesCors === true)))
         // Head, body and end of a small response usually arrive together: one write to the socket, not three.
         res.cork()
         process.nextTick(() => res.uncork())
@@ -408,6 +407,12 @@ const CORS_FIELDS: ReadonlySet<string> = new Set([
   'access-control-allow-methods', 'access-control-allow-headers', 'access-control-max-age',
 ])
 const CORS_FIELDS_AND_LENGTH: ReadonlySet<string> = new Set([...CORS_FIELDS, ...NO_CONTENT_DROPS])
+
+/** The upstream's response fields not passed on, besides the hop-by-hop ones. */
+function upstreamFieldsDropped(statusCode: number, replacesCors: boolean): ReadonlySet<string> {
+  if (statusCode === 204) return replacesCors ? CORS_FIELDS_AND_LENGTH : NO_CONTENT_DROPS
+  return replacesCors ? CORS_FIELDS : NONE
+}
 
 function responseHeaders(upstream: Record<string, string | string[] | undefined>, extra: ReadonlyArray<[string, string]>, keep: ReadonlySet<string> = NONE, drop: ReadonlySet<string> = NONE): string[] {
   const headers: string[] = []

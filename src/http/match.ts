@@ -341,8 +341,10 @@ export function unknownMethods(match: MatchOptions): string[] {
 }
 
 /** RFC 9110 5.6.2: what field names (5.1) and methods (9.1) are made of. */
+export const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+
 function isToken(value: unknown): value is string {
-  return typeof value === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(value)
+  return typeof value === 'string' && TOKEN.test(value)
 }
 
 /** A field name as RFC 9110 5.1 allows it: a token. */
