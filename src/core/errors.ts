@@ -180,7 +180,10 @@ export function commandLineProblem(thrown: unknown): string {
       return `unknown option ${quoted ?? message}`
     case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE': {
       const option = quoted?.match(/--[\w-]+/)?.[0] ?? quoted ?? message
-      return message.endsWith('argument missing') ? `${option} needs a value` : `${option} takes no value`
+      if (message.endsWith('argument missing')) return `${option} needs a value`
+      // `--limit -3`: parseArgs will not take a value that starts with a dash as a value.
+      if (message.includes('ambiguous')) return `${option} needs a value; write one that starts with "-" as ${option}=VALUE`
+      return `${option} takes no value`
     }
     case 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL':
       return `unexpected argument ${JSON.stringify(quoted ?? message)}`

@@ -93,7 +93,7 @@ describe('simulator charts', () => {
       assert.throws(() => run('--csv', join(dir, 'epoch.csv'), '--time-unit', 'us'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit must be ms or s, got us/.test(e.stderr))
       assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /^sluice simulate: unknown pattern "tsunami"/.test(e.stderr))
       // A slip on the command line is said as the CLI says the rest, with the usage after it.
-      for (const [args, said] of [[['--algorithm', 'x'], 'unknown option --algorithm'], [['--csv'], '--csv needs a value'], [['--json=yes'], '--json takes no value'], [['extra'], 'unexpected argument "extra"']] as const) {
+      for (const [args, said] of [[['--algorithm', 'x'], 'unknown option --algorithm'], [['--csv'], '--csv needs a value'], [['--json=yes'], '--json takes no value'], [['--limit', '-3'], '--limit needs a value; write one that starts with "-" as --limit=VALUE'], [['extra'], 'unexpected argument "extra"']] as const) {
         assert.throws(() => run(...args), (e: { status: number; stderr: string }) => e.status === 2 && e.stderr.startsWith(`sluice simulate: ${said}\n\nusage: sluice simulate`), args.join(' '))
       }
       // Where no directory can be made, an error rather than a hang (node's recursive mkdir spins on these) or a stack trace.
