@@ -6,7 +6,7 @@
  * charged. Without `cors`, CORS is the upstream's business and nothing here runs.
  */
 import type { IncomingMessage } from 'node:http'
-import type { HeaderList } from '../http/headers.ts'
+import { RATE_LIMIT_FIELDS, type HeaderList } from '../http/headers.ts'
 import { problem, type HttpOutcome } from '../http/handler.ts'
 import { isHeaderName } from '../http/match.ts'
 
@@ -18,18 +18,6 @@ export interface CorsConfig {
   credentials: boolean
   maxAgeSeconds: number
 }
-
-/**
- * Fields a client may want to read that a browser hides unless exposed (only
- * Cache-Control, Content-Language, Content-Length, Content-Type, Expires,
- * Last-Modified and Pragma are not): every header style's rate-limit fields,
- * whichever a route writes or its upstream adds, and Retry-After.
- */
-const RATE_LIMIT_FIELDS = [
-  'RateLimit', 'RateLimit-Policy', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'Retry-After',
-  'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset',
-  'X-RateLimit-Replenish-Rate', 'X-RateLimit-Burst-Capacity', 'X-RateLimit-Requested-Tokens',
-]
 
 export interface Cors {
   /** For an answer to a request that sent `origin`: what lets its page read it (nothing for an origin not allowed), and Vary. */
@@ -50,6 +38,8 @@ export function compileCors(config: CorsConfig): Cors {
   // "*" cannot go with credentials (browsers refuse it, and the config does too); a named origin makes the answer depend on Origin.
   const echo = !anyOrigin || config.credentials
   const vary: HeaderList = echo ? [['Vary', 'Origin']] : []
+  // Browsers hide every response field but a few safelisted ones unless exposed: the rate-limit fields (whichever style a
+  // route writes or its upstream adds) and Retry-After always are.
   const exposed = [...new Set([...RATE_LIMIT_FIELDS, ...config.exposeHeaders])].join(', ')
   const methods = new Set(config.methods.map((method) => method.toUpperCase()))
   const anyHeader = config.headers.includes('*')
@@ -59,7 +49,9 @@ export function compileCors(config: CorsConfig): Cors {
     ...(config.credentials ? [['Access-Control-Allow-Credentials', 'true'] as [string, string]] : []),
   ]
   const anyFields: HeaderList = [['Access-Control-Allow-Origin', '*'], ['Access-Control-Expose-Headers', exposed]]
-  const refuse = (detail: string) => problem(403, 'Forbidden', detail, [...vary, ['Vary', 'Access-Control-Request-Method, Access-Control-Request-Headers']])
+  // A preflight's answer also depends on what it asks for.
+  const preflightVary: HeaderList = [...vary, ['Vary', 'Access-Control-Request-Method, Access-Control-Request-Headers']]
+  const refuse = (detail: string) => problem(403, 'Forbidden', detail, preflightVary)
 
   return {
     fieldsFor(origin) {
@@ -83,8 +75,7 @@ export function compileCors(config: CorsConfig): Cors {
           ['Access-Control-Allow-Methods', config.methods.join(', ')],
           ...(requested.length > 0 ? [['Access-Control-Allow-Headers', anyHeader ? requested.join(', ') : config.headers.join(', ')] as [string, string]] : []),
           ['Access-Control-Max-Age', String(config.maxAgeSeconds)],
-          ...vary,
-          ['Vary', 'Access-Control-Request-Method, Access-Control-Request-Headers'],
+          ...preflightVary,
         ],
         body: undefined,
         waitMs: 0,

@@ -318,9 +318,7 @@ export class Gateway {
       }
       if (runtime.cors !== undefined && isPreflight(req)) {
         // Answered here: the upstream never sees it, and no limit is charged for what the browser asks on its own.
-        const answer = runtime.cors.preflight(req)
-        if (answer.status !== 204) answerInstead(res, expectsContinue, answer, [])
-        else res.writeHead(204, answer.headers.flat()).end()
+        answerInstead(res, expectsContinue, runtime.cors.preflight(req), NO_FIELDS)
         return
       }
       const route = routeFor(runtime.routes, request)

@@ -209,7 +209,8 @@ export function pathRewriter(route: Pick<RouteConfig, 'stripPrefix' | 'rewrite'>
 export function respond(res: ServerResponse, outcome: HttpOutcome): void {
   const headers = outcome.headers.flat()
   const body = outcome.body ?? ''
-  headers.push('Content-Length', String(Buffer.byteLength(body)))
+  // RFC 9110 8.6: a 204 (a CORS preflight's answer) carries no Content-Length.
+  if (!BODILESS.has(outcome.status)) headers.push('Content-Length', String(Buffer.byteLength(body)))
   res.writeHead(outcome.status, headers)
   res.end(body)
 }

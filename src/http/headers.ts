@@ -42,6 +42,13 @@ export interface HeaderOptions {
 
 export type HeaderList = Array<[name: string, value: string]>
 
+/** Every field rateLimitHeaders can write, under any options, and Retry-After: what a browser page must be let read (gateway `cors`). */
+export const RATE_LIMIT_FIELDS: readonly string[] = [
+  'RateLimit', 'RateLimit-Policy', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'Retry-After',
+  'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset',
+  'X-RateLimit-Replenish-Rate', 'X-RateLimit-Burst-Capacity', 'X-RateLimit-Requested-Tokens',
+]
+
 const HEADER_OPTIONS = new Set(['standard', 'legacy', 'partitionKey', 'springCloudGateway'])
 const STANDARDS: ReadonlyArray<StandardHeaders | false> = ['draft-10', 'draft-8', 'draft-7', 'draft-6', false]
 
