@@ -5,6 +5,7 @@
  *
  * GET  /                 a short text page
  * GET  /hello            JSON with the path and the X-Forwarded-* the upstream saw
+ * GET  /moved?to=PATH     302 to PATH (default /hello) as an absolute URL built from Host, as frameworks write redirects
  * GET  /headers          the request headers, as JSON
  * GET  /bytes/N          N bytes (0x61 'a'...), streamed in 64 KiB chunks
  * POST /digest           the request body's length and SHA-256, streamed through
@@ -52,8 +53,14 @@ export function createDemoUpstream(): Server {
       return
     }
     if (path === '/headers') return json(200, req.headers)
+    if (path === '/moved') {
+      const to = new URLSearchParams((req.url ?? '').split('?')[1] ?? '').get('to') ?? '/hello'
+      res.writeHead(302, { location: `http://${req.headers.host ?? 'localhost'}${to.startsWith('/') ? to : `/${to}`}` })
+      res.end()
+      return
+    }
     if (path === '/hello' || path.startsWith('/hello/')) {
-      return json(200, { hello: 'from the demo upstream', path, method: req.method, forwardedFor: req.headers['x-forwarded-for'], forwardedHost: req.headers['x-forwarded-host'], forwardedProto: req.headers['x-forwarded-proto'] })
+      return json(200, { hello: 'from the demo upstream', path, method: req.method, forwardedFor: req.headers['x-forwarded-for'], forwardedHost: req.headers['x-forwarded-host'], forwardedProto: req.headers['x-forwarded-proto'], forwardedPrefix: req.headers['x-forwarded-prefix'] })
     }
     if (path === '/' || path === '/login') {
       res.writeHead(200, { 'content-type': 'text/plain' })

@@ -24,7 +24,7 @@ import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
-import { connectionTokens, createAgent, HOP_BY_HOP, forward, pathRewriter, respond, Upstreams, type Upgrade, type UpstreamFailure } from './proxy.ts'
+import { connectionTokens, createAgent, HOP_BY_HOP, forward, pathRewriter, respond, Upstreams, type PathRewrite, type Upgrade, type UpstreamFailure } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
 import { compileCors, isPreflight, type Cors } from './cors.ts'
 
@@ -40,7 +40,7 @@ interface CompiledRoute {
   config: RouteConfig
   matches: RequestMatch
   upstreams: Upstreams
-  rewrite: (path: string) => string
+  rewrite: PathRewrite
 }
 
 /** Everything built from one version of the config. */

@@ -186,23 +186,56 @@ export function createAgent(keepAliveMs: number): Agent {
   return new Agent({ keepAliveTimeout: keepAliveMs, connections: 256, pipelining: 1 })
 }
 
+/** A route's path rewriting, compiled: called with the path as routed, it gives the path the upstream gets. */
+export interface PathRewrite {
+  (path: string): string
+  /** The prefix stripped from `path`, as the client wrote it; undefined when none was (the upstream hears of it in X-Forwarded-Prefix). */
+  strippedPrefix(path: string): string | undefined
+  /**
+   * Whether every upstream path maps back to the client's (a stripped prefix at
+   * most, no regex `rewrite`), so that the upstream's Location naming itself can
+   * be given back as the client's path.
+   */
+  readonly mapsBack: boolean
+}
+
 /**
  * Compiles a route's path rewriting: strip a prefix, then a regex replacement.
  * Both compare as the route's patterns do (`caseSensitive`): a route that
  * takes /API/hello for /api/** strips its /api from it too.
  */
-export function pathRewriter(route: Pick<RouteConfig, 'stripPrefix' | 'rewrite'>, caseSensitive = true): (path: string) => string {
+export function pathRewriter(route: Pick<RouteConfig, 'stripPrefix' | 'rewrite'>, caseSensitive = true): PathRewrite {
   const strip = route.stripPrefix === '/' || route.stripPrefix === undefined ? undefined : caseSensitive ? route.stripPrefix : route.stripPrefix.toLowerCase()
   const rewrite = route.rewrite === undefined ? undefined : { pattern: new RegExp(route.rewrite.pattern, caseSensitive ? '' : 'i'), replacement: route.rewrite.replacement }
-  return (path) => {
-    let result = path
-    if (strip !== undefined) {
-      const head = caseSensitive ? result.slice(0, strip.length + 1) : result.slice(0, strip.length + 1).toLowerCase()
-      if (head === strip || head === `${strip}/`) result = result.slice(strip.length) || '/'
-    }
+  const strippedPrefix = (path: string): string | undefined => {
+    if (strip === undefined) return undefined
+    const head = caseSensitive ? path.slice(0, strip.length + 1) : path.slice(0, strip.length + 1).toLowerCase()
+    return head === strip || head === `${strip}/` ? path.slice(0, strip.length) : undefined
+  }
+  const apply = (path: string): string => {
+    const prefix = strippedPrefix(path)
+    let result = prefix === undefined ? path : path.slice(prefix.length) || '/'
     if (rewrite !== undefined) result = result.replace(rewrite.pattern, rewrite.replacement)
     return result.startsWith('/') ? result : `/${result}`
   }
+  return Object.assign(apply, { strippedPrefix, mapsBack: rewrite === undefined })
+}
+
+/**
+ * The Location an upstream answered with, as the client should follow it: one
+ * that names the upstream's own URL (built from the Host the gateway sent it)
+ * becomes the client's path to the same place, as nginx's `proxy_redirect
+ * default` does, so a redirect neither leaks the upstream's address nor leads
+ * the client around the gateway. Any other Location is left as it is.
+ */
+export function clientLocation(location: string, base: Pick<UpstreamBase, 'origin' | 'path'>, strippedPrefix: string | undefined): string {
+  const own = `${base.origin}${base.path}`
+  // The scheme and host compare without case; the origin is held in lower case.
+  if (location.length < own.length || location.slice(0, base.origin.length).toLowerCase() !== base.origin || location.slice(base.origin.length, own.length) !== base.path) return location
+  const rest = location.slice(own.length)
+  if (rest !== '' && !'/?#'.includes(rest[0] as string)) return location
+  const path = rest.startsWith('/') ? rest : `/${rest}`
+  return strippedPrefix === undefined ? path : `${strippedPrefix}${path}`
 }
 
 /** Answers in the upstream's place (a refusal, a problem), with a length rather than a chunked body. */
@@ -220,7 +253,7 @@ export interface ForwardOptions {
   path: string
   dispatcher: Dispatcher
   upstreams: Upstreams
-  rewrite: (path: string) => string
+  rewrite: PathRewrite
   preserveHost: boolean
   timeouts: UpstreamTimeouts
   /** `http` or `https`: how the client reached the gateway. */
@@ -255,6 +288,8 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
   const query = requestQuery(req.url ?? '/')
   const hasBody = req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined
   const replayable = !hasBody && options.upgrade === undefined && IDEMPOTENT.has(req.method ?? '')
+  const upstreamPath = options.rewrite(path)
+  const strippedPrefix = options.rewrite.strippedPrefix(path)
   // undici's low-level dispatch: the body goes straight into `res` with
   // backpressure, and the controller it hands over aborts the upstream request
   // when the client leaves. (Measured on small responses: request() + pipeline
@@ -278,9 +313,9 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
     // Sent again on a failure (see onResponseError) while `triesLeft` allows.
     const send = (base: UpstreamBase, triesLeft: number): boolean => options.dispatcher.dispatch({
       origin: base.origin,
-      path: `${base.path}${options.rewrite(path)}${query}`,
+      path: `${base.path}${upstreamPath}${query}`,
       method: req.method as Dispatcher.HttpMethod,
-      headers: requestHeaders(req, options, base.host),
+      headers: requestHeaders(req, options, base.host, strippedPrefix),
       body: hasBody && options.upgrade === undefined ? uploadOf(req) : null,
       upgrade: options.upgrade?.protocol ?? null,
       headersTimeout: options.timeouts.headersMs,
@@ -295,6 +330,11 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (statusCode < 100) return started.abort(new InvalidResponseError(`status ${statusCode}`))
         if (statusCode < 200) return // 1xx interim responses stay on the upstream hop
         status = statusCode
+        const location = headers.location
+        if (typeof location === 'string' && options.rewrite.mapsBack) {
+          const mapped = clientLocation(location, base, strippedPrefix)
+          if (mapped !== location) headers = { ...headers, location: mapped }
+        }
         res.writeHead(statusCode, responseHeaders(headers, options.extraHeaders, NONE, upstreamFieldsDropped(statusCode, options.replacesCors === true)))
         // Head, body and end of a small response usually arrive together: one write to the socket, not three.
         res.cork()
@@ -478,7 +518,7 @@ function mergeWithUpstream(upstream: Readonly<Record<string, string | string[] |
   return { drop, ours: kept }
 }
 
-function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamHost: string): Record<string, string | string[]> {
+function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamHost: string, strippedPrefix: string | undefined): Record<string, string | string[]> {
   const headers: Record<string, string | string[]> = {}
   const dropped = connectionTokens(req.headers.connection)
   for (const [name, value] of Object.entries(req.headers)) {
@@ -490,6 +530,8 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   headers['x-forwarded-for'] = forwardedFor === undefined || forwardedFor === '' ? client : `${String(forwardedFor)}, ${client}`
   headers['x-forwarded-proto'] = options.protocol
   if (req.headers.host !== undefined) headers['x-forwarded-host'] = req.headers.host
+  // What Spring Cloud Gateway and Traefik send for a stripped prefix, so the upstream can build its links under it.
+  if (strippedPrefix !== undefined) headers['x-forwarded-prefix'] = strippedPrefix
   headers.host = options.preserveHost && req.headers.host !== undefined ? req.headers.host : upstreamHost
   return headers
 }

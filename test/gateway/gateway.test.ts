@@ -62,7 +62,7 @@ routes:
     upstream: http://127.0.0.1:${downPort}
     stripPrefix: /down
   - name: files
-    match: { path: [/bytes/**, /digest] }
+    match: { path: [/bytes/**, /digest, /moved, /headers] }
     upstream: ${upstream}
   - name: pool
     match: { path: /pool/** }
@@ -142,6 +142,7 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal(hello.forwardedFor, '127.0.0.1')
     assert.equal(hello.forwardedProto, 'http')
     assert.equal(hello.forwardedHost, new URL(gateway.url).host)
+    assert.equal(hello.forwardedPrefix, '/api')
     assert.equal(alpha[0]?.headers.get('ratelimit-policy'), '"api-hour";q=3;w=3600')
     assert.equal(alpha[0]?.headers.get('ratelimit'), '"api-hour";r=2;t=3600')
     assert.equal(alpha[0]?.headers.get('x-ratelimit-replenish-rate'), null, 'Spring Cloud Gateway fields only on the route that asks for them')
@@ -162,6 +163,21 @@ describe('gateway (child process, real upstream)', () => {
     const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>>; routes: unknown[] }
     assert.equal(status.watched['apikey:alpha']?.['api-hour']?.remaining, 0)
     assert.equal(status.routes.length, 7)
+  })
+
+  it('tells the upstream the prefix it stripped (X-Forwarded-Prefix), and gives a redirect to the upstream\'s own URL back as the client\'s path', async () => {
+    const hello = async (path: string, headers: Record<string, string> = {}) => JSON.parse((await rawRequest(gateway.url, path, { headers: { 'x-api-key': 'prefix', ...headers } })).body) as Record<string, string>
+    assert.deepEqual(pick(await hello('/API/hello', { 'x-forwarded-prefix': '/made-up' }), ['path', 'forwardedPrefix']), { path: '/hello', forwardedPrefix: '/API' })
+    // A route that strips nothing passes a client's X-Forwarded-Prefix on as it came.
+    assert.equal(((await get(`${gateway.url}/headers`, { 'x-forwarded-prefix': '/outer' })).body.includes('"x-forwarded-prefix":"/outer"')), true)
+    const redirect = async (path: string) => {
+      const response = await fetch(`${gateway.url}${path}`, { redirect: 'manual', headers: { 'x-api-key': 'redirects' } })
+      await response.arrayBuffer()
+      return [response.status, response.headers.get('location')]
+    }
+    // The upstream builds its redirect from the Host it was sent (its own address): the client gets its way there through the gateway.
+    assert.deepEqual(await redirect('/api/moved?to=/hello%3Fx=1'), [302, '/api/hello?x=1'])
+    assert.deepEqual(await redirect('/moved?to=/bytes/1'), [302, '/bytes/1'])
   })
 
   it('routes and limits the normalized path: dot segments, encoded letters and fragments cannot slip past a route\'s limits', async () => {
