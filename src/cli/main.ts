@@ -17,7 +17,7 @@ import { startDemoUpstream } from '../gateway/demo-upstream.ts'
 import { Gateway } from '../gateway/gateway.ts'
 import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
 import { compileMatch } from '../http/match.ts'
-import { RedisStore, redisKey } from '../stores/redis/redis-store.ts'
+import { LIMITER_CLIENT_OPTIONS, RedisStore, redisKey } from '../stores/redis/redis-store.ts'
 import { simulateCommand } from '../simulate/command.ts'
 
 const USAGE = `usage: sluice <command> [options]
@@ -255,7 +255,8 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
   if (key !== given) out(`${given} is kept as ${key}`)
   const prefix = httpStatePrefix(parsed.values.prefix ?? config?.prefix)
   const { Redis } = await import('ioredis')
-  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 1000, commandTimeout: 2000, enableOfflineQueue: false, retryStrategy: () => null })
+  // The store's own connection settings (nothing re-sent after a reconnect: no warning to give), connecting once and failing fast.
+  const client = new Redis(url, { ...LIMITER_CLIENT_OPTIONS, lazyConnect: true, connectTimeout: 1000, commandTimeout: 2000, retryStrategy: () => null })
   let cause: Error | undefined
   client.on('error', (error: Error) => { cause ??= error })
   try {
