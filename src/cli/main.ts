@@ -18,7 +18,7 @@ import { Gateway } from '../gateway/gateway.ts'
 import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
 import { compileMatch } from '../http/match.ts'
 import { LIMITER_CLIENT_OPTIONS, RedisStore, redisKey } from '../stores/redis/redis-store.ts'
-import { simulateCommand } from '../simulate/command.ts'
+import { simulateCommand, SIMULATE_USAGE } from '../simulate/command.ts'
 
 const USAGE = `usage: sluice <command> [options]
 
@@ -31,7 +31,7 @@ commands:
   simulate [--pattern NAME]      replay a traffic shape or a CSV through policies: table,
                                  SVG timelines, HTML report (see sluice simulate --help)
   version                        print the version
-  help                           print this text
+  help [COMMAND]                 print this text, or a command's own usage
 
 exit codes: 0 ok, 1 invalid input (config, policy), 2 bad usage, 3 could not run
 `
@@ -80,10 +80,10 @@ export async function main(argv: readonly string[], out: Out = console.log, err:
     case 'help':
     case '--help':
     case '-h':
-      out(USAGE)
-      return 0
+      return help(rest, out, err)
     case 'version':
     case '--version':
+      if (rest.length > 0) return takesNoArguments('version', rest, err)
       out(version())
       return 0
     case 'check':
@@ -91,10 +91,7 @@ export async function main(argv: readonly string[], out: Out = console.log, err:
     case 'simulate':
       return simulateCommand(rest, out, err)
     case 'demo':
-      if (rest.length > 0) {
-        err(`sluice demo takes no arguments, got ${rest.map((arg) => JSON.stringify(arg)).join(' ')}\n\n${USAGE}`)
-        return 2
-      }
+      if (rest.length > 0) return takesNoArguments('demo', rest, err)
       demo(out)
       return 0
     case 'gateway':
@@ -107,6 +104,26 @@ export async function main(argv: readonly string[], out: Out = console.log, err:
       err(`sluice: unknown command ${JSON.stringify(command)}\n\n${USAGE}`)
       return 2
   }
+}
+
+/** The usage of the commands that have options of their own; the others are told in USAGE. */
+const COMMAND_USAGE: Readonly<Record<string, string>> = { gateway: GATEWAY_USAGE, 'check-config': CHECK_CONFIG_USAGE, inspect: INSPECT_USAGE, simulate: SIMULATE_USAGE }
+const COMMANDS: ReadonlySet<string> = new Set([...Object.keys(COMMAND_USAGE), 'check', 'demo', 'version', 'help'])
+
+/** `sluice help [COMMAND]`: the usage, or a command's own, as `sluice COMMAND --help` prints it. */
+function help(args: readonly string[], out: Out, err: Out): number {
+  const [command, ...extra] = args
+  if (command !== undefined && (!COMMANDS.has(command) || extra.length > 0)) {
+    err(`sluice help: ${COMMANDS.has(command) ? `expected one COMMAND, got ${args.map((arg) => JSON.stringify(arg)).join(' ')}` : `unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`)
+    return 2
+  }
+  out((command === undefined ? undefined : COMMAND_USAGE[command]) ?? USAGE)
+  return 0
+}
+
+function takesNoArguments(command: string, args: readonly string[], err: Out): number {
+  err(`sluice ${command} takes no arguments, got ${args.map((arg) => JSON.stringify(arg)).join(' ')}\n\n${USAGE}`)
+  return 2
 }
 
 /** Parses options; on a mistake prints it with the usage and returns undefined. */

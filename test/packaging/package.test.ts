@@ -85,7 +85,7 @@ describe('package', () => {
     }
   })
 
-  it('ships a sluice bin: version, check (exit 1 for a bad policy, malformed JSON included), demo, and exit 2 on bad usage', () => {
+  it('ships a sluice bin: version, check (exit 1 for a bad policy, malformed JSON included), demo, help COMMAND, and exit 2 on bad usage', () => {
     const bin = new URL('../../dist/cli/main.js', import.meta.url).pathname
     const run = (...args: string[]) => execFileSync(process.execPath, [bin, ...args], { encoding: 'utf8' })
     assert.match(run('version'), /^\d+\.\d+\.\d+/)
@@ -95,6 +95,11 @@ describe('package', () => {
     assert.throws(() => run('check', '{"algorithm":'), (e: { status: number; stdout: string }) => e.status === 1 && /not valid JSON/.test(e.stdout))
     assert.throws(() => run('check'), (e: { status: number }) => e.status === 2)
     assert.throws(() => run('launch'), (e: { status: number }) => e.status === 2)
+    // help COMMAND prints the command's own usage, as COMMAND --help does; help of no command is bad usage.
+    assert.equal(run('help', 'inspect'), run('inspect', '--help'))
+    assert.match(run('help', 'demo'), /^usage: sluice <command>/)
+    assert.throws(() => run('help', 'launch'), (e: { status: number; stderr: string }) => e.status === 2 && /unknown command "launch"/.test(e.stderr))
+    assert.throws(() => run('version', 'extra'), (e: { status: number; stderr: string }) => e.status === 2 && /version takes no arguments/.test(e.stderr))
   })
 
   it('runs through a symlink, as npm installs bins (node_modules/.bin/sluice)', () => {
