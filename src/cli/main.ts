@@ -114,7 +114,7 @@ const COMMANDS: ReadonlySet<string> = new Set([...Object.keys(COMMAND_USAGE), 'c
 function help(args: readonly string[], out: Out, err: Out): number {
   const [command, ...extra] = args
   if (command !== undefined && (!COMMANDS.has(command) || extra.length > 0)) {
-    err(`sluice help: ${COMMANDS.has(command) ? `expected one COMMAND, got ${args.map((arg) => JSON.stringify(arg)).join(' ')}` : `unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`)
+    err(`sluice help: ${COMMANDS.has(command) ? `expected one COMMAND, got ${quoted(args)}` : `unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`)
     return 2
   }
   out((command === undefined ? undefined : COMMAND_USAGE[command]) ?? USAGE)
@@ -122,9 +122,11 @@ function help(args: readonly string[], out: Out, err: Out): number {
 }
 
 function takesNoArguments(command: string, args: readonly string[], err: Out): number {
-  err(`sluice ${command} takes no arguments, got ${args.map((arg) => JSON.stringify(arg)).join(' ')}\n\n${USAGE}`)
+  err(`sluice ${command} takes no arguments, got ${quoted(args)}\n\n${USAGE}`)
   return 2
 }
+
+const quoted = (args: readonly string[]): string => args.map((arg) => JSON.stringify(arg)).join(' ')
 
 /** Parses options; on a mistake prints it with the usage and returns undefined. */
 function options<R>(command: string, parse: () => R, usage: string, err: Out): R | undefined {
