@@ -191,6 +191,8 @@ export interface PathRewrite {
   (path: string): string
   /** The prefix stripped from `path`, as the client wrote it; undefined when none was (the upstream hears of it in X-Forwarded-Prefix). */
   strippedPrefix(path: string): string | undefined
+  /** The path the upstream gets, given what strippedPrefix said of it (for a caller that needs both, without stripping twice). */
+  upstreamPath(path: string, strippedPrefix: string | undefined): string
   /**
    * Whether every upstream path maps back to the client's (a stripped prefix at
    * most, no regex `rewrite`), so that the upstream's Location naming itself can
@@ -212,13 +214,12 @@ export function pathRewriter(route: Pick<RouteConfig, 'stripPrefix' | 'rewrite'>
     const head = caseSensitive ? path.slice(0, strip.length + 1) : path.slice(0, strip.length + 1).toLowerCase()
     return head === strip || head === `${strip}/` ? path.slice(0, strip.length) : undefined
   }
-  const apply = (path: string): string => {
-    const prefix = strippedPrefix(path)
+  const upstreamPath = (path: string, prefix: string | undefined): string => {
     let result = prefix === undefined ? path : path.slice(prefix.length) || '/'
     if (rewrite !== undefined) result = result.replace(rewrite.pattern, rewrite.replacement)
     return result.startsWith('/') ? result : `/${result}`
   }
-  return Object.assign(apply, { strippedPrefix, mapsBack: rewrite === undefined })
+  return Object.assign((path: string) => upstreamPath(path, strippedPrefix(path)), { strippedPrefix, upstreamPath, mapsBack: rewrite === undefined })
 }
 
 /**
@@ -231,7 +232,7 @@ export function pathRewriter(route: Pick<RouteConfig, 'stripPrefix' | 'rewrite'>
 export function clientLocation(location: string, base: Pick<UpstreamBase, 'origin' | 'path'>, strippedPrefix: string | undefined): string {
   const own = `${base.origin}${base.path}`
   // The scheme and host compare without case; the origin is held in lower case.
-  if (location.length < own.length || location.slice(0, base.origin.length).toLowerCase() !== base.origin || location.slice(base.origin.length, own.length) !== base.path) return location
+  if (location.slice(0, base.origin.length).toLowerCase() !== base.origin || location.slice(base.origin.length, own.length) !== base.path) return location
   const rest = location.slice(own.length)
   if (rest !== '' && !'/?#'.includes(rest[0] as string)) return location
   const path = rest.startsWith('/') ? rest : `/${rest}`
@@ -288,8 +289,8 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
   const query = requestQuery(req.url ?? '/')
   const hasBody = req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined
   const replayable = !hasBody && options.upgrade === undefined && IDEMPOTENT.has(req.method ?? '')
-  const upstreamPath = options.rewrite(path)
   const strippedPrefix = options.rewrite.strippedPrefix(path)
+  const upstreamPath = options.rewrite.upstreamPath(path, strippedPrefix)
   // undici's low-level dispatch: the body goes straight into `res` with
   // backpressure, and the controller it hands over aborts the upstream request
   // when the client leaves. (Measured on small responses: request() + pipeline
