@@ -4,8 +4,11 @@
  *
  * The first request to a partition goes alone: its answer says what the
  * server allows before the others are sent. The model is the one every
- * dialect shares: per server policy, units remaining until a reset time,
- * after which the full limit is back. Requests
+ * dialect shares: per server policy, units remaining until a reset time.
+ * A reset says when more quota comes, not how much: a token bucket's server
+ * may announce when its next token drips in, and the drafts forbid assuming
+ * the whole limit is back. So once a reset passes, one request goes alone
+ * again and its answer says what the rest may spend. Requests
  * in flight are charged when sent, and a response's `remaining` is read as
  * "after this request, and possibly before the others still in flight", so the
  * estimate errs toward waiting, never toward a refusal.
@@ -22,9 +25,11 @@ export type Admission =
 interface Tracked {
   limit: number | undefined
   remaining: number | undefined
-  /** Epoch ms when the quota is restored; undefined once passed and until a response says. */
+  /** Epoch ms when more quota comes; undefined once passed and until a response says. */
   resetAt: number | undefined
   windowMs: number | undefined
+  /** Its reset has passed and no response has said since how much is back. */
+  unknownSinceReset: boolean
 }
 
 /** Resets announced in whole seconds are read as "up to a second later" when nothing is left. */
@@ -56,22 +61,22 @@ export class PartitionQuota {
     if ((!this.answered || now < this.probingUntil) && this.inFlight > 0) return { kind: 'response', reason: 'probe' }
     let until = 0
     let unknownReset = false
-    for (const [name, quota] of this.tracked) {
+    let unknownSinceReset = false
+    for (const quota of this.tracked.values()) {
       if (quota.resetAt !== undefined && now >= quota.resetAt) {
-        if (quota.limit === undefined) {
-          this.tracked.delete(name)
-          continue
-        }
-        quota.remaining = quota.limit
+        quota.unknownSinceReset = true
+        quota.remaining = undefined
         quota.resetAt = undefined
       }
+      if (quota.unknownSinceReset) unknownSinceReset = true
       if (quota.remaining === undefined || quota.remaining > 0) continue
       if (quota.resetAt !== undefined) until = Math.max(until, quota.resetAt)
       else unknownReset = true
     }
     if (until > 0) return { kind: 'wait', until, reason: 'quota' }
-    // Spent, and no reset known: the next response will say; with none coming, send one to ask.
-    if (unknownReset && this.inFlight > 0) return { kind: 'response', reason: 'quota' }
+    // Spent, and no reset known, or reset and not yet told how much is back: the next response
+    // will say; with none coming, send one to ask.
+    if ((unknownReset || unknownSinceReset) && this.inFlight > 0) return { kind: 'response', reason: 'quota' }
     for (const quota of this.tracked.values()) if (quota.remaining !== undefined) quota.remaining -= 1
     this.inFlight += 1
     return { kind: 'go' }
@@ -90,7 +95,7 @@ export class PartitionQuota {
       const estimate = announced.remaining === undefined ? undefined : announced.remaining - this.inFlight
       const quota = this.tracked.get(announced.name)
       if (quota === undefined) {
-        this.tracked.set(announced.name, { limit: announced.limit, remaining: estimate, resetAt, windowMs: announced.windowMs })
+        this.tracked.set(announced.name, { limit: announced.limit, remaining: estimate, resetAt, windowMs: announced.windowMs, unknownSinceReset: false })
         if (this.tracked.size > MAX_TRACKED) this.forgetLeastRecentlyAnnounced(announcement)
       } else {
         // Map order is announcement order: the policy goes to the end, the last to be forgotten.
@@ -107,12 +112,23 @@ export class PartitionQuota {
         }
         quota.limit = announced.limit ?? quota.limit
         quota.windowMs = announced.windowMs ?? quota.windowMs
+        quota.unknownSinceReset = false
       }
       const current = this.tracked.get(announced.name) as Tracked
       if (current.remaining !== undefined && current.remaining <= 0) {
         // No reset at all means a window's wait; "t=0" from a server that rounds down still means "not yet".
         if (current.resetAt === undefined) current.resetAt = now + (current.windowMs ?? SECOND)
         else if (announced.resetAfterMs === 0) current.resetAt = Math.max(current.resetAt, now + SECOND)
+      }
+    }
+    // A policy reset and left out of the answer (a server may announce only the nearest one):
+    // its whole limit is all there is to go on, or nothing, where it never said one.
+    for (const [name, quota] of this.tracked) {
+      if (!quota.unknownSinceReset) continue
+      if (quota.limit === undefined) this.tracked.delete(name)
+      else {
+        quota.unknownSinceReset = false
+        quota.remaining = quota.limit - this.inFlight
       }
     }
     if (announcement.quotas.length > 0) this.probingUntil = 0

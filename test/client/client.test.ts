@@ -211,6 +211,39 @@ describe('waiting, failing fast, queues and pacing', () => {
     }
   })
 
+  it('a token bucket that announces when its next token comes: after each reset one request asks, so the bucket is never overrun', async () => {
+    // Capacity 2, one token a second; t is the wait for the next token (draft-10's "until additional quota"), not for a full bucket.
+    const capacity = 2
+    let tokens = capacity
+    let last = Date.now()
+    let refused = 0
+    const server = createServer((_request, response) => {
+      const now = Date.now()
+      tokens = Math.min(capacity, tokens + (now - last) / 1000)
+      last = now
+      const allowed = tokens >= 1
+      if (allowed) tokens -= 1
+      else refused++
+      const nextTokenS = tokens >= 1 ? 0 : Math.ceil(1 - tokens)
+      response.setHeader('RateLimit-Policy', `"bucket";q=${capacity};w=${capacity}`)
+      response.setHeader('RateLimit', `"bucket";r=${Math.floor(tokens)};t=${nextTokenS}`)
+      if (!allowed) response.setHeader('Retry-After', String(nextTokenS))
+      response.statusCode = allowed ? 200 : 429
+      response.end()
+    }).listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    try {
+      const client = createClient()
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+      const statuses = await Promise.all(Array.from({ length: 5 }, () => client.fetch(url).then((r) => r.status)))
+      assert.deepEqual(statuses, [200, 200, 200, 200, 200])
+      // Taking a reset for a full bucket sends two when one token has come: one of them refused at every reset.
+      assert.equal(refused, 0)
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
+  })
+
   it('abort during a wait rejects at once with the signal\'s reason and leaves no timer', async () => {
     const server = await startLimitedServer({ dialect: 'draft-10', limit: 1, windowSeconds: 60 })
     try {

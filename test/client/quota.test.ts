@@ -17,9 +17,38 @@ describe('the learned quota of one partition', () => {
     assert.equal(quota.admit(10).kind, 'go')
     assert.equal(quota.admit(11).kind, 'go')
     assert.deepEqual(quota.admit(12), { kind: 'wait', until: 10_005, reason: 'quota' })
-    // After the reset the full limit is back; the next window's reset is unknown until a response says.
-    for (let i = 0; i < 5; i++) assert.equal(quota.admit(10_005).kind, 'go', `send ${i}`)
+    quota.settle(told(1, 9_990), 200, 15)
+    quota.settle(told(0, 9_990), 200, 15)
+    // A reset says when more comes, not how much: one request asks, and its answer says what the others may spend.
+    assert.equal(quota.admit(10_005).kind, 'go')
     assert.deepEqual(quota.admit(10_006), { kind: 'response', reason: 'quota' })
+    quota.settle(told(3, 10_000), 200, 10_010)
+    for (let i = 0; i < 3; i++) assert.equal(quota.admit(10_011).kind, 'go', `send ${i}`)
+    assert.deepEqual(quota.admit(10_012), { kind: 'wait', until: 20_010, reason: 'quota' })
+  })
+
+  it('a token bucket announcing when its next token comes (t=1): after it, one request, not the whole bucket', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.settle(told(0, 1_000), 200, 10)
+    assert.deepEqual(quota.admit(20), { kind: 'wait', until: 1_010, reason: 'quota' })
+    assert.equal(quota.admit(1_010).kind, 'go')
+    // Five units were announced, but only one token has dripped in: the others wait for the answer that says so.
+    assert.deepEqual(quota.admit(1_011), { kind: 'response', reason: 'quota' })
+    quota.settle(told(0, 1_000), 200, 1_020)
+    assert.deepEqual(quota.admit(1_021), { kind: 'wait', until: 2_020, reason: 'quota' })
+  })
+
+  it('a reset policy the next answer leaves out is taken at its whole limit, less what is in flight; one never limited, forgotten', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.settle({ quotas: [{ name: 'hour', limit: 5, remaining: 0, resetAfterMs: 1_000, windowMs: 3_600_000 }, { name: 'unnamed', remaining: 0, resetAfterMs: 1_000 }] }, 200, 0)
+    assert.equal(quota.admit(500).kind, 'wait')
+    assert.equal(quota.admit(1_000).kind, 'go')
+    assert.equal(quota.admit(1_001).kind, 'response')
+    quota.settle(nothing, 200, 1_010)
+    for (let i = 0; i < 5; i++) assert.equal(quota.admit(1_011).kind, 'go', `send ${i}`)
+    assert.deepEqual(quota.admit(1_012), { kind: 'response', reason: 'quota' }, 'the hour is spent and its reset unknown')
   })
 
   it('a server that announces nothing gets everything once its first answer is in', () => {
