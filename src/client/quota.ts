@@ -7,8 +7,8 @@
  * dialect shares: per server policy, units remaining until a reset time.
  * A reset says when more quota comes, not how much: a token bucket's server
  * may announce when its next token drips in, and the drafts forbid assuming
- * the whole limit is back. So once a reset passes, one request goes alone
- * again and its answer says what the rest may spend. Requests
+ * the whole limit is back. So once the reset of a spent quota passes, one
+ * request goes alone again and its answer says what the rest may spend. Requests
  * in flight are charged when sent, and a response's `remaining` is read as
  * "after this request, and possibly before the others still in flight", so the
  * estimate errs toward waiting, never toward a refusal.
@@ -64,9 +64,13 @@ export class PartitionQuota {
     let unknownSinceReset = false
     for (const quota of this.tracked.values()) {
       if (quota.resetAt !== undefined && now >= quota.resetAt) {
-        quota.unknownSinceReset = true
-        quota.remaining = undefined
         quota.resetAt = undefined
+        // Requests were held for this reset: they may not all go at once. Units left stay what they
+        // were (more may have come, never fewer), until a response says.
+        if (quota.remaining !== undefined && quota.remaining <= 0) {
+          quota.unknownSinceReset = true
+          quota.remaining = undefined
+        }
       }
       if (quota.unknownSinceReset) unknownSinceReset = true
       if (quota.remaining === undefined || quota.remaining > 0) continue
@@ -136,8 +140,13 @@ export class PartitionQuota {
 
     let retryAt: number | undefined
     if (announcement.retryAfterMs !== undefined) {
-      // Retry-After wins over the RateLimit fields (draft-ietf-httpapi-ratelimit-headers).
-      retryAt = now + announcement.retryAfterMs
+      // Retry-After wins over the RateLimit fields (draft-ietf-httpapi-ratelimit-headers): a spent
+      // quota whose reset lies further off (a bucket's time to full) is asked about then instead.
+      const at = now + announcement.retryAfterMs
+      retryAt = at
+      for (const quota of this.tracked.values()) {
+        if (quota.remaining !== undefined && quota.remaining <= 0 && quota.resetAt !== undefined && quota.resetAt > at) quota.resetAt = at
+      }
     } else {
       for (const quota of this.tracked.values()) {
         if (quota.remaining !== undefined && quota.remaining <= 0 && quota.resetAt !== undefined) retryAt = Math.max(retryAt ?? 0, quota.resetAt)

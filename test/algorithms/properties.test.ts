@@ -73,6 +73,14 @@ function replayFrom(policy: ResolvedPolicy, trace: Array<{ gap: number; cost: nu
       // After ttlMs, the stored state decides exactly as a missing key would.
       const later = t + ttlMs
       assert.deepEqual(algorithms.step(policy, next, later, 1, algorithms.NO_WAIT).decision, algorithms.step(policy, undefined, later, 1, algorithms.NO_WAIT).decision)
+      // When there is a unit more than it left (what the reset header fields carry): never before a call
+      // asking for one more could pass; for a bucket, at most 1 ms after (after a reservation, interval refill says full).
+      const more = algorithms.step(policy, next, t, d.remaining + 1, algorithms.NO_WAIT).decision
+      const truth = more.allowed ? 0 : more.retryAfterMs
+      const told = algorithms.nextUnitAfterMs(policy, d)
+      assert.ok(told >= truth && told <= d.resetAfterMs, `next unit told in ${told} ms, there in ${truth}, full in ${d.resetAfterMs}`)
+      const refilledAtOnce = policy.algorithm === 'token-bucket' && policy.refill === 'interval' && d.waitMs > 0
+      if (policy.algorithm.endsWith('bucket') && !refilledAtOnce) assert.ok(told <= truth + 1, `next unit told in ${told} ms, there in ${truth}`)
       admitted.push({ at: t, effectiveAt: t + d.waitMs, cost })
       state = next
     } else {

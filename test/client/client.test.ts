@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net'
 import { after, describe, it } from 'node:test'
 import { createClient, QueueFullError, QuotaExhaustedError } from '../../src/client/index.ts'
 import { MemoryStore } from '../../src/index.ts'
+import { withRateLimit } from '../../src/http/adapters/node.ts'
 import { DIALECTS, nextWindow, offer, refusalsAfterFirstWindow, startLimitedServer, type LimitedServer } from './servers.ts'
 
 const LIMIT = 50
@@ -239,6 +240,25 @@ describe('waiting, failing fast, queues and pacing', () => {
       assert.deepEqual(statuses, [200, 200, 200, 200, 200])
       // Taking a reset for a full bucket sends two when one token has come: one of them refused at every reset.
       assert.equal(refused, 0)
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
+  })
+
+  it('against sluice\'s own token bucket, full again only in 100 s: the client spends it, then goes at the refill rate', async () => {
+    let refused = 0
+    const bucket = { algorithm: 'token-bucket' as const, name: 'bucket', capacity: 200, refillTokens: 2, refillIntervalMs: 1000 }
+    const server = createServer(withRateLimit((_request, response) => { response.end('ok') }, { rules: [{ name: 'api', policies: bucket }], onLimited: () => { refused++ } }))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      const client = createClient()
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+      const start = Date.now()
+      // Told "nothing left, full in 100 s", it would wait longer than maxWaitMs (60 s) and give up; told when the next token comes, it waits that.
+      const statuses = await Promise.all(Array.from({ length: 203 }, () => client.fetch(url).then((r) => r.status, (error: Error) => error.name)))
+      assert.deepEqual(new Set(statuses), new Set([200]))
+      assert.equal(refused, 0)
+      assert.ok(Date.now() - start >= 1_000, 'the last three waited for tokens')
     } finally {
       await new Promise((resolve) => server.close(resolve))
     }

@@ -39,6 +39,14 @@ describe('the learned quota of one partition', () => {
     assert.deepEqual(quota.admit(1_021), { kind: 'wait', until: 2_020, reason: 'quota' })
   })
 
+  it('a reset passing with units still left (a server sending t=0) lets requests go on, up to those units, then asks', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    quota.settle(told(3, 0), 200, 0)
+    for (let i = 0; i < 3; i++) assert.equal(quota.admit(1).kind, 'go', `send ${i}`)
+    assert.deepEqual(quota.admit(1), { kind: 'response', reason: 'quota' })
+  })
+
   it('a reset policy the next answer leaves out is taken at its whole limit, less what is in flight; one never limited, forgotten', () => {
     const quota = new PartitionQuota(60_000)
     quota.admit(0)
@@ -88,6 +96,16 @@ describe('the learned quota of one partition', () => {
     assert.equal(retryAt, 7_100)
     assert.deepEqual(quota.admit(200), { kind: 'wait', until: 7_100, reason: 'retry-after' })
     assert.equal(quota.admit(7_100).kind, 'go')
+  })
+
+  it('Retry-After sooner than a spent quota\'s reset wins: then one request asks, instead of waiting for the reset', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    // A bucket's server: full again in 100 s, but the call can pass in 1 s.
+    quota.settle(told(0, 100_000, { retryAfterMs: 1_000 }), 429, 0)
+    assert.deepEqual(quota.admit(500), { kind: 'wait', until: 1_000, reason: 'retry-after' })
+    assert.equal(quota.admit(1_000).kind, 'go')
+    assert.deepEqual(quota.admit(1_001), { kind: 'response', reason: 'quota' })
   })
 
   it('a server slip (Retry-After or a reset of years) silences the partition for a day at most, then it asks again', () => {

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test'
 import fc from 'fast-check'
 import { parseDictionary, parseList, serializeDictionary, serializeList, type Item } from 'structured-headers'
 import { fcOptions, onVirtualClock } from '../helpers.ts'
-import { rateLimitHeaders, windowSeconds, type Policy, type ResolvedPolicy } from '../../src/index.ts'
+import { rateLimitHeaders, windowSeconds, type Policy, type PolicyDecision, type ResolvedPolicy } from '../../src/index.ts'
 
 const policies: Policy[] = [
   { algorithm: 'fixed-window', limit: 100, windowMs: 60_000, name: 'minute' },
@@ -48,6 +48,28 @@ describe('rate-limit header fields', () => {
     assert.deepEqual(rateLimitHeaders(decision, resolved, { standard: false }, 'k', 30_000), [])
   })
 
+  it('a bucket with nothing left says when its next unit comes, not when it is full; a refusal says what Retry-After says, in every shape', () => {
+    // 20 tokens, 2 a second: drained, it is full again in 10 s but has a token in 0.5 s.
+    const clock = onVirtualClock([{ algorithm: 'token-bucket', capacity: 20, refillTokens: 2, refillIntervalMs: 1000, name: 'burst' }], 30_000)
+    for (let i = 0; i < 19; i++) clock.at(30_000)
+    const fields = (decision: ReturnType<typeof clock.at>) => ({
+      ...Object.fromEntries(rateLimitHeaders(decision, clock.limiter.policies, { legacy: true }, 'k', 30_000)),
+      ...Object.fromEntries(rateLimitHeaders(decision, clock.limiter.policies, { standard: 'draft-7' }, 'k', 30_000)),
+      'RateLimit-Reset': new Map(rateLimitHeaders(decision, clock.limiter.policies, { standard: 'draft-6' }, 'k', 30_000)).get('RateLimit-Reset'),
+    })
+    const last = clock.at(30_000)
+    assert.deepEqual([last.allowed, last.remaining, last.resetAfterMs], [true, 0, 10_000])
+    const expected = { RateLimit: 'limit=20, remaining=0, reset=1', 'RateLimit-Reset': '1', 'X-RateLimit-Reset': '31' }
+    assert.deepEqual(pick(fields(last), ['RateLimit', 'RateLimit-Reset', 'X-RateLimit-Reset']), expected)
+    assert.equal(new Map(rateLimitHeaders(last, clock.limiter.policies, {}, 'k', 30_000)).get('RateLimit'), '"burst";r=0;t=1')
+    const refused = clock.at(30_000)
+    assert.deepEqual([refused.allowed, refused.retryAfterMs], [false, 500])
+    assert.deepEqual(pick(fields(refused), ['RateLimit', 'RateLimit-Reset', 'X-RateLimit-Reset']), expected)
+    // One token back, and one spent: nothing left again, the next in half a second.
+    const later = clock.at(30_500)
+    assert.equal(new Map(rateLimitHeaders(later, clock.limiter.policies, {}, 'k', 30_500)).get('RateLimit'), '"burst";r=0;t=1')
+  })
+
   it('a limit beyond the 15 digits a structured-field integer holds is sent as the largest one, in every shape', () => {
     const largest = 999_999_999_999_999
     const huge: Policy[] = [
@@ -88,21 +110,42 @@ describe('rate-limit header fields', () => {
           const decision = clock.at(t)
           const binding = decision.policies.find((p) => p.policy === decision.policy) ?? decision.policies[0]
           assert.ok(binding !== undefined)
+          // What a call of cost 1 would be told now: when each policy has a unit again.
+          const next = clock.peekAt(t)
+          // The reset each field carries, in seconds: for a refusal, Retry-After's; for a window, its reset; for a
+          // bucket, no later than full and, with nothing left, when a unit is back (to the ms: test/algorithms).
+          const resetSeconds = (p: PolicyDecision, i: number): [number, number] => {
+            if (!p.allowed) return [seconds(p.retryAfterMs), seconds(p.retryAfterMs)]
+            const unitBack = (next.policies[i] as PolicyDecision).retryAfterMs
+            if (p.remaining === 0) assert.ok(unitBack > 0 && p.resetAfterMs >= unitBack, 'nothing left: a unit is still to come')
+            if (!(resolved[i] as ResolvedPolicy).algorithm.endsWith('bucket')) return [seconds(p.resetAfterMs), seconds(p.resetAfterMs)]
+            return p.remaining === 0 ? [seconds(unitBack), seconds(unitBack + 1)] : [0, seconds(p.resetAfterMs)]
+          }
+          const within = (value: unknown, [low, high]: [number, number], what: string) =>
+            assert.ok(typeof value === 'number' && value >= sf(low) && value <= sf(high), `${what}: ${String(value)} not in [${low}, ${high}]`)
           const unnamed = serializeList(decision.policies.map((p, i): Item => [sf(p.limit), new Map([['w', sf(windowSeconds(resolved[i] as ResolvedPolicy))]])]))
           const draft7 = new Map(rateLimitHeaders(decision, resolved, { standard: 'draft-7' }, 'k', t))
           assert.equal(draft7.get('RateLimit-Policy'), unnamed)
+          const dictionary = parseDictionary(draft7.get('RateLimit') as string)
           assert.equal(draft7.get('RateLimit'), serializeDictionary(new Map([
             ['limit', [sf(binding.limit), new Map()]],
             ['remaining', [sf(binding.remaining), new Map()]],
-            ['reset', [sf(seconds(binding.resetAfterMs)), new Map()]],
+            ['reset', dictionary.get('reset') as Item],
           ])))
+          within(dictionary.get('reset')?.[0], resetSeconds(binding, decision.policies.indexOf(binding)), 'draft-7 reset')
           assert.equal(new Map(rateLimitHeaders(decision, resolved, { standard: 'draft-6' }, 'k', t)).get('RateLimit-Policy'), unnamed)
           const draft10 = new Map(rateLimitHeaders(decision, resolved, {}, 'k', t))
           assert.equal(draft10.get('RateLimit-Policy'), serializeList(decision.policies.map((p, i): Item => [p.policy, new Map([['q', sf(p.limit)], ['w', sf(windowSeconds(resolved[i] as ResolvedPolicy))]])])))
-          assert.equal(draft10.get('RateLimit'), serializeList(decision.policies.map((p): Item => [p.policy, new Map([['r', sf(p.remaining)], ['t', sf(seconds(p.allowed ? p.resetAfterMs : p.retryAfterMs))]])])))
+          const items = parseList(draft10.get('RateLimit') as string)
+          assert.equal(draft10.get('RateLimit'), serializeList(decision.policies.map((p, i): Item => [p.policy, new Map([['r', sf(p.remaining)], ['t', (items[i] as Item)[1].get('t') as number]])])))
+          decision.policies.forEach((p, i) => within((items[i] as Item)[1].get('t'), resetSeconds(p, i), `${p.policy} t`))
         }
       }),
       fcOptions(300),
     )
   })
 })
+
+function pick(record: Record<string, string | undefined>, names: string[]): Record<string, string | undefined> {
+  return Object.fromEntries(names.map((name) => [name, record[name]]))
+}
