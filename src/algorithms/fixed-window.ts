@@ -54,6 +54,8 @@ export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state
         limit,
         remaining: target === current ? limit - usedAfter : 0,
         resetAfterMs,
+        // Nothing counted (a peek at a fresh window): the whole limit is there, and no more comes.
+        moreAfterMs: usedAfter === 0 ? 0 : resetAfterMs,
         retryAfterMs: 0,
         waitMs: neededWaitMs,
       },
@@ -70,6 +72,7 @@ export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state
       // Above the limit only when a config lowered it: a count of units, never below zero.
       remaining: window === current ? Math.max(0, limit - used) : 0,
       resetAfterMs,
+      moreAfterMs: resetAfterMs,
       retryAfterMs: neededWaitMs - options.maxWaitMs,
       waitMs: 0,
     },

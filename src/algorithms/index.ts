@@ -5,10 +5,10 @@
 import type { PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { NO_WAIT, type AlgorithmOptions, type Transition } from './algorithm.ts'
 import { fixedWindow, type FixedWindowState } from './fixed-window.ts'
-import { leakyBucket, leakyBucketNextUnitMs, leakyBucketRefund, type LeakyBucketState } from './leaky-bucket.ts'
+import { leakyBucket, leakyBucketRefund, type LeakyBucketState } from './leaky-bucket.ts'
 import { slidingLog, type SlidingLogState } from './sliding-log.ts'
 import { slidingWindow, type SlidingWindowState } from './sliding-window.ts'
-import { tokenBucket, tokenBucketNextUnitMs, tokenBucketRefund, type TokenBucketState } from './token-bucket.ts'
+import { tokenBucket, tokenBucketRefund, type TokenBucketState } from './token-bucket.ts'
 
 export { NO_WAIT, type AlgorithmOptions, type Transition } from './algorithm.ts'
 export { fixedWindow, type FixedWindowState } from './fixed-window.ts'
@@ -84,23 +84,6 @@ export function evaluate(
       transition.decision.allowed ? { ...unchargedDecision(policies[i] as ResolvedPolicy, states[i], now), allowed: true, retryAfterMs: 0 } : transition.decision,
     ),
     commit: undefined,
-  }
-}
-
-/**
- * For an allowed decision: ms until the policy has a unit more than the
- * decision left, never earlier than it does. A bucket gains one long before it
- * is full; the windows are given their reset (a sliding one frees units as its
- * oldest leave, which the decision does not show).
- */
-export function nextUnitAfterMs(policy: ResolvedPolicy, decision: PolicyDecision): number {
-  switch (policy.algorithm) {
-    case 'token-bucket':
-      return tokenBucketNextUnitMs(decision, policy)
-    case 'leaky-bucket':
-      return leakyBucketNextUnitMs(decision, policy)
-    default:
-      return decision.resetAfterMs
   }
 }
 

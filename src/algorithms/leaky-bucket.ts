@@ -16,7 +16,7 @@
  * leakIntervalMs and every quantity stays an integer. The TAT is stored as a
  * whole millisecond plus a remainder in those units.
  */
-import type { PolicyDecision, ResolvedPolicyOf } from '../core/types.ts'
+import type { ResolvedPolicyOf } from '../core/types.ts'
 import { ceilDiv, type AlgorithmFn } from './algorithm.ts'
 
 export interface LeakyBucketState {
@@ -49,6 +49,7 @@ export const leakyBucket: AlgorithmFn<'leaky-bucket', LeakyBucketState> = (state
   const allowed = retryAfterMs === 0
   const held = allowed ? queuedAfter : queued
   const resetAfterMs = ceilDiv(held, leakTokens)
+  const remaining = Math.max(0, Math.floor((tolerance - held) / leakIntervalMs))
   const tatOffset = Math.floor(held / leakTokens)
   return {
     state: { tat: now + tatOffset, tatRem: held - tatOffset * leakTokens },
@@ -57,8 +58,10 @@ export const leakyBucket: AlgorithmFn<'leaky-bucket', LeakyBucketState> = (state
       policy: policy.name,
       allowed,
       limit: capacity,
-      remaining: Math.max(0, Math.floor((tolerance - held) / leakIntervalMs)),
+      remaining,
       resetAfterMs,
+      // Until room for the unit after those left has leaked free.
+      moreAfterMs: held === 0 ? 0 : ceilDiv(held - (capacity - remaining - 1) * leakIntervalMs, leakTokens),
       retryAfterMs,
       waitMs: allowed ? neededWaitMs : 0,
     },
@@ -74,15 +77,4 @@ export function leakyBucketRefund(state: LeakyBucketState | undefined, now: numb
   const queued = Math.max(0, (state.tat - now) * policy.leakTokens + state.tatRem - units * policy.leakIntervalMs)
   const offset = Math.floor(queued / policy.leakTokens)
   return { tat: now + offset, tatRem: queued - offset * policy.leakTokens }
-}
-
-/**
- * For an allowed decision: ms until the bucket has room for a unit more than
- * the decision left, read from the decision alone (what the header fields
- * have); 0 when it is empty. The time to empty less the leak time of the units
- * between, rounded up, so never earlier than the truth and at most 1 ms later.
- */
-export function leakyBucketNextUnitMs(decision: PolicyDecision, policy: ResolvedPolicyOf<'leaky-bucket'>): number {
-  if (decision.resetAfterMs === 0) return 0
-  return Math.max(0, Math.ceil(decision.resetAfterMs - ((policy.capacity - 1 - decision.remaining) * policy.leakIntervalMs) / policy.leakTokens))
 }

@@ -63,11 +63,21 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
     // stands, fully replenished when its newest entry leaves (an entry placed
     // now would put that a whole window away).
     const resetAfterMs = tailCost > 0 ? tailTime + windowMs - now : 0
+    // Above the limit only when a config lowered it: a count of units, never below zero.
+    const remaining = Math.max(0, limit - used)
     return {
       state: { log, head, end, tailTime, tailCost, used },
       ttlMs: resetAfterMs,
-      // Above the limit only when a config lowered it: a count of units, never below zero.
-      decision: { policy: policy.name, allowed: true, limit, remaining: Math.max(0, limit - used), resetAfterMs, retryAfterMs: 0, waitMs: 0 },
+      decision: {
+        policy: policy.name,
+        allowed: true,
+        limit,
+        remaining,
+        resetAfterMs,
+        moreAfterMs: used === 0 ? 0 : untilFreed(used + remaining + 1 - limit, log, head, end, tailTime, windowMs, now),
+        retryAfterMs: 0,
+        waitMs: 0,
+      },
     }
   }
 
@@ -106,6 +116,8 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
         limit,
         remaining: limit - used,
         resetAfterMs,
+        // One unit more is there when the oldest entry leaves.
+        moreAfterMs: untilFreed(1, log, head, end, tailTime, windowMs, now),
         retryAfterMs: 0,
         waitMs: 0,
       },
@@ -114,18 +126,7 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
 
   // The call fits once enough of the oldest entries have left the window.
   const resetAfterMs = tailCost > 0 ? tailTime + windowMs - now : 0
-  const excess = used + cost - limit
-  let freed = 0
-  let retryAfterMs = resetAfterMs
-  if (log !== undefined) {
-    for (let i = head; i < end; i += 2) {
-      freed += log[i + 1] as number
-      if (freed >= excess) {
-        retryAfterMs = (log[i] as number) + windowMs - now
-        break
-      }
-    }
-  }
+  const remaining = Math.max(0, limit - used)
   return {
     state: { log, head, end, tailTime, tailCost, used },
     ttlMs: resetAfterMs,
@@ -133,10 +134,23 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
       policy: policy.name,
       allowed: false,
       limit,
-      remaining: Math.max(0, limit - used),
+      remaining,
       resetAfterMs,
-      retryAfterMs,
+      moreAfterMs: untilFreed(used + remaining + 1 - limit, log, head, end, tailTime, windowMs, now),
+      retryAfterMs: untilFreed(used + cost - limit, log, head, end, tailTime, windowMs, now),
       waitMs: 0,
     },
   }
+}
+
+/** Milliseconds until the oldest entries holding `units` have left the window (the tail, the newest, last). */
+function untilFreed(units: number, log: number[] | undefined, head: number, end: number, tailTime: number, windowMs: number, now: number): number {
+  let freed = 0
+  if (log !== undefined) {
+    for (let i = head; i < end; i += 2) {
+      freed += log[i + 1] as number
+      if (freed >= units) return (log[i] as number) + windowMs - now
+    }
+  }
+  return tailTime + windowMs - now
 }

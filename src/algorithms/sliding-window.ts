@@ -50,9 +50,12 @@ export const slidingWindow: AlgorithmFn<'sliding-window', SlidingWindowState> = 
   // previous x (windowMs - elapsed) is the previous window's weight, scaled by windowMs.
   const weighted = previous * (windowMs - elapsed)
   const room = (limit - current - cost) * windowMs - weighted
+  // After a clock step back, `elapsed` counts from the stored window's start, which is still ahead.
+  const lag = window * windowMs + elapsed - now
 
   if (room >= 0) {
     const resetAfterMs = (window + 2) * windowMs - now
+    const remaining = Math.floor(room / windowMs)
     return {
       state: { window, windowMs, previous, current: current + cost },
       ttlMs: resetAfterMs,
@@ -60,20 +63,20 @@ export const slidingWindow: AlgorithmFn<'sliding-window', SlidingWindowState> = 
         policy: policy.name,
         allowed: true,
         limit,
-        remaining: Math.floor(room / windowMs),
+        remaining,
         resetAfterMs,
+        moreAfterMs: remaining >= limit ? 0 : lag + retryAfter(previous, current + cost, remaining + 1, limit, windowMs, elapsed),
         retryAfterMs: 0,
         waitMs: 0,
       },
     }
   }
 
-  // After a clock step back, `elapsed` counts from the stored window's start, which is still ahead.
-  const lag = window * windowMs + elapsed - now
   const retryAfterMs = lag + retryAfter(previous, current, cost, limit, windowMs, elapsed)
   const resetAfterMs = current > 0
     ? (window + 2) * windowMs - now
     : previous > 0 ? (window + 1) * windowMs - now : 0
+  const remaining = Math.max(0, Math.floor(((limit - current) * windowMs - weighted) / windowMs))
   return {
     state: { window, windowMs, previous, current },
     ttlMs: resetAfterMs,
@@ -81,8 +84,9 @@ export const slidingWindow: AlgorithmFn<'sliding-window', SlidingWindowState> = 
       policy: policy.name,
       allowed: false,
       limit,
-      remaining: Math.max(0, Math.floor(((limit - current) * windowMs - weighted) / windowMs)),
+      remaining,
       resetAfterMs,
+      moreAfterMs: lag + retryAfter(previous, current, remaining + 1, limit, windowMs, elapsed),
       retryAfterMs,
       waitMs: 0,
     },

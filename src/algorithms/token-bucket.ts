@@ -17,7 +17,7 @@
  * numbers a new config changes reads the same tokens at the new rate, at most
  * a full bucket of them and at most a full bucket of debt.
  */
-import type { PolicyDecision, ResolvedPolicyOf } from '../core/types.ts'
+import type { ResolvedPolicyOf } from '../core/types.ts'
 import { ceilDiv, type AlgorithmFn } from './algorithm.ts'
 
 export interface TokenBucketState {
@@ -67,6 +67,7 @@ export const tokenBucket: AlgorithmFn<'token-bucket', TokenBucketState> = (state
   const allowed = neededWaitMs <= options.maxWaitMs
   const after = allowed ? level - need : level
   const resetAfterMs = after >= full ? 0 : msUntil(full - after, now, updatedAt, refill, refillTokens, refillIntervalMs)
+  const remaining = Math.max(0, Math.floor(after / refillIntervalMs))
   return {
     state: { level: after, updatedAt, intervalMs: refillIntervalMs },
     ttlMs: resetAfterMs,
@@ -74,8 +75,10 @@ export const tokenBucket: AlgorithmFn<'token-bucket', TokenBucketState> = (state
       policy: policy.name,
       allowed,
       limit: capacity,
-      remaining: Math.max(0, Math.floor(after / refillIntervalMs)),
+      remaining,
       resetAfterMs,
+      // Until the token after those left: the next one, or the first after a debt is repaid.
+      moreAfterMs: after >= full ? 0 : msUntil((remaining + 1) * refillIntervalMs - after, now, updatedAt, refill, refillTokens, refillIntervalMs),
       retryAfterMs: allowed ? 0 : neededWaitMs - options.maxWaitMs,
       waitMs: allowed ? neededWaitMs : 0,
     },
@@ -105,21 +108,4 @@ export function tokenBucketRefund(state: TokenBucketState | undefined, now: numb
   const { level, updatedAt } = refilled(state, now, policy)
   const full = policy.capacity * policy.refillIntervalMs
   return { level: Math.min(full, level + units * policy.refillIntervalMs), updatedAt, intervalMs: policy.refillIntervalMs }
-}
-
-/**
- * For an allowed decision: ms until the bucket holds a token more than the
- * decision left, read from the decision alone (what the header fields have);
- * 0 when it is full. Greedy: the time to full less the refill time of the
- * tokens between, rounded up, so never earlier than the truth and at most 1 ms
- * later (the time to full was itself rounded up). Interval: the next boundary,
- * since each adds a token or more; after a reservation (a debt to repay
- * first), the time to full.
- */
-export function tokenBucketNextUnitMs(decision: PolicyDecision, policy: ResolvedPolicyOf<'token-bucket'>): number {
-  const { resetAfterMs, remaining } = decision
-  if (resetAfterMs === 0) return 0
-  if (policy.refill === 'greedy') return Math.max(0, Math.ceil(resetAfterMs - ((policy.capacity - 1 - remaining) * policy.refillIntervalMs) / policy.refillTokens))
-  if (decision.waitMs > 0) return resetAfterMs
-  return ((resetAfterMs - 1) % policy.refillIntervalMs) + 1
 }

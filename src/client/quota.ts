@@ -105,14 +105,16 @@ export class PartitionQuota {
         // Map order is announcement order: the policy goes to the end, the last to be forgotten.
         this.tracked.delete(announced.name)
         this.tracked.set(announced.name, quota)
-        const newWindow = resetAt !== undefined && (quota.resetAt === undefined || resetAt > quota.resetAt + SECOND)
-        if (newWindow) {
+        if (quota.resetAt === undefined || now >= quota.resetAt) {
+          // Past the reset it held (or it had none): the answer is what there is now.
           quota.remaining = estimate ?? quota.remaining
-          quota.resetAt = resetAt
-        } else {
-          // Responses overtake each other: within a window, the lowest count is the freshest.
-          if (estimate !== undefined) quota.remaining = quota.remaining === undefined ? estimate : Math.min(quota.remaining, estimate)
-          if (resetAt !== undefined) quota.resetAt = Math.max(quota.resetAt ?? 0, resetAt)
+          quota.resetAt = resetAt ?? quota.resetAt
+        } else if (estimate !== undefined && (quota.remaining === undefined || estimate <= quota.remaining)) {
+          // Before it, counts only fall: responses overtake each other, and the lowest count is the
+          // freshest. Its reset goes with it: for a sliding window or a bucket, when there is more than
+          // a count comes sooner the lower the count (and a late answer that says more is not a new window).
+          quota.remaining = estimate
+          quota.resetAt = resetAt ?? quota.resetAt
         }
         quota.limit = announced.limit ?? quota.limit
         quota.windowMs = announced.windowMs ?? quota.windowMs

@@ -84,6 +84,13 @@ export interface PolicyDecision {
   remaining: number
   /** Milliseconds until the policy is fully replenished / its window resets. */
   resetAfterMs: number
+  /**
+   * Milliseconds until more than `remaining` units are there: when a call of
+   * cost remaining + 1 could pass without waiting (0 when the policy is full).
+   * A bucket's next unit, a sliding log's oldest entry leaving, a fixed
+   * window's reset. What the reset header fields carry.
+   */
+  moreAfterMs: number
   /** 0 when allowed; otherwise milliseconds until this same call could succeed. */
   retryAfterMs: number
   /** Greater than 0 only for an allowed reservation: sleep this long, then proceed. */

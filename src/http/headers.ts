@@ -14,7 +14,6 @@
  */
 import { createHash } from 'node:crypto'
 import { serializeByteSequence, serializeItem, serializeString } from 'structured-headers'
-import { nextUnitAfterMs } from '../algorithms/index.ts'
 import { ArgumentError } from '../core/errors.ts'
 import { checkBoolean, checkOptions } from '../core/options.ts'
 import type { Decision, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
@@ -122,7 +121,7 @@ export function rateLimitHeaders(
       const separator = i === 0 ? '' : ', '
       quota += `${separator}${quotaItem}${pk}`
       // Only r and t change per request (non-negative integers, so their text is their digits); the rest is cached.
-      left += `${separator}${name};r=${sfInteger(entry.remaining)};t=${sfInteger(seconds(untilMoreMs(entry, policies[i] as ResolvedPolicy)))}${pk}`
+      left += `${separator}${name};r=${sfInteger(entry.remaining)};t=${sfInteger(seconds(untilMoreMs(entry)))}${pk}`
     }
     headers.push(['RateLimit-Policy', quota], ['RateLimit', left])
   } else if (standard === 'draft-7') {
@@ -130,7 +129,7 @@ export function rateLimitHeaders(
     headers.push(
       ['RateLimit-Policy', policyList(decision, policies)],
       // A dictionary of three non-negative integers, whose text is their digits (the serializer's own output, tested).
-      ['RateLimit', `limit=${sfInteger(binding.limit)}, remaining=${sfInteger(binding.remaining)}, reset=${sfInteger(seconds(bindingUntilMoreMs(decision, binding, policies)))}`],
+      ['RateLimit', `limit=${sfInteger(binding.limit)}, remaining=${sfInteger(binding.remaining)}, reset=${sfInteger(seconds(untilMoreMs(binding)))}`],
     )
   } else if (standard === 'draft-6') {
     const binding = bindingOf(decision)
@@ -138,7 +137,7 @@ export function rateLimitHeaders(
       ['RateLimit-Policy', policyList(decision, policies)],
       ['RateLimit-Limit', String(binding.limit)],
       ['RateLimit-Remaining', String(binding.remaining)],
-      ['RateLimit-Reset', String(seconds(bindingUntilMoreMs(decision, binding, policies)))],
+      ['RateLimit-Reset', String(seconds(untilMoreMs(binding)))],
     )
   }
   if (options.legacy === true) {
@@ -146,7 +145,7 @@ export function rateLimitHeaders(
     headers.push(
       ['X-RateLimit-Limit', String(binding.limit)],
       ['X-RateLimit-Remaining', String(binding.remaining)],
-      ['X-RateLimit-Reset', String(Math.ceil((now + bindingUntilMoreMs(decision, binding, policies)) / 1000))],
+      ['X-RateLimit-Reset', String(Math.ceil((now + untilMoreMs(binding)) / 1000))],
     )
   }
   if (options.springCloudGateway === true) {
@@ -164,20 +163,16 @@ export function rateLimitHeaders(
 
 /**
  * The wait a policy's reset field (draft-10's `t`, draft-7's `reset`, ...)
- * carries: the time until more is there than the decision left, in which the
+ * carries: the time until there is more than the decision left, in which the
  * client can use no more than its remaining units (draft-11's "effective
- * window"; draft-10's "until additional quota"). For a window, its reset; for
- * a bucket, its next unit, long before it is full; for a policy that refused,
- * until the call could pass, as Retry-After says. Never earlier than the
- * server allows: a client that spends what is left and waits this long is not
- * refused, and does not wait a bucket's whole refill for one unit.
+ * window"; draft-10's "until additional quota"). A fixed window's reset; a
+ * bucket's next unit, long before it is full; a sliding log's oldest entry
+ * leaving; for a policy that refused, when the call could pass, as
+ * Retry-After says. A client that spends what is left and waits this long is
+ * not refused, and does not wait a whole refill or window for one unit.
  */
-function untilMoreMs(entry: PolicyDecision, policy: ResolvedPolicy): number {
-  return entry.allowed ? nextUnitAfterMs(policy, entry) : entry.retryAfterMs
-}
-
-function bindingUntilMoreMs(decision: Decision, binding: PolicyDecision, policies: readonly ResolvedPolicy[]): number {
-  return untilMoreMs(binding, policies[decision.policies.indexOf(binding)] as ResolvedPolicy)
+function untilMoreMs(entry: PolicyDecision): number {
+  return entry.allowed ? entry.moreAfterMs : entry.retryAfterMs
 }
 
 /** The policy whose numbers the single-valued fields carry: the decision's binding one. */

@@ -50,6 +50,7 @@ export class BlockCache {
         ...p,
         retryAfterMs: p.allowed ? 0 : Math.max(0, p.retryAfterMs - elapsed),
         resetAfterMs: Math.max(0, p.resetAfterMs - elapsed),
+        moreAfterMs: Math.max(0, p.moreAfterMs - elapsed),
       })),
     }
   }

@@ -54,7 +54,7 @@ export class LeaseBook {
  */
 function localDecision(lease: Lease, now: number): Decision {
   const elapsed = now - lease.takenAt
-  const adjust = (d: PolicyDecision): PolicyDecision => ({
+  const adjust = <D extends Decision | PolicyDecision>(d: D): D => ({
     ...d,
     allowed: true,
     remaining: Math.min(d.limit, d.remaining + lease.units),
@@ -62,6 +62,6 @@ function localDecision(lease: Lease, now: number): Decision {
     retryAfterMs: 0,
     waitMs: 0,
   })
-  const binding = adjust(lease.taken)
-  return { ...lease.taken, ...binding, policy: lease.taken.policy, policies: lease.taken.policies.map(adjust), degraded: false }
+  const policies = lease.taken.policies.map((d) => ({ ...adjust(d), moreAfterMs: Math.max(0, d.moreAfterMs - elapsed) }))
+  return { ...adjust(lease.taken), policies, degraded: false }
 }

@@ -415,6 +415,7 @@ export class Limiter {
       limit: limitOf(policy),
       remaining: 0,
       resetAfterMs: retryAfterMs,
+      moreAfterMs: retryAfterMs,
       retryAfterMs,
       waitMs: 0,
     }))

@@ -73,18 +73,19 @@ function replayFrom(policy: ResolvedPolicy, trace: Array<{ gap: number; cost: nu
       // After ttlMs, the stored state decides exactly as a missing key would.
       const later = t + ttlMs
       assert.deepEqual(algorithms.step(policy, next, later, 1, algorithms.NO_WAIT).decision, algorithms.step(policy, undefined, later, 1, algorithms.NO_WAIT).decision)
-      // When there is a unit more than it left (what the reset header fields carry): never before a call
-      // asking for one more could pass; for a bucket, at most 1 ms after (after a reservation, interval refill says full).
+      // moreAfterMs (what the reset header fields carry) is when a call asking for one unit more than is
+      // left could pass: exactly, but for a fixed window reserved ahead, which says its reset.
       const more = algorithms.step(policy, next, t, d.remaining + 1, algorithms.NO_WAIT).decision
-      const truth = more.allowed ? 0 : more.retryAfterMs
-      const told = algorithms.nextUnitAfterMs(policy, d)
-      assert.ok(told >= truth && told <= d.resetAfterMs, `next unit told in ${told} ms, there in ${truth}, full in ${d.resetAfterMs}`)
-      const refilledAtOnce = policy.algorithm === 'token-bucket' && policy.refill === 'interval' && d.waitMs > 0
-      if (policy.algorithm.endsWith('bucket') && !refilledAtOnce) assert.ok(told <= truth + 1, `next unit told in ${told} ms, there in ${truth}`)
+      assert.equal(more.allowed, false, 'more than remaining does not fit now')
+      if (policy.algorithm === 'fixed-window' && d.waitMs > 0) assert.ok(d.moreAfterMs >= more.retryAfterMs && d.moreAfterMs === d.resetAfterMs)
+      else assert.equal(d.moreAfterMs, more.retryAfterMs, `one unit more than ${d.remaining}`)
       admitted.push({ at: t, effectiveAt: t + d.waitMs, cost })
       state = next
     } else {
       assert.ok(d.retryAfterMs > 0 && d.waitMs === 0)
+      const more = algorithms.step(policy, state, t, d.remaining + 1, algorithms.NO_WAIT).decision
+      if (policy.algorithm === 'fixed-window') assert.ok(d.moreAfterMs >= more.retryAfterMs)
+      else assert.equal(d.moreAfterMs, more.retryAfterMs, `refused: one unit more than ${d.remaining}`)
       // retryAfterMs is exact: refused 1 ms earlier, allowed at that moment.
       const retry = t + d.retryAfterMs
       assert.equal(algorithms.step(policy, state, retry, cost, options).decision.allowed, true, `not allowed at retry time ${retry}`)

@@ -264,6 +264,26 @@ describe('waiting, failing fast, queues and pacing', () => {
     }
   })
 
+  it('against sluice\'s own sliding log: told when its oldest entry leaves, the client waits that, not a whole window', async () => {
+    let refused = 0
+    const log = { algorithm: 'sliding-log' as const, name: 'log', limit: 2, windowMs: 3000 }
+    const server = createServer(withRateLimit((_request, response) => { response.end('ok') }, { rules: [{ name: 'api', policies: log }], onLimited: () => { refused++ } }))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      // A window's wait (3 s) is more than it may wait; the oldest entry leaves 1 s sooner.
+      const client = createClient({ maxWaitMs: 2500 })
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+      assert.equal((await client.fetch(url)).status, 200)
+      await new Promise((resolve) => setTimeout(resolve, 1000))
+      const second = await client.fetch(url)
+      assert.match(second.headers.get('ratelimit') ?? '', /^"log";r=0;t=[12]$/)
+      assert.equal((await client.fetch(url)).status, 200)
+      assert.equal(refused, 0)
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
+  })
+
   it('abort during a wait rejects at once with the signal\'s reason and leaves no timer', async () => {
     const server = await startLimitedServer({ dialect: 'draft-10', limit: 1, windowSeconds: 60 })
     try {

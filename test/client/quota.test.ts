@@ -79,6 +79,18 @@ describe('the learned quota of one partition', () => {
     assert.equal(quota.admit(13).kind, 'wait')
   })
 
+  it('a sliding window: the lowest count\'s reset is the one to wait for, and a late answer with more is not a new window', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    // More than 4 only in 18 s; then, fresher, more than 0 in 10 s.
+    quota.settle(told(4, 18_000), 200, 0)
+    for (let i = 0; i < 4; i++) assert.equal(quota.admit(1).kind, 'go')
+    quota.settle(told(0, 10_000), 200, 5)
+    // An earlier request's answer, overtaken on the way.
+    quota.settle(told(3, 17_000), 200, 6)
+    assert.deepEqual(quota.admit(7), { kind: 'wait', until: 10_005, reason: 'quota' })
+  })
+
   it('a new window announced by the server replaces the estimate', () => {
     const quota = new PartitionQuota(60_000)
     quota.admit(0)

@@ -70,6 +70,18 @@ describe('rate-limit header fields', () => {
     assert.equal(new Map(rateLimitHeaders(later, clock.limiter.policies, {}, 'k', 30_500)).get('RateLimit'), '"burst";r=0;t=1')
   })
 
+  it('a sliding log with nothing left says when its oldest entry leaves, not its newest', () => {
+    const clock = onVirtualClock([{ algorithm: 'sliding-log', limit: 3, windowMs: 10_000, name: 'log' }])
+    clock.at(0)
+    clock.at(4_000)
+    const last = clock.at(8_000)
+    assert.deepEqual([last.remaining, last.resetAfterMs], [0, 10_000])
+    // The entry of t=0 leaves at 10 s: one more call can pass 2 s from now (the whole log is gone only in 10 s).
+    assert.equal(new Map(rateLimitHeaders(last, clock.limiter.policies, {}, 'k', 8_000)).get('RateLimit'), '"log";r=0;t=2')
+    assert.equal(clock.at(9_999).allowed, false)
+    assert.equal(clock.at(10_000).allowed, true)
+  })
+
   it('a limit beyond the 15 digits a structured-field integer holds is sent as the largest one, in every shape', () => {
     const largest = 999_999_999_999_999
     const huge: Policy[] = [
@@ -110,16 +122,11 @@ describe('rate-limit header fields', () => {
           const decision = clock.at(t)
           const binding = decision.policies.find((p) => p.policy === decision.policy) ?? decision.policies[0]
           assert.ok(binding !== undefined)
-          // What a call of cost 1 would be told now: when each policy has a unit again.
-          const next = clock.peekAt(t)
-          // The reset each field carries, in seconds: for a refusal, Retry-After's; for a window, its reset; for a
-          // bucket, no later than full and, with nothing left, when a unit is back (to the ms: test/algorithms).
-          const resetSeconds = (p: PolicyDecision, i: number): [number, number] => {
-            if (!p.allowed) return [seconds(p.retryAfterMs), seconds(p.retryAfterMs)]
-            const unitBack = (next.policies[i] as PolicyDecision).retryAfterMs
-            if (p.remaining === 0) assert.ok(unitBack > 0 && p.resetAfterMs >= unitBack, 'nothing left: a unit is still to come')
-            if (!(resolved[i] as ResolvedPolicy).algorithm.endsWith('bucket')) return [seconds(p.resetAfterMs), seconds(p.resetAfterMs)]
-            return p.remaining === 0 ? [seconds(unitBack), seconds(unitBack + 1)] : [0, seconds(p.resetAfterMs)]
+          // The reset each field carries, in seconds: when there is more than it left (exact: test/algorithms),
+          // and for a refusal, Retry-After's.
+          const resetSeconds = (p: PolicyDecision): [number, number] => {
+            const ms = p.allowed ? p.moreAfterMs : p.retryAfterMs
+            return [seconds(ms), seconds(ms)]
           }
           const within = (value: unknown, [low, high]: [number, number], what: string) =>
             assert.ok(typeof value === 'number' && value >= sf(low) && value <= sf(high), `${what}: ${String(value)} not in [${low}, ${high}]`)
@@ -132,13 +139,13 @@ describe('rate-limit header fields', () => {
             ['remaining', [sf(binding.remaining), new Map()]],
             ['reset', dictionary.get('reset') as Item],
           ])))
-          within(dictionary.get('reset')?.[0], resetSeconds(binding, decision.policies.indexOf(binding)), 'draft-7 reset')
+          within(dictionary.get('reset')?.[0], resetSeconds(binding), 'draft-7 reset')
           assert.equal(new Map(rateLimitHeaders(decision, resolved, { standard: 'draft-6' }, 'k', t)).get('RateLimit-Policy'), unnamed)
           const draft10 = new Map(rateLimitHeaders(decision, resolved, {}, 'k', t))
           assert.equal(draft10.get('RateLimit-Policy'), serializeList(decision.policies.map((p, i): Item => [p.policy, new Map([['q', sf(p.limit)], ['w', sf(windowSeconds(resolved[i] as ResolvedPolicy))]])])))
           const items = parseList(draft10.get('RateLimit') as string)
           assert.equal(draft10.get('RateLimit'), serializeList(decision.policies.map((p, i): Item => [p.policy, new Map([['r', sf(p.remaining)], ['t', (items[i] as Item)[1].get('t') as number]])])))
-          decision.policies.forEach((p, i) => within((items[i] as Item)[1].get('t'), resetSeconds(p, i), `${p.policy} t`))
+          decision.policies.forEach((p, i) => within((items[i] as Item)[1].get('t'), resetSeconds(p), `${p.policy} t`))
         }
       }),
       fcOptions(300),

@@ -41,8 +41,8 @@ export interface RedisStoreOptions {
 }
 
 const OPTIONS = new Set(['client', 'url', 'time', 'onWarning'])
-/** remaining, resetAfterMs, verdict (see lua/limit.lua) */
-const FIELDS_PER_POLICY = 3
+/** remaining, resetAfterMs, verdict, moreAfterMs (see lua/limit.lua) */
+const FIELDS_PER_POLICY = 4
 /** Most calls decided by one script invocation. */
 const MAX_BATCH = 128
 /**
@@ -313,6 +313,7 @@ function decode(reply: unknown, batch: Pending[]): PolicyDecision[][] {
       limit: limitOf(policy),
       remaining: Number(n[at]),
       resetAfterMs: Number(n[at + 1]),
+      moreAfterMs: Number(n[at + 3]),
       retryAfterMs: verdict >= 0 ? 0 : -1 - verdict,
       waitMs: verdict >= 0 ? verdict : 0,
     }

@@ -21,8 +21,8 @@
 -- KEYS     per call, one key per policy of its set, in order:
 --          prefix:{key}:policyName (one hash tag: one slot)
 --
--- Returns per call, per policy: remaining, resetAfterMs, and the verdict:
--- waitMs (>= 0) when allowed, -1 - retryAfterMs when refused. Integers only
+-- Returns per call, per policy: remaining, resetAfterMs, the verdict (waitMs
+-- (>= 0) when allowed, -1 - retryAfterMs when refused), moreAfterMs. Integers only
 -- (RESP2 and RESP3 alike; a Lua boolean would come back differently on each),
 -- but for those within 64 of 2^53, sent as their digits (see exact below).
 -- The limit is not sent back: the caller knows its policies.
@@ -67,11 +67,11 @@ local BUCKET = 'T' .. PAIR .. ':' .. INT
 local GCRA = 'L' .. PAIR
 
 -- A decision is an array (Lua builds one in half the time of a record):
-local ALLOWED, REMAINING, RESET_AFTER, RETRY_AFTER, WAIT = 1, 2, 3, 4, 5
+local ALLOWED, REMAINING, RESET_AFTER, RETRY_AFTER, WAIT, MORE_AFTER = 1, 2, 3, 4, 5, 6
 -- The limit is not kept (the caller knows its policies); it stays a parameter
 -- so that each algorithm below reads as its TypeScript twin.
-local function decision(allowed, limit, remaining, reset_after, retry_after, wait)
-  return { allowed, remaining, reset_after, retry_after, wait }
+local function decision(allowed, limit, remaining, reset_after, more_after, retry_after, wait)
+  return { allowed, remaining, reset_after, retry_after, wait, more_after }
 end
 
 -- Each algorithm: (key, state string or false, now, cost, p1..p4, max_wait, peek)
@@ -96,12 +96,13 @@ local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wai
   if needed_wait <= max_wait then
     local reset_after = (target + 1) * window_ms - now
     local remaining = (target == current) and (limit - used_after) or 0
-    return decision(1, limit, remaining, reset_after, 0, needed_wait),
+    local more_after = (used_after == 0) and 0 or reset_after
+    return decision(1, limit, remaining, reset_after, more_after, 0, needed_wait),
       format(FIXED, target * window_ms, used_after), reset_after
   end
   local reset_after = (window + 1) * window_ms - now
   local remaining = (window == current) and max(0, limit - used) or 0
-  return decision(0, limit, remaining, reset_after, needed_wait - max_wait, 0), nil, reset_after
+  return decision(0, limit, remaining, reset_after, reset_after, needed_wait - max_wait, 0), nil, reset_after
 end
 
 ------------------------------------------------------------------- sliding log
@@ -182,10 +183,31 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
     used = newest_total - base
   end
 
+  -- Milliseconds until the oldest entries holding `units` have left: the
+  -- first entry whose total reaches base + units (a search by rank).
+  local function until_freed(units)
+    local target = base + units
+    if oldest_total >= target then return oldest_time + window_ms - now end
+    if newest_total >= target then
+      -- Totals ascend with rank: rank lo's is below the target, rank hi's reaches it.
+      local lo = stale and redis.call('ZCOUNT', key, '-inf', int(cutoff)) or 0
+      local hi = redis.call('ZCARD', key) - 1
+      while hi - lo > 1 do
+        local mid = floor((lo + hi) / 2)
+        local total = log_entry(redis.call('ZRANGE', key, mid, mid)[1])
+        if total >= target then hi = mid else lo = mid end
+      end
+      return tonumber(redis.call('ZRANGE', key, hi, hi, 'WITHSCORES')[2]) + window_ms - now
+    end
+    return last_time + window_ms - now
+  end
+  local remaining = max(0, limit - used)
+
   if cost == 0 then
     -- A peek, or a policy shown uncharged: the log as it stands, replenished when its newest entry leaves.
     local reset_after = (used > 0) and (last_time + window_ms - now) or 0
-    return decision(1, limit, max(0, limit - used), reset_after, 0, 0), nil, reset_after
+    local more_after = (used > 0) and until_freed(used + remaining + 1 - limit) or 0
+    return decision(1, limit, remaining, reset_after, more_after, 0, 0), nil, reset_after
   end
 
   if used + cost <= limit then
@@ -212,29 +234,15 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
         redis.call('PEXPIRE', key, int(ttl))
       end
     end
-    return decision(1, limit, limit - used - cost, reset_after, 0, 0), commit, reset_after
+    -- One unit more is there when the oldest entry leaves: this call's, in an empty log.
+    local more_after = (used > 0) and (oldest_time + window_ms - now) or reset_after
+    return decision(1, limit, limit - used - cost, reset_after, more_after, 0, 0), commit, reset_after
   end
 
-  -- The call fits once the oldest entries holding `excess` units have left:
-  -- the first entry whose total reaches base + excess (a search by rank).
-  local reset_after = (used > 0) and (last_time + window_ms - now) or 0
-  local excess = used + cost - limit
-  local target = base + excess
-  local retry_after = reset_after
-  if used > 0 and oldest_total >= target then
-    retry_after = oldest_time + window_ms - now
-  elseif used > 0 and newest_total >= target then
-    -- Totals ascend with rank: rank lo's is below the target, rank hi's reaches it.
-    local lo = stale and redis.call('ZCOUNT', key, '-inf', int(cutoff)) or 0
-    local hi = redis.call('ZCARD', key) - 1
-    while hi - lo > 1 do
-      local mid = floor((lo + hi) / 2)
-      local total = log_entry(redis.call('ZRANGE', key, mid, mid)[1])
-      if total >= target then hi = mid else lo = mid end
-    end
-    retry_after = tonumber(redis.call('ZRANGE', key, hi, hi, 'WITHSCORES')[2]) + window_ms - now
-  end
-  return decision(0, limit, max(0, limit - used), reset_after, retry_after, 0), nil, reset_after
+  -- The call fits once the oldest entries holding `excess` units have left (a refused call found some live).
+  local reset_after = last_time + window_ms - now
+  local more_after = until_freed(used + remaining + 1 - limit)
+  return decision(0, limit, remaining, reset_after, more_after, until_freed(used + cost - limit), 0), nil, reset_after
 end
 
 ---------------------------------------------------------------- sliding window
@@ -272,13 +280,18 @@ local function sliding_window(key, raw, now, cost, limit, window_ms)
 
   local weighted = previous * (window_ms - elapsed)
   local room = (limit - current - cost) * window_ms - weighted
+  local lag = window * window_ms + elapsed - now
   if room >= 0 then
     local reset_after = (window + 2) * window_ms - now
-    return decision(1, limit, floor(room / window_ms), reset_after, 0, 0),
+    local remaining = floor(room / window_ms)
+    local more_after = 0
+    if remaining < limit then
+      more_after = lag + sliding_window_retry(previous, current + cost, remaining + 1, limit, window_ms, elapsed)
+    end
+    return decision(1, limit, remaining, reset_after, more_after, 0, 0),
       format(WINDOW, window * window_ms, previous, current + cost), reset_after
   end
 
-  local lag = window * window_ms + elapsed - now
   local retry_after = lag + sliding_window_retry(previous, current, cost, limit, window_ms, elapsed)
   local reset_after
   if current > 0 then
@@ -289,7 +302,8 @@ local function sliding_window(key, raw, now, cost, limit, window_ms)
     reset_after = 0
   end
   local remaining = max(0, floor(((limit - current) * window_ms - weighted) / window_ms))
-  return decision(0, limit, remaining, reset_after, retry_after, 0), nil, reset_after
+  local more_after = lag + sliding_window_retry(previous, current, remaining + 1, limit, window_ms, elapsed)
+  return decision(0, limit, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
 end
 
 ------------------------------------------------------------------ token bucket
@@ -329,10 +343,13 @@ local function token_bucket(key, raw, now, cost, capacity, refill_tokens, refill
   local reset_after = 0
   if after < full then reset_after = ms_until(full - after, now, updated_at, refill, refill_tokens, refill_interval) end
   local remaining = max(0, floor(after / refill_interval))
+  -- Until the token after those left: the next one, or the first after a debt is repaid.
+  local more_after = 0
+  if after < full then more_after = ms_until((remaining + 1) * refill_interval - after, now, updated_at, refill, refill_tokens, refill_interval) end
   if allowed then
-    return decision(1, capacity, remaining, reset_after, 0, needed_wait), format(BUCKET, after, updated_at, refill_interval), reset_after
+    return decision(1, capacity, remaining, reset_after, more_after, 0, needed_wait), format(BUCKET, after, updated_at, refill_interval), reset_after
   end
-  return decision(0, capacity, remaining, reset_after, needed_wait - max_wait, 0), nil, reset_after
+  return decision(0, capacity, remaining, reset_after, more_after, needed_wait - max_wait, 0), nil, reset_after
 end
 
 ------------------------------------------------------------ leaky bucket (GCRA)
@@ -359,12 +376,15 @@ local function leaky_bucket(key, raw, now, cost, capacity, leak_tokens, leak_int
   local held = allowed and queued_after or queued
   local reset_after = ceil(held / leak_tokens)
   local remaining = max(0, floor((tolerance - held) / leak_interval))
+  -- Until room for the unit after those left has leaked free.
+  local more_after = 0
+  if held > 0 then more_after = ceil((held - (capacity - remaining - 1) * leak_interval) / leak_tokens) end
   if allowed then
     local offset = floor(held / leak_tokens)
-    return decision(1, capacity, remaining, reset_after, 0, needed_wait),
+    return decision(1, capacity, remaining, reset_after, more_after, 0, needed_wait),
       format(GCRA, now + offset, held - offset * leak_tokens), reset_after
   end
-  return decision(0, capacity, remaining, reset_after, retry_after, 0), nil, reset_after
+  return decision(0, capacity, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
 end
 
 ------------------------------------------------- refunds (returned lease units)
@@ -428,7 +448,8 @@ local function push(d)
   reply[size + 1] = exact(d[REMAINING])
   reply[size + 2] = exact(d[RESET_AFTER])
   reply[size + 3] = exact((d[ALLOWED] == 1) and d[WAIT] or -1 - d[RETRY_AFTER])
-  size = size + 3
+  reply[size + 4] = exact(d[MORE_AFTER])
+  size = size + 4
 end
 
 -- Policy sets, parsed once: each policy as { algorithm function, name, p1..p4 }.
