@@ -54,8 +54,7 @@ export const fixedWindow: AlgorithmFn<'fixed-window', FixedWindowState> = (state
         limit,
         remaining: target === current ? limit - usedAfter : 0,
         resetAfterMs,
-        // Nothing counted (a peek at a fresh window): the whole limit is there, and no more comes.
-        moreAfterMs: usedAfter === 0 ? 0 : resetAfterMs,
+        moreAfterMs: resetAfterMs,
         retryAfterMs: 0,
         waitMs: neededWaitMs,
       },

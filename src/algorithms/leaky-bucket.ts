@@ -60,7 +60,7 @@ export const leakyBucket: AlgorithmFn<'leaky-bucket', LeakyBucketState> = (state
       limit: capacity,
       remaining,
       resetAfterMs,
-      // Until room for the unit after those left has leaked free.
+      // Until room for one more than those left has leaked free (a bucket's time to empty says far more).
       moreAfterMs: held === 0 ? 0 : ceilDiv(held - (capacity - remaining - 1) * leakIntervalMs, leakTokens),
       retryAfterMs,
       waitMs: allowed ? neededWaitMs : 0,

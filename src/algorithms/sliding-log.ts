@@ -74,7 +74,7 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
         limit,
         remaining,
         resetAfterMs,
-        moreAfterMs: used === 0 ? 0 : untilFreed(used + remaining + 1 - limit, log, head, end, tailTime, windowMs, now),
+        moreAfterMs: remaining === 0 ? untilFreed(used + 1 - limit, log, head, end, tailTime, windowMs, now) : resetAfterMs,
         retryAfterMs: 0,
         waitMs: 0,
       },
@@ -116,8 +116,8 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
         limit,
         remaining: limit - used,
         resetAfterMs,
-        // One unit more is there when the oldest entry leaves.
-        moreAfterMs: untilFreed(1, log, head, end, tailTime, windowMs, now),
+        // With none left, one is back when the oldest entry leaves.
+        moreAfterMs: used === limit ? untilFreed(1, log, head, end, tailTime, windowMs, now) : resetAfterMs,
         retryAfterMs: 0,
         waitMs: 0,
       },
@@ -136,7 +136,7 @@ export const slidingLog: AlgorithmFn<'sliding-log', SlidingLogState> = (state, n
       limit,
       remaining,
       resetAfterMs,
-      moreAfterMs: untilFreed(used + remaining + 1 - limit, log, head, end, tailTime, windowMs, now),
+      moreAfterMs: remaining === 0 ? untilFreed(used + 1 - limit, log, head, end, tailTime, windowMs, now) : resetAfterMs,
       retryAfterMs: untilFreed(used + cost - limit, log, head, end, tailTime, windowMs, now),
       waitMs: 0,
     },

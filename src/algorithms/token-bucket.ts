@@ -77,7 +77,8 @@ export const tokenBucket: AlgorithmFn<'token-bucket', TokenBucketState> = (state
       limit: capacity,
       remaining,
       resetAfterMs,
-      // Until the token after those left: the next one, or the first after a debt is repaid.
+      // Until a token more than those left: the next one, or the first after a debt is repaid (a
+      // bucket's time to full says far more).
       moreAfterMs: after >= full ? 0 : msUntil((remaining + 1) * refillIntervalMs - after, now, updatedAt, refill, refillTokens, refillIntervalMs),
       retryAfterMs: allowed ? 0 : neededWaitMs - options.maxWaitMs,
       waitMs: allowed ? neededWaitMs : 0,

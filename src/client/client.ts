@@ -480,6 +480,13 @@ class Partition {
       }
       if (admission.kind === 'wait') {
         if (admission.until - now > head.maxWaitMs) {
+          if (admission.reason === 'quota' && this.active > 0 && head.maxWaitMs > 0) {
+            // Spent as counted here, with answers still on their way: the last of them may bring a
+            // sooner reset (a sliding window's "more than 0" comes long before its "more than 4").
+            // maxWaitMs 0 fails fast all the same.
+            head.reason = admission.reason
+            return
+          }
           this.queue.shift()
           head.signal.removeEventListener('abort', head.onAbort)
           head.reject(new QuotaExhaustedError(this.key, admission.until - now, admission.reason === 'quota' ? 'its quota is spent' : 'the server asked to retry later'))

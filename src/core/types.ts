@@ -85,10 +85,12 @@ export interface PolicyDecision {
   /** Milliseconds until the policy is fully replenished / its window resets. */
   resetAfterMs: number
   /**
-   * Milliseconds until more than `remaining` units are there: when a call of
-   * cost remaining + 1 could pass without waiting (0 when the policy is full).
-   * A bucket's next unit, a sliding log's oldest entry leaving, a fixed
-   * window's reset. What the reset header fields carry.
+   * Milliseconds until there is more than `remaining`, what the reset header
+   * fields carry: for a bucket, exactly when a call of cost remaining + 1
+   * could pass without waiting (its next unit; 0 when full); for a window with
+   * none left, exactly when a call of cost 1 could (a sliding log's oldest
+   * entry leaving, a sliding-window counter's decay, a fixed window's reset);
+   * for a window with units left, resetAfterMs, by when there certainly is more.
    */
   moreAfterMs: number
   /** 0 when allowed; otherwise milliseconds until this same call could succeed. */

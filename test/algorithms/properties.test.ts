@@ -73,19 +73,20 @@ function replayFrom(policy: ResolvedPolicy, trace: Array<{ gap: number; cost: nu
       // After ttlMs, the stored state decides exactly as a missing key would.
       const later = t + ttlMs
       assert.deepEqual(algorithms.step(policy, next, later, 1, algorithms.NO_WAIT).decision, algorithms.step(policy, undefined, later, 1, algorithms.NO_WAIT).decision)
-      // moreAfterMs (what the reset header fields carry) is when a call asking for one unit more than is
-      // left could pass: exactly, but for a fixed window reserved ahead, which says its reset.
+      // moreAfterMs (what the reset header fields carry): with none left, when a call of cost 1 could pass,
+      // exactly (a fixed window reserved ahead says its reset); with units left, the reset.
       const more = algorithms.step(policy, next, t, d.remaining + 1, algorithms.NO_WAIT).decision
       assert.equal(more.allowed, false, 'more than remaining does not fit now')
-      if (policy.algorithm === 'fixed-window' && d.waitMs > 0) assert.ok(d.moreAfterMs >= more.retryAfterMs && d.moreAfterMs === d.resetAfterMs)
-      else assert.equal(d.moreAfterMs, more.retryAfterMs, `one unit more than ${d.remaining}`)
+      const bucket = policy.algorithm.endsWith('bucket')
+      if (!bucket && (d.remaining > 0 || d.waitMs > 0)) assert.ok(d.moreAfterMs === d.resetAfterMs && d.moreAfterMs >= more.retryAfterMs)
+      else assert.equal(d.moreAfterMs, more.retryAfterMs, `a unit more than ${d.remaining}`)
       admitted.push({ at: t, effectiveAt: t + d.waitMs, cost })
       state = next
     } else {
       assert.ok(d.retryAfterMs > 0 && d.waitMs === 0)
       const more = algorithms.step(policy, state, t, d.remaining + 1, algorithms.NO_WAIT).decision
-      if (policy.algorithm === 'fixed-window') assert.ok(d.moreAfterMs >= more.retryAfterMs)
-      else assert.equal(d.moreAfterMs, more.retryAfterMs, `refused: one unit more than ${d.remaining}`)
+      if (!policy.algorithm.endsWith('bucket') && (d.remaining > 0 || policy.algorithm === 'fixed-window')) assert.ok(d.moreAfterMs >= more.retryAfterMs)
+      else assert.equal(d.moreAfterMs, more.retryAfterMs, `refused: a unit more than ${d.remaining}`)
       // retryAfterMs is exact: refused 1 ms earlier, allowed at that moment.
       const retry = t + d.retryAfterMs
       assert.equal(algorithms.step(policy, state, retry, cost, options).decision.allowed, true, `not allowed at retry time ${retry}`)

@@ -284,6 +284,33 @@ describe('waiting, failing fast, queues and pacing', () => {
     }
   })
 
+  it('spent as it counts, the client waits for the answers in flight before giving up on a far reset', async () => {
+    // A sliding window's server: more than 2 or 1 only in 100 s, but more than 0 in 2 s.
+    let served = 0
+    let spentAt = 0
+    let refused = 0
+    const server = createServer((_request, response) => {
+      const allowed = served < 3 || Date.now() - spentAt >= 2000
+      if (allowed) served++
+      else refused++
+      if (served === 3 && spentAt === 0) spentAt = Date.now()
+      const left = Math.max(0, 3 - served)
+      response.setHeader('RateLimit', `"window";r=${left};t=${left > 0 ? 100 : 2}`)
+      response.statusCode = allowed ? 200 : 429
+      response.end()
+    }).listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    try {
+      const client = createClient({ maxWaitMs: 10_000 })
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+      const outcomes = await Promise.all(Array.from({ length: 4 }, () => client.fetch(url).then((r) => r.status, (error: Error) => error.name)))
+      assert.deepEqual(outcomes, [200, 200, 200, 200])
+      assert.equal(refused, 0)
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
+  })
+
   it('abort during a wait rejects at once with the signal\'s reason and leaves no timer', async () => {
     const server = await startLimitedServer({ dialect: 'draft-10', limit: 1, windowSeconds: 60 })
     try {

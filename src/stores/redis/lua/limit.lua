@@ -96,8 +96,7 @@ local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wai
   if needed_wait <= max_wait then
     local reset_after = (target + 1) * window_ms - now
     local remaining = (target == current) and (limit - used_after) or 0
-    local more_after = (used_after == 0) and 0 or reset_after
-    return decision(1, limit, remaining, reset_after, more_after, 0, needed_wait),
+    return decision(1, limit, remaining, reset_after, reset_after, 0, needed_wait),
       format(FIXED, target * window_ms, used_after), reset_after
   end
   local reset_after = (window + 1) * window_ms - now
@@ -206,7 +205,7 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
   if cost == 0 then
     -- A peek, or a policy shown uncharged: the log as it stands, replenished when its newest entry leaves.
     local reset_after = (used > 0) and (last_time + window_ms - now) or 0
-    local more_after = (used > 0) and until_freed(used + remaining + 1 - limit) or 0
+    local more_after = (remaining == 0) and until_freed(used + 1 - limit) or reset_after
     return decision(1, limit, remaining, reset_after, more_after, 0, 0), nil, reset_after
   end
 
@@ -234,14 +233,15 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
         redis.call('PEXPIRE', key, int(ttl))
       end
     end
-    -- One unit more is there when the oldest entry leaves: this call's, in an empty log.
-    local more_after = (used > 0) and (oldest_time + window_ms - now) or reset_after
+    -- With none left, one is back when the oldest entry leaves: this call's, in an empty log.
+    local more_after = reset_after
+    if used + cost == limit and used > 0 then more_after = oldest_time + window_ms - now end
     return decision(1, limit, limit - used - cost, reset_after, more_after, 0, 0), commit, reset_after
   end
 
   -- The call fits once the oldest entries holding `excess` units have left (a refused call found some live).
   local reset_after = last_time + window_ms - now
-  local more_after = until_freed(used + remaining + 1 - limit)
+  local more_after = (remaining == 0) and until_freed(used + 1 - limit) or reset_after
   return decision(0, limit, remaining, reset_after, more_after, until_freed(used + cost - limit), 0), nil, reset_after
 end
 
@@ -284,10 +284,8 @@ local function sliding_window(key, raw, now, cost, limit, window_ms)
   if room >= 0 then
     local reset_after = (window + 2) * window_ms - now
     local remaining = floor(room / window_ms)
-    local more_after = 0
-    if remaining < limit then
-      more_after = lag + sliding_window_retry(previous, current + cost, remaining + 1, limit, window_ms, elapsed)
-    end
+    local more_after = reset_after
+    if remaining == 0 then more_after = lag + sliding_window_retry(previous, current + cost, 1, limit, window_ms, elapsed) end
     return decision(1, limit, remaining, reset_after, more_after, 0, 0),
       format(WINDOW, window * window_ms, previous, current + cost), reset_after
   end
@@ -302,7 +300,8 @@ local function sliding_window(key, raw, now, cost, limit, window_ms)
     reset_after = 0
   end
   local remaining = max(0, floor(((limit - current) * window_ms - weighted) / window_ms))
-  local more_after = lag + sliding_window_retry(previous, current, remaining + 1, limit, window_ms, elapsed)
+  local more_after = reset_after
+  if remaining == 0 then more_after = lag + sliding_window_retry(previous, current, 1, limit, window_ms, elapsed) end
   return decision(0, limit, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
 end
 
@@ -343,7 +342,7 @@ local function token_bucket(key, raw, now, cost, capacity, refill_tokens, refill
   local reset_after = 0
   if after < full then reset_after = ms_until(full - after, now, updated_at, refill, refill_tokens, refill_interval) end
   local remaining = max(0, floor(after / refill_interval))
-  -- Until the token after those left: the next one, or the first after a debt is repaid.
+  -- Until a token more than those left: the next one, or the first after a debt is repaid.
   local more_after = 0
   if after < full then more_after = ms_until((remaining + 1) * refill_interval - after, now, updated_at, refill, refill_tokens, refill_interval) end
   if allowed then
@@ -376,7 +375,7 @@ local function leaky_bucket(key, raw, now, cost, capacity, leak_tokens, leak_int
   local held = allowed and queued_after or queued
   local reset_after = ceil(held / leak_tokens)
   local remaining = max(0, floor((tolerance - held) / leak_interval))
-  -- Until room for the unit after those left has leaked free.
+  -- Until room for one more than those left has leaked free.
   local more_after = 0
   if held > 0 then more_after = ceil((held - (capacity - remaining - 1) * leak_interval) / leak_tokens) end
   if allowed then
