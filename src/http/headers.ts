@@ -165,11 +165,12 @@ export function rateLimitHeaders(
  * The wait a policy's reset field (draft-10's `t`, draft-7's `reset`, ...)
  * carries: the time until there is more than the decision left, in which the
  * client can use no more than its remaining units (draft-11's "effective
- * window"; draft-10's "until additional quota"). A fixed window's reset; a
- * bucket's next unit, long before it is full; a sliding log's oldest entry
- * leaving; for a policy that refused, when the call could pass, as
- * Retry-After says. A client that spends what is left and waits this long is
- * not refused, and does not wait a whole refill or window for one unit.
+ * window"; draft-10's "until additional quota"): the decision's moreAfterMs
+ * (a bucket's next unit, long before it is full; a window's reset, or with
+ * nothing left, when a unit is back), and for a policy that refused, when the
+ * call could pass, as Retry-After says. A client that spends what is left and
+ * waits this long is not refused, and does not wait a whole refill or window
+ * for one unit.
  */
 function untilMoreMs(entry: PolicyDecision): number {
   return entry.allowed ? entry.moreAfterMs : entry.retryAfterMs
