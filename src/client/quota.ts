@@ -32,6 +32,9 @@ interface Tracked {
   unknownSinceReset: boolean
 }
 
+/** Nothing left of it, as far as the partition can tell. */
+const spent = (quota: Tracked): boolean => quota.remaining !== undefined && quota.remaining <= 0
+
 /** Resets announced in whole seconds are read as "up to a second later" when nothing is left. */
 const SECOND = 1000
 
@@ -67,13 +70,13 @@ export class PartitionQuota {
         quota.resetAt = undefined
         // Requests were held for this reset: they may not all go at once. Units left stay what they
         // were (more may have come, never fewer), until a response says.
-        if (quota.remaining !== undefined && quota.remaining <= 0) {
+        if (spent(quota)) {
           quota.unknownSinceReset = true
           quota.remaining = undefined
         }
       }
       if (quota.unknownSinceReset) unknownSinceReset = true
-      if (quota.remaining === undefined || quota.remaining > 0) continue
+      if (!spent(quota)) continue
       if (quota.resetAt !== undefined) until = Math.max(until, quota.resetAt)
       else unknownReset = true
     }
@@ -121,7 +124,7 @@ export class PartitionQuota {
         quota.unknownSinceReset = false
       }
       const current = this.tracked.get(announced.name) as Tracked
-      if (current.remaining !== undefined && current.remaining <= 0) {
+      if (spent(current)) {
         // No reset at all means a window's wait; "t=0" from a server that rounds down still means "not yet".
         if (current.resetAt === undefined) current.resetAt = now + (current.windowMs ?? SECOND)
         else if (announced.resetAfterMs === 0) current.resetAt = Math.max(current.resetAt, now + SECOND)
@@ -147,11 +150,11 @@ export class PartitionQuota {
       const at = now + announcement.retryAfterMs
       retryAt = at
       for (const quota of this.tracked.values()) {
-        if (quota.remaining !== undefined && quota.remaining <= 0 && quota.resetAt !== undefined && quota.resetAt > at) quota.resetAt = at
+        if (spent(quota) && quota.resetAt !== undefined && quota.resetAt > at) quota.resetAt = at
       }
     } else {
       for (const quota of this.tracked.values()) {
-        if (quota.remaining !== undefined && quota.remaining <= 0 && quota.resetAt !== undefined) retryAt = Math.max(retryAt ?? 0, quota.resetAt)
+        if (spent(quota) && quota.resetAt !== undefined) retryAt = Math.max(retryAt ?? 0, quota.resetAt)
       }
     }
     if (retryAt !== undefined && status === 429) this.blockedUntil = Math.max(this.blockedUntil, retryAt)

@@ -144,6 +144,26 @@ local function rewrite_log(key)
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
 end
 
+-- Milliseconds until the oldest live entries holding `units` have left: the
+-- first entry whose total reaches base + units (a search by rank), else the
+-- newest. The other arguments are the log as sliding_log read it.
+local function until_freed(key, units, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now)
+  local target = base + units
+  if oldest_total >= target then return oldest_time + window_ms - now end
+  if newest_total >= target then
+    -- Totals ascend with rank: rank lo's is below the target, rank hi's reaches it.
+    local lo = stale and redis.call('ZCOUNT', key, '-inf', int(cutoff)) or 0
+    local hi = redis.call('ZCARD', key) - 1
+    while hi - lo > 1 do
+      local mid = floor((lo + hi) / 2)
+      local total = log_entry(redis.call('ZRANGE', key, mid, mid)[1])
+      if total >= target then hi = mid else lo = mid end
+    end
+    return tonumber(redis.call('ZRANGE', key, hi, hi, 'WITHSCORES')[2]) + window_ms - now
+  end
+  return last_time + window_ms - now
+end
+
 -- The oldest entry still in the window, past `stale` ones at or before the cutoff.
 local function first_live(key, cutoff, stale)
   if stale then return redis.call('ZRANGEBYSCORE', key, '(' .. int(cutoff), '+inf', 'WITHSCORES', 'LIMIT', 0, 1) end
@@ -182,30 +202,12 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
     used = newest_total - base
   end
 
-  -- Milliseconds until the oldest entries holding `units` have left: the
-  -- first entry whose total reaches base + units (a search by rank).
-  local function until_freed(units)
-    local target = base + units
-    if oldest_total >= target then return oldest_time + window_ms - now end
-    if newest_total >= target then
-      -- Totals ascend with rank: rank lo's is below the target, rank hi's reaches it.
-      local lo = stale and redis.call('ZCOUNT', key, '-inf', int(cutoff)) or 0
-      local hi = redis.call('ZCARD', key) - 1
-      while hi - lo > 1 do
-        local mid = floor((lo + hi) / 2)
-        local total = log_entry(redis.call('ZRANGE', key, mid, mid)[1])
-        if total >= target then hi = mid else lo = mid end
-      end
-      return tonumber(redis.call('ZRANGE', key, hi, hi, 'WITHSCORES')[2]) + window_ms - now
-    end
-    return last_time + window_ms - now
-  end
   local remaining = max(0, limit - used)
 
   if cost == 0 then
     -- A peek, or a policy shown uncharged: the log as it stands, replenished when its newest entry leaves.
     local reset_after = (used > 0) and (last_time + window_ms - now) or 0
-    local more_after = (remaining == 0) and until_freed(used + 1 - limit) or reset_after
+    local more_after = (remaining == 0) and until_freed(key, used + 1 - limit, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now) or reset_after
     return decision(1, limit, remaining, reset_after, more_after, 0, 0), nil, reset_after
   end
 
@@ -241,8 +243,9 @@ local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
 
   -- The call fits once the oldest entries holding `excess` units have left (a refused call found some live).
   local reset_after = last_time + window_ms - now
-  local more_after = (remaining == 0) and until_freed(used + 1 - limit) or reset_after
-  return decision(0, limit, remaining, reset_after, more_after, until_freed(used + cost - limit), 0), nil, reset_after
+  local more_after = (remaining == 0) and until_freed(key, used + 1 - limit, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now) or reset_after
+  local retry_after = until_freed(key, used + cost - limit, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now)
+  return decision(0, limit, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
 end
 
 ---------------------------------------------------------------- sliding window
