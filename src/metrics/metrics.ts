@@ -1,62 +1,19 @@
 /**
- * The gateway's Prometheus metrics (prom-client), in one registry of their own.
- * Labels stay bounded: routes and policies come from the config, outcomes and
- * reasons from fixed sets; no key, path or client ever becomes a label.
+ * The gateway's Prometheus metrics (prom-client), in one registry of their own:
+ * the decision metrics the middleware has too (by route here), and the
+ * gateway's own. Labels stay bounded: routes, upstreams and policies come from
+ * the config, outcomes and reasons from fixed sets; no key, path or client
+ * ever becomes a label.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { Decision } from '../core/types.ts'
-
-export type DecisionOutcome = 'allowed' | 'limited' | 'shadow_limited' | 'degraded'
-const OUTCOMES: readonly DecisionOutcome[] = ['allowed', 'limited', 'shadow_limited', 'degraded']
-/** In a route and policy's counts, the slot after the outcomes': allowed decisions near the limit. */
-const NEAR_LIMIT = OUTCOMES.length
-
-/** A decision is near its limit when less than this share of the binding policy is left. */
-const NEAR_LIMIT_SHARE = 0.2
-
-/**
- * Per-request counts, kept as plain numbers under two keys and added to their
- * prom-client counters when those are read (a scrape calls each counter's
- * `collect` first). prom-client validates and hashes a call's labels each
- * time, about 200 ns a call, and a request made three such calls.
- */
-class PendingCounts<Second> {
-  private readonly counts = new Map<string, Map<Second, number[]>>()
-
-  constructor(private readonly slots: number) {}
-
-  /** The counts of `first` and `second`, one per slot, to add to. */
-  of(first: string, second: Second): number[] {
-    let inner = this.counts.get(first)
-    if (inner === undefined) this.counts.set(first, (inner = new Map()))
-    let counts = inner.get(second)
-    if (counts === undefined) inner.set(second, (counts = new Array<number>(this.slots).fill(0)))
-    return counts
-  }
-
-  /** Hands each slot's count since the last time to `add`, and starts it again from 0. */
-  drain(slot: number, add: (first: string, second: Second, count: number) => void): void {
-    for (const [first, inner] of this.counts) {
-      for (const [second, counts] of inner) {
-        const count = counts[slot] as number
-        if (count === 0) continue
-        counts[slot] = 0
-        add(first, second, count)
-      }
-    }
-  }
-}
+import { DecisionMetrics, PendingCounts } from './decisions.ts'
 
 export class GatewayMetrics {
   readonly registry = new Registry()
-  private readonly decisions: Counter<'route' | 'policy' | 'outcome'>
-  private readonly nearLimit: Counter<'route' | 'policy'>
-  private readonly storeLatency: Histogram<'outcome'>
-  private readonly storeErrors: Counter<'reason'>
-  private readonly degradedState: Gauge
+  private readonly decisions: DecisionMetrics<'route'>
   private readonly storeUp: Gauge
-  private readonly blockCacheHits: Counter
   private readonly requests: Counter<'route' | 'status'>
   private readonly upstreamFailures: Counter<'route' | 'failure'>
   private readonly upstreamRetries: Counter<'route' | 'upstream' | 'failure'>
@@ -65,45 +22,15 @@ export class GatewayMetrics {
   private readonly configInfo: Gauge<'version'>
   private readonly tunnels: Gauge<'route'>
   private readonly upstreamHealthy: Gauge<'route' | 'upstream'>
-  /** Decisions by route and policy: a count per outcome, then the near-limit count. */
-  private readonly pendingDecisions = new PendingCounts<string>(OUTCOMES.length + 1)
   /** Requests by route and status. */
   private readonly pendingRequests = new PendingCounts<number>(1)
 
   constructor() {
     const registers = [this.registry]
-    const pendingDecisions = this.pendingDecisions
     const pendingRequests = this.pendingRequests
     collectDefaultMetrics({ register: this.registry, prefix: 'sluice_' })
-    this.decisions = new Counter({
-      name: 'sluice_decisions_total',
-      help: 'Rate-limit decisions by route, binding policy and outcome (allowed, limited, shadow_limited, degraded).',
-      labelNames: ['route', 'policy', 'outcome'],
-      registers,
-      collect() {
-        OUTCOMES.forEach((outcome, slot) => pendingDecisions.drain(slot, (route, policy, count) => this.inc({ route, policy, outcome }, count)))
-      },
-    })
-    this.nearLimit = new Counter({
-      name: 'sluice_near_limit_total',
-      help: `Allowed decisions that left less than ${NEAR_LIMIT_SHARE * 100}% of the binding policy's limit.`,
-      labelNames: ['route', 'policy'],
-      registers,
-      collect() {
-        pendingDecisions.drain(NEAR_LIMIT, (route, policy, count) => this.inc({ route, policy }, count))
-      },
-    })
-    this.storeLatency = new Histogram({
-      name: 'sluice_store_latency_seconds',
-      help: 'Time of each call to a store outside the process (Redis).',
-      labelNames: ['outcome'],
-      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
-      registers,
-    })
-    this.storeErrors = new Counter({ name: 'sluice_store_errors_total', help: 'Store calls that failed or timed out.', labelNames: ['reason'], registers })
-    this.degradedState = new Gauge({ name: 'sluice_store_fallback_active', help: '1 while decisions are made by the failure policy (fallback, open or closed) instead of the store.', registers })
+    this.decisions = new DecisionMetrics(this.registry, 'route')
     this.storeUp = new Gauge({ name: 'sluice_store_up', help: '1 when the store answered the last health probe.', registers })
-    this.blockCacheHits = new Counter({ name: 'sluice_block_cache_hits_total', help: 'Refusals answered from the local cache of blocked keys, without a store call.', registers })
     this.requests = new Counter({
       name: 'sluice_requests_total',
       help: 'Requests answered, by route and status code.',
@@ -130,21 +57,12 @@ export class GatewayMetrics {
   }
 
   /** What the limiters report that decisions do not carry. */
-  readonly observer: LimiterObserver = {
-    storeCall: (durationMs, outcome) => {
-      this.storeLatency.observe({ outcome }, durationMs / 1000)
-      if (outcome !== 'ok') this.storeErrors.inc({ reason: outcome })
-    },
-    blockCacheHit: () => this.blockCacheHits.inc(),
+  get observer(): LimiterObserver {
+    return this.decisions.observer
   }
 
   decision(route: string, decision: Decision, shadow: boolean): void {
-    const degraded = decision.degraded === true
-    const outcome: DecisionOutcome = degraded ? 'degraded' : decision.allowed ? 'allowed' : shadow ? 'shadow_limited' : 'limited'
-    const counts = this.pendingDecisions.of(route, decision.policy)
-    ;(counts[OUTCOMES.indexOf(outcome)] as number)++
-    if (decision.allowed && decision.remaining < decision.limit * NEAR_LIMIT_SHARE) (counts[NEAR_LIMIT] as number)++
-    this.degradedState.set(degraded ? 1 : 0)
+    this.decisions.decision(route, decision, shadow)
   }
 
   request(route: string, status: number, seconds: number): void {
