@@ -480,11 +480,18 @@ class Partition {
       }
       if (admission.kind === 'wait') {
         if (admission.until - now > head.maxWaitMs) {
-          if (admission.reason === 'quota' && this.active > 0 && head.maxWaitMs > 0) {
+          const answersDueBy = head.enqueuedAt + head.maxWaitMs
+          if (admission.reason === 'quota' && this.active > 0 && now < answersDueBy) {
             // Spent as counted here, with answers still on their way: the last of them may bring a
             // sooner reset (a sliding window's "more than 0" comes long before its "more than 4").
-            // maxWaitMs 0 fails fast all the same.
+            // Not for longer than maxWaitMs: answers slower than that (a slow server, a request
+            // without a timeout) would hold the request past the wait it accepts, only to refuse
+            // it. maxWaitMs 0 fails fast all the same.
             head.reason = admission.reason
+            this.timer = setTimeout(() => {
+              this.timer = undefined
+              this.pump()
+            }, Math.min(answersDueBy - now, MAX_TIMER_MS))
             return
           }
           this.queue.shift()

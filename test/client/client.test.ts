@@ -311,6 +311,42 @@ describe('waiting, failing fast, queues and pacing', () => {
     }
   })
 
+  it('spent as it counts, it waits for answers in flight no longer than maxWaitMs: a slow answer does not hold a request it will refuse', async () => {
+    // Two a window of 30 s; the second request is held by the server until the test lets it go.
+    let release: () => void = () => {}
+    const held = new Promise<void>((resolve) => { release = resolve })
+    let served = 0
+    const server = createServer((_request, response) => {
+      served++
+      const left = 2 - served
+      const answer = () => response.writeHead(200, { 'RateLimit-Policy': '"q";q=2;w=30', RateLimit: `"q";r=${left};t=30` }).end()
+      if (served === 2) void held.then(answer)
+      else answer()
+    }).listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    try {
+      const client = createClient({ maxWaitMs: 300 })
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+      assert.equal((await client.fetch(url)).status, 200)
+      const slow = client.fetch(url)
+      const origin = new URL(url).origin
+      for (let waited = 0; served < 2 && waited < 2000; waited += 10) await new Promise((resolve) => setTimeout(resolve, 10))
+      // Spent as counted (one left, one in flight), a reset 30 s off: refused, once it has waited
+      // maxWaitMs for the held answer, while that answer is still held.
+      const third = client.fetch(url).then(() => 'sent', (error: Error) => error)
+      const outcome = await Promise.race([third, new Promise((resolve) => setTimeout(() => resolve('still waiting'), 5000))])
+      assert.ok(outcome instanceof QuotaExhaustedError, `the third request: ${String(outcome)}`)
+      assert.equal(client.waiting(origin), 0)
+      assert.equal(served, 2)
+      release()
+      assert.equal((await slow).status, 200)
+    } finally {
+      release()
+      server.closeAllConnections()
+      await new Promise((resolve) => server.close(resolve))
+    }
+  })
+
   it('abort during a wait rejects at once with the signal\'s reason and leaves no timer', async () => {
     const server = await startLimitedServer({ dialect: 'draft-10', limit: 1, windowSeconds: 60 })
     try {
