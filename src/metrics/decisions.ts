@@ -15,7 +15,7 @@ const OUTCOMES: readonly DecisionOutcome[] = ['allowed', 'limited', 'shadow_limi
 const NEAR_LIMIT = OUTCOMES.length
 
 /** A decision is near its limit when less than this share of the binding policy is left. */
-export const NEAR_LIMIT_SHARE = 0.2
+const NEAR_LIMIT_SHARE = 0.2
 
 /** The metric names, after the prefix, that DecisionMetrics registers. */
 export const DECISION_METRIC_NAMES = ['decisions_total', 'near_limit_total', 'store_latency_seconds', 'store_errors_total', 'store_fallback_active', 'block_cache_hits_total'] as const
@@ -62,14 +62,17 @@ export class DecisionMetrics<Subject extends string> {
   /** What the limiters report that decisions do not carry: pass it as their `observer`. */
   readonly observer: LimiterObserver
   private readonly fallbackActive: Gauge
+  private readonly decisions: Counter
+  private readonly decisionsName: string
   /** Decisions by subject and policy: a count per outcome, then the near-limit count. */
   private readonly pending = new PendingCounts<string>(OUTCOMES.length + 1)
 
   constructor(registry: Registry, subject: Subject, prefix = 'sluice_') {
     const registers = [registry]
     const pending = this.pending
-    new Counter({
-      name: `${prefix}decisions_total`,
+    this.decisionsName = `${prefix}decisions_total`
+    this.decisions = new Counter({
+      name: this.decisionsName,
       help: `Rate-limit decisions by ${subject}, binding policy and outcome (allowed, limited, shadow_limited, degraded).`,
       labelNames: [subject, 'policy', 'outcome'],
       registers,
@@ -103,6 +106,11 @@ export class DecisionMetrics<Subject extends string> {
       },
       blockCacheHit: () => blockCacheHits.inc(),
     }
+  }
+
+  /** False once the registry has let them go (`registry.clear()`, as test suites do between tests). */
+  registeredIn(registry: Registry): boolean {
+    return registry.getSingleMetric(this.decisionsName) === this.decisions
   }
 
   /** Counts one decision of `subject` (a route's or a rule's name). */

@@ -39,7 +39,10 @@ export interface RateLimitMetrics {
 const OPTIONS = new Set(['registry', 'prefix'])
 const METRIC_PREFIX = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/
 
-/** One set of metrics per registry and prefix: a second call (another app, a test's) counts into the same series. */
+/**
+ * One set of metrics per registry and prefix: a second call (another app, a test's) counts into
+ * the same series, and one after the registry was cleared makes them again.
+ */
 const made = new WeakMap<Registry, Map<string, DecisionMetrics<'rule'>>>()
 
 /**
@@ -63,7 +66,7 @@ export function rateLimitMetrics(options: RateLimitMetricsOptions = {}): RateLim
   let byPrefix = made.get(registry)
   if (byPrefix === undefined) made.set(registry, (byPrefix = new Map()))
   let metrics = byPrefix.get(prefix)
-  if (metrics === undefined) {
+  if (metrics === undefined || !metrics.registeredIn(registry)) {
     // Checked before any is made, so a refusal leaves the registry as it was.
     const taken = DECISION_METRIC_NAMES.map((name) => `${prefix}${name}`).find((name) => registry.getSingleMetric(name) !== undefined)
     if (taken !== undefined) {

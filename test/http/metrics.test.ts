@@ -87,6 +87,22 @@ describe('sluice/metrics: the middleware counts its decisions in the application
     }
   })
 
+  it('after registry.clear() (as test suites do between tests), a new call makes the metrics again', async () => {
+    const registry = new Registry()
+    const first = rateLimitMetrics({ registry })
+    registry.clear()
+    const server = await nodeServer({ rules, ...rateLimitMetrics({ registry }), onWarning: () => {} })
+    try {
+      assert.equal((await fetch(`${server.url}/api/x`)).status, 200)
+      assert.equal(sample(await scrape(registry), 'sluice_decisions_total', { rule: 'api', outcome: 'allowed' }), 1)
+      // What the first call handed out counts nowhere now, and does not fail.
+      assert.doesNotThrow(() => first.onDecision({ rule: 'api', decision: { allowed: true, limit: 3, remaining: 2, resetAfterMs: 0, retryAfterMs: 0, waitMs: 0, policy: 'api', policies: [], degraded: false }, shadow: false }))
+      assert.equal(sample(await scrape(registry), 'sluice_decisions_total', { rule: 'api', outcome: 'allowed' }), 1)
+    } finally {
+      await server.close()
+    }
+  })
+
   it('refuses what would register nothing or clash: a metric of the same name the registry holds, a bad prefix, a registry that is none, an unknown option', () => {
     const registry = new Registry()
     new Counter({ name: 'sluice_decisions_total', help: 'the application\'s own', registers: [registry] })
