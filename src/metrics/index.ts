@@ -16,7 +16,7 @@ export interface RateLimitMetricsOptions {
    * both; pass yours when in doubt).
    */
   registry?: Registry
-  /** Put before every metric name. Default `sluice_`. */
+  /** Put before every metric name (may be empty). Default `sluice_`. */
   prefix?: string
 }
 
@@ -37,7 +37,8 @@ export interface RateLimitMetrics {
 }
 
 const OPTIONS = new Set(['registry', 'prefix'])
-const METRIC_PREFIX = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/
+/** The start of a Prometheus metric name, or nothing. */
+const METRIC_PREFIX = /^(?:[a-zA-Z_:][a-zA-Z0-9_:]*)?$/
 
 /**
  * One set of metrics per registry and prefix: a second call (another app, a test's) counts into
@@ -55,13 +56,13 @@ const made = new WeakMap<Registry, Map<string, DecisionMetrics<'rule'>>>()
  */
 export function rateLimitMetrics(options: RateLimitMetricsOptions = {}): RateLimitMetrics {
   checkOptions('options', 'a rateLimitMetrics option', options, OPTIONS)
-  const registry = options.registry ?? promClient.register
+  const registry = options.registry === undefined ? promClient.register : options.registry
   if (typeof registry !== 'object' || registry === null || typeof registry.registerMetric !== 'function' || typeof registry.getSingleMetric !== 'function') {
     throw new ArgumentError('registry', registry, "must be a prom-client Registry (new Registry(), or prom-client's register)")
   }
   const prefix = options.prefix ?? 'sluice_'
   if (typeof prefix !== 'string' || !METRIC_PREFIX.test(prefix)) {
-    throw new ArgumentError('prefix', prefix, 'must start a Prometheus metric name: letters, digits, _ and :, not starting with a digit')
+    throw new ArgumentError('prefix', prefix, 'must start a Prometheus metric name: letters, digits, _ and :, not starting with a digit (or be empty)')
   }
   let byPrefix = made.get(registry)
   if (byPrefix === undefined) made.set(registry, (byPrefix = new Map()))
