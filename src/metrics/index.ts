@@ -60,7 +60,7 @@ export function rateLimitMetrics(options: RateLimitMetricsOptions = {}): RateLim
   if (typeof registry !== 'object' || registry === null || typeof registry.registerMetric !== 'function' || typeof registry.getSingleMetric !== 'function') {
     throw new ArgumentError('registry', registry, "must be a prom-client Registry (new Registry(), or prom-client's register)")
   }
-  const prefix = options.prefix ?? 'sluice_'
+  const prefix = options.prefix === undefined ? 'sluice_' : options.prefix
   if (typeof prefix !== 'string' || !METRIC_PREFIX.test(prefix)) {
     throw new ArgumentError('prefix', prefix, 'must start a Prometheus metric name: letters, digits, _ and :, not starting with a digit (or be empty)')
   }

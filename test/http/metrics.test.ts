@@ -111,6 +111,7 @@ describe('sluice/metrics: the middleware counts its decisions in the application
     assert.deepEqual(Object.keys(rateLimitMetrics({ registry, prefix: 'api_limits_' })).sort(), ['observer', 'onDecision'])
     assert.ok(registry.getSingleMetric('api_limits_decisions_total'))
     assert.throws(() => rateLimitMetrics({ registry: new Registry(), prefix: '9lives' }), /prefix must start a Prometheus metric name/)
+    assert.throws(() => rateLimitMetrics({ registry: new Registry(), prefix: null as unknown as string }), /prefix must start a Prometheus metric name/)
     assert.throws(() => rateLimitMetrics({ registry: {} as Registry }), /registry must be a prom-client Registry/)
     assert.throws(() => rateLimitMetrics({ registry: null as unknown as Registry }), /registry must be a prom-client Registry/)
     const unprefixed = new Registry()
