@@ -61,7 +61,8 @@ export class PendingCounts<Second> {
 export class DecisionMetrics<Subject extends string> {
   /** What the limiters report that decisions do not carry: pass it as their `observer`. */
   readonly observer: LimiterObserver
-  private readonly fallbackActive: Gauge
+  /** Whether the latest decision was degraded: the fallback gauge reads it when scraped, not per decision. */
+  private lastDegraded = false
   private readonly decisions: Counter
   private readonly decisionsName: string
   /** Decisions by subject and policy: a count per outcome, then the near-limit count. */
@@ -97,7 +98,15 @@ export class DecisionMetrics<Subject extends string> {
       registers,
     })
     const storeErrors = new Counter({ name: `${prefix}store_errors_total`, help: 'Store calls that failed or timed out.', labelNames: ['reason'], registers })
-    this.fallbackActive = new Gauge({ name: `${prefix}store_fallback_active`, help: '1 while decisions are made by the failure policy (fallback, open or closed) instead of the store.', registers })
+    const latest = () => this.lastDegraded
+    new Gauge({
+      name: `${prefix}store_fallback_active`,
+      help: '1 while decisions are made by the failure policy (fallback, open or closed) instead of the store.',
+      registers,
+      collect() {
+        this.set(latest() ? 1 : 0)
+      },
+    })
     const blockCacheHits = new Counter({ name: `${prefix}block_cache_hits_total`, help: 'Refusals answered from the local cache of blocked keys, without a store call.', registers })
     this.observer = {
       storeCall: (durationMs, outcome) => {
@@ -120,6 +129,6 @@ export class DecisionMetrics<Subject extends string> {
     const counts = this.pending.of(subject, decision.policy)
     ;(counts[OUTCOMES.indexOf(outcome)] as number)++
     if (decision.allowed && decision.remaining < decision.limit * NEAR_LIMIT_SHARE) (counts[NEAR_LIMIT] as number)++
-    this.fallbackActive.set(degraded ? 1 : 0)
+    this.lastDegraded = degraded
   }
 }
