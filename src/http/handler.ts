@@ -500,8 +500,11 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     if (isPromise(chosen)) return chosen.then((limiter) => ({ rule, limiter, key, cost: rule.cost(request) }))
     return { rule, limiter: chosen, key, cost: rule.cost(request) }
   }
-  /** Every matching rule from `from` on, with its key, limiter (tier) and cost; or the 403 of a request with no identity. */
-  const matchRules = (request: HttpRequest, from: number, matched: Matched[]): Matched[] | HttpOutcome | Promise<Matched[] | HttpOutcome> => {
+  /**
+   * Every matching rule from `from` on, with its key, limiter (tier) and cost; or the 403 of a request with no identity.
+   * The list is made by the first match, one entry long (an empty array's first push reserves room for 16, per request).
+   */
+  const matchRules = (request: HttpRequest, from: number, matched: Matched[] | undefined): Matched[] | HttpOutcome | Promise<Matched[] | HttpOutcome> => {
     for (let i = from; i < rules.length; i++) {
       const rule = rules[i] as CompiledRule
       if (!rule.matches(request)) continue
@@ -509,18 +512,22 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       if (isPromise(entry)) {
         return entry.then((settled) => {
           if (!('rule' in settled)) return settled
-          matched.push(settled)
-          return matchRules(request, i + 1, matched)
+          return matchRules(request, i + 1, appended(matched, settled))
         })
       }
       if (!('rule' in entry)) return entry
-      matched.push(entry)
+      matched = appended(matched, entry)
     }
-    return matched
+    return matched ?? NO_MATCH
   }
   const limitMatched = (request: HttpRequest, matched: Matched[] | HttpOutcome): HttpOutcome | Promise<HttpOutcome> => {
     if (!Array.isArray(matched)) return matched
     if (matched.length === 0) return unlimited()
+    if (matched.length === 1 && synchronous) {
+      // The common case, without the grouping below.
+      const { limiter, key, cost, rule } = matched[0] as Matched
+      return respond(request, [record(request, matched, limiter, limiter.limitSync(key, limitOptions(cost, rule)))])
+    }
     // Enforcing rules that share key, cost and wait are one all-or-nothing store call; the rest go one by one, in order.
     let groups: Iterable<Matched[]>
     if (matched.length === 1) {
@@ -534,32 +541,35 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       groups = byId.values()
     }
     if (!synchronous) return limitGroups(request, groups)
-    const applied: Applied[] = []
+    let applied: Applied[] | undefined
     for (const group of groups) {
       const limiter = groupLimiter(group)
       const { key, cost, rule } = group[0] as Matched
-      if (!record(request, group, limiter, limiter.limitSync(key, limitOptions(cost, rule)), applied)) break
+      const entry = record(request, group, limiter, limiter.limitSync(key, limitOptions(cost, rule)))
+      applied = appended(applied, entry)
+      if (!entry.decision.allowed && !entry.shadow) break
     }
-    return respond(request, applied)
+    return respond(request, applied ?? [])
   }
   const limitGroups = async (request: HttpRequest, groups: Iterable<Matched[]>): Promise<HttpOutcome> => {
-    const applied: Applied[] = []
+    let applied: Applied[] | undefined
     for (const group of groups) {
       const limiter = groupLimiter(group)
       const { key, cost, rule } = group[0] as Matched
-      if (!record(request, group, limiter, await limiter.limit(key, limitOptions(cost, rule)), applied)) break
+      const entry = record(request, group, limiter, await limiter.limit(key, limitOptions(cost, rule)))
+      applied = appended(applied, entry)
+      if (!entry.decision.allowed && !entry.shadow) break
     }
-    return respond(request, applied)
+    return respond(request, applied ?? [])
   }
   const groupLimiter = (group: Matched[]): Limiter => (group.length === 1 ? (group[0] as Matched).limiter : combined(group.map((entry) => entry.limiter)))
   const limitOptions = (cost: number, rule: CompiledRule) => (cost === 1 && rule.maxWaitMs === 0 ? undefined : { cost, maxWaitMs: rule.maxWaitMs })
-  /** Notes a group's decision; false when it refused the request, so later groups are not charged. */
-  const record = (request: HttpRequest, group: Matched[], limiter: Limiter, decision: Decision, applied: Applied[]): boolean => {
+  /** Notes a group's decision. One that refuses (and is not shadow) ends the request: later groups are not charged. */
+  const record = (request: HttpRequest, group: Matched[], limiter: Limiter, decision: Decision): Applied => {
     const { key, cost, rule } = group[0] as Matched
     const names = group.length === 1 ? rule.name : group.map((entry) => entry.rule.name).join('+')
     if (options.onDecision !== undefined) notify('onDecision', { rule: names, key, decision, shadow: rule.shadow, request })
-    applied.push({ rules: names, shadow: rule.shadow, count: rule.count, limiter, decision, key, cost })
-    return decision.allowed || rule.shadow
+    return { rules: names, shadow: rule.shadow, count: rule.count, limiter, decision, key, cost }
   }
   const respond = (request: HttpRequest, applied: Applied[]): HttpOutcome => {
     if (applied.length === 0) return unlimited()
@@ -620,7 +630,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     }
   }
   const afterAllow = (request: HttpRequest): HttpOutcome | Promise<HttpOutcome> => {
-    const matched = matchRules(request, 0, [])
+    const matched = matchRules(request, 0, undefined)
     return isPromise(matched) ? matched.then((settled) => limitMatched(request, settled)) : limitMatched(request, matched)
   }
   const afterDeny = (request: HttpRequest): HttpOutcome | Promise<HttpOutcome> => {
@@ -662,6 +672,15 @@ function failedAs(limiter: Limiter, decision: Decision): Limiter['onStoreFailure
 export function warningSink(options: Pick<RateLimitOptions, 'onWarning'>): (message: string) => void {
   return options.onWarning ?? ((message) => process.emitWarning(message, { code: 'SLUICE_HTTP' }))
 }
+
+/** `list` with `item` at its end: a new list of one for none. */
+function appended<T>(list: T[] | undefined, item: T): T[] {
+  if (list === undefined) return [item]
+  list.push(item)
+  return list
+}
+
+const NO_MATCH = Object.freeze([]) as never[]
 
 /** A request no rule limits: it proceeds with no headers. */
 function unlimited(): HttpOutcome {

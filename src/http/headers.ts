@@ -71,6 +71,8 @@ export function partitionKeyProblem(options: HeaderOptions): string | undefined 
   return `is a parameter of the draft-10 and draft-8 fields; standard ${standard === false ? 'false sends none' : `${standard} has no place for it`}, so no partition key would be sent`
 }
 
+const NO_FIELDS = Object.freeze([]) as unknown as HeaderList
+
 /** The window a policy's quota refers to, in whole seconds (at least 1). */
 export function windowSeconds(policy: ResolvedPolicy): number {
   switch (policy.algorithm) {
@@ -108,7 +110,8 @@ export function rateLimitHeaders(
   now: number,
   cost = 1,
 ): HeaderList {
-  const headers: HeaderList = []
+  // Each list is made whole where it can be: an empty array's first push reserves room for 16 fields.
+  let headers: HeaderList = NO_FIELDS
   const standard = options.standard ?? 'draft-10'
 
   if (standard === 'draft-10' || standard === 'draft-8') {
@@ -117,29 +120,30 @@ export function rateLimitHeaders(
     let left = ''
     for (let i = 0; i < decision.policies.length; i++) {
       const entry = decision.policies[i] as PolicyDecision
-      const { name, quotaItem } = itemsOf(policies[i] as ResolvedPolicy, entry.limit)
+      const { remainingStart, quotaItem } = itemsOf(policies[i] as ResolvedPolicy, entry.limit)
       const separator = i === 0 ? '' : ', '
       quota += `${separator}${quotaItem}${pk}`
       // Only r and t change per request (non-negative integers, so their text is their digits); the rest is cached.
-      left += `${separator}${name};r=${sfInteger(entry.remaining)};t=${sfInteger(seconds(untilMoreMs(entry)))}${pk}`
+      left += `${separator}${remainingStart}${sfInteger(entry.remaining)};t=${sfInteger(seconds(untilMoreMs(entry)))}${pk}`
     }
-    headers.push(['RateLimit-Policy', quota], ['RateLimit', left])
+    headers = [['RateLimit-Policy', quota], ['RateLimit', left]]
   } else if (standard === 'draft-7') {
     const binding = bindingOf(decision)
-    headers.push(
+    headers = [
       ['RateLimit-Policy', policyList(decision, policies)],
       // A dictionary of three non-negative integers, whose text is their digits (the serializer's own output, tested).
       ['RateLimit', `limit=${sfInteger(binding.limit)}, remaining=${sfInteger(binding.remaining)}, reset=${sfInteger(seconds(untilMoreMs(binding)))}`],
-    )
+    ]
   } else if (standard === 'draft-6') {
     const binding = bindingOf(decision)
-    headers.push(
+    headers = [
       ['RateLimit-Policy', policyList(decision, policies)],
       ['RateLimit-Limit', String(binding.limit)],
       ['RateLimit-Remaining', String(binding.remaining)],
       ['RateLimit-Reset', String(seconds(untilMoreMs(binding)))],
-    )
+    ]
   }
+  if (options.legacy === true || options.springCloudGateway === true) headers = [...headers]
   if (options.legacy === true) {
     const binding = bindingOf(decision)
     headers.push(
@@ -195,8 +199,8 @@ function unitsPerSecond(policy: ResolvedPolicy): number {
 
 interface PolicyItems {
   limit: number
-  /** draft-10 / draft-8: the policy's name, and its `RateLimit-Policy` item `"name";q=100;w=60`. */
-  name: string
+  /** draft-10 / draft-8: its `RateLimit` item's start, `"name";r=`, and its `RateLimit-Policy` item `"name";q=100;w=60`. */
+  remainingStart: string
   quotaItem: string
   /** draft-7 / draft-6: its unnamed `RateLimit-Policy` item `100;w=60`. */
   unnamedQuotaItem: string
@@ -211,7 +215,7 @@ function itemsOf(policy: ResolvedPolicy, limit: number): PolicyItems {
     const window = new Map([['w', sfInteger(windowSeconds(policy))]])
     cached = {
       limit,
-      name: serializeString(policy.name),
+      remainingStart: `${serializeString(policy.name)};r=`,
       quotaItem: serializeItem([policy.name, new Map([['q', sfInteger(limit)], ...window])]),
       unnamedQuotaItem: serializeItem([sfInteger(limit), window]),
     }

@@ -189,7 +189,11 @@ export function compilePaths(patterns: string | readonly string[], what: string,
     if (typeof pattern !== 'string' || !pattern.startsWith('/')) throw new ArgumentError(what, pattern, 'must be path patterns starting with "/"')
     return compileGlob(pattern, caseSensitive)
   })
-  return (path) => matchers.some((matches) => matches(path))
+  // A loop, not matchers.some(): its callback would be a new closure per request.
+  return (path) => {
+    for (const matches of matchers) if (matches(path)) return true
+    return false
+  }
 }
 
 /**
