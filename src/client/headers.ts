@@ -11,8 +11,13 @@
  *   in epoch seconds or delta seconds, told apart by size), `-Reset-After`
  *   (fractional seconds), Spring Cloud Gateway's `-Replenish-Rate` and
  *   `-Burst-Capacity`;
- * - `Retry-After` in delay-seconds or as an HTTP date, and Stripe's
- *   `Stripe-Should-Retry`.
+ * - OpenAI's (also Groq's) `X-RateLimit-Limit-Requests / -Remaining-Requests /
+ *   -Reset-Requests` and the same for `-Tokens`, resets as Go durations
+ *   (`6m0s`, `12ms`); Anthropic's `Anthropic-RateLimit-Requests-Limit /
+ *   -Remaining / -Reset` and the same for `Tokens`, `Input-Tokens` and
+ *   `Output-Tokens`, resets as RFC 3339 times;
+ * - `Retry-After` in delay-seconds or as an HTTP date, OpenAI's
+ *   `Retry-After-Ms`, and Stripe's `Stripe-Should-Retry`.
  *
  * Servers get these wrong in many small ways; a field that cannot be read is
  * ignored, never thrown on: the client then knows less, and says so by
@@ -60,14 +65,15 @@ export type HeaderLookup = (name: string) => string | undefined
 export function readAnnouncement(header: HeaderLookup, now: number): Announcement {
   const serverNow = dateOf(header('date')) ?? now
   const announcement: Announcement = { quotas: [] }
-  const retryAfter = retryAfterMs(header('retry-after'), serverNow)
+  const retryAfter = number(header('retry-after-ms')) ?? retryAfterMs(header('retry-after'), serverNow)
   if (retryAfter !== undefined) announcement.retryAfterMs = Math.min(retryAfter, LONGEST_BELIEVED_WAIT_MS)
   const advice = header('stripe-should-retry')?.trim().toLowerCase()
   if (advice === 'true' || advice === 'false') announcement.shouldRetry = advice === 'true'
   // A response served from a cache describes the quota as it was then (draft: ignore it).
   const age = Number(header('age') ?? '0')
   if (Number.isFinite(age) && age > 0) return announcement
-  announcement.quotas = (namedItems(header) ?? draft7(header) ?? draft6(header) ?? legacy(header, serverNow) ?? []).map(withBelievableReset)
+  announcement.quotas = (namedItems(header) ?? draft7(header) ?? draft6(header) ?? openAi(header) ?? anthropic(header, serverNow) ?? legacy(header, serverNow) ?? [])
+    .map(withBelievableReset)
   return announcement
 }
 
@@ -171,6 +177,78 @@ export function legacy(header: HeaderLookup, serverNow: number): AnnouncedQuota[
   const rate = number(header('x-ratelimit-replenish-rate'))
   if (burst !== undefined && rate !== undefined && rate > 0) quota.windowMs = Math.ceil((burst / rate) * 1000)
   return [quota]
+}
+
+/**
+ * The LLM APIs limit per minute (requests, and tokens; RPM and TPM in their
+ * documentation) with buckets that refill continuously, and announce as reset
+ * the time until a bucket is full again: 12 ms at OpenAI when one request of
+ * 5,000 a minute is spent, a minute when all are. The client reads a reset as
+ * when more quota comes, which for such a bucket is the full reset shared out
+ * over the units spent: the next unit, not the last.
+ */
+const LLM_WINDOW_MS = 60_000
+
+function bucketQuota(name: string, limit: number | undefined, remaining: number | undefined, untilFullMs: number | undefined): AnnouncedQuota | undefined {
+  if (limit === undefined && remaining === undefined) return undefined
+  const quota: AnnouncedQuota = { name, windowMs: LLM_WINDOW_MS }
+  if (limit !== undefined) quota.limit = limit
+  if (remaining !== undefined) quota.remaining = remaining
+  if (untilFullMs !== undefined) {
+    const spent = limit !== undefined && remaining !== undefined ? limit - remaining : 0
+    quota.resetAfterMs = spent > 1 ? Math.ceil(untilFullMs / spent) : Math.ceil(untilFullMs)
+  }
+  return quota
+}
+
+function quotasOf(families: ReadonlyArray<AnnouncedQuota | undefined>): AnnouncedQuota[] | undefined {
+  const quotas = families.filter((quota): quota is AnnouncedQuota => quota !== undefined)
+  return quotas.length === 0 ? undefined : quotas
+}
+
+/** OpenAI, and the APIs that copy it (Groq): `X-RateLimit-{Limit,Remaining,Reset}-{Requests,Tokens}`. */
+export function openAi(header: HeaderLookup): AnnouncedQuota[] | undefined {
+  return quotasOf(['requests', 'tokens'].map((name) => bucketQuota(
+    name,
+    number(header(`x-ratelimit-limit-${name}`)),
+    number(header(`x-ratelimit-remaining-${name}`)),
+    goDurationMs(header(`x-ratelimit-reset-${name}`)),
+  )))
+}
+
+/** Anthropic: `Anthropic-RateLimit-{Requests,Tokens,Input-Tokens,Output-Tokens}-{Limit,Remaining,Reset}`, resets as RFC 3339 times. */
+export function anthropic(header: HeaderLookup, serverNow: number): AnnouncedQuota[] | undefined {
+  return quotasOf(['requests', 'tokens', 'input-tokens', 'output-tokens'].map((name) => {
+    const resetAt = rfc3339(header(`anthropic-ratelimit-${name}-reset`))
+    return bucketQuota(
+      name,
+      number(header(`anthropic-ratelimit-${name}-limit`)),
+      number(header(`anthropic-ratelimit-${name}-remaining`)),
+      resetAt === undefined ? undefined : Math.max(0, resetAt - serverNow),
+    )
+  }))
+}
+
+const GO_DURATION_UNITS: Record<string, number> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1, us: 0.001, 'µs': 0.001, ns: 0.000001 }
+
+/** A Go duration (`6m0s`, `1h2m3.5s`, `12ms`), or a bare number of seconds, in milliseconds. */
+export function goDurationMs(value: string | undefined): number | undefined {
+  const text = value?.trim()
+  if (text === undefined || text === '') return undefined
+  const seconds = number(text)
+  if (seconds !== undefined) return seconds * 1000
+  if (!/^(\d+(\.\d+)?(h|ms|m|s|us|µs|ns))+$/.test(text)) return undefined
+  let ms = 0
+  for (const [, amount, unit] of text.matchAll(/(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)/g)) ms += Number(amount) * (GO_DURATION_UNITS[unit as string] as number)
+  return Number.isFinite(ms) ? ms : undefined
+}
+
+/** An RFC 3339 date-time (`2025-08-21T12:40:59Z`), in epoch ms. */
+function rfc3339(value: string | undefined): number | undefined {
+  const text = value?.trim()
+  if (text === undefined || !/^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/.test(text)) return undefined
+  const at = Date.parse(text)
+  return Number.isNaN(at) ? undefined : at
 }
 
 /**

@@ -62,6 +62,71 @@ async function refuseFirst(retryAfter: (now: number) => string, extra: Record<st
   return { url, arrivals, close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }) }
 }
 
+describe('the client against the LLM APIs\' buckets (OpenAI, Anthropic)', () => {
+  /**
+   * A bucket refilled continuously, as those APIs limit requests, announcing
+   * its requests and tokens as OpenAI or Anthropic does: the reset is the
+   * time until the bucket is full again.
+   */
+  async function startBucketServer(dialect: 'openai' | 'anthropic', capacity: number, unitMs: number) {
+    let level = capacity
+    let last = Date.now()
+    const state = { refused: 0, admitted: 0 }
+    const server = createServer((_request, response) => {
+      const now = Date.now()
+      level = Math.min(capacity, level + (now - last) / unitMs)
+      last = now
+      const allowed = level >= 1
+      if (allowed) level -= 1
+      const untilFullMs = Math.ceil((capacity - level) * unitMs)
+      const remaining = Math.floor(level)
+      const headers: Record<string, string> = dialect === 'openai'
+        ? {
+          'x-ratelimit-limit-requests': String(capacity), 'x-ratelimit-remaining-requests': String(remaining), 'x-ratelimit-reset-requests': `${untilFullMs}ms`,
+          'x-ratelimit-limit-tokens': '200000', 'x-ratelimit-remaining-tokens': '199000', 'x-ratelimit-reset-tokens': '300ms',
+        }
+        : {
+          'anthropic-ratelimit-requests-limit': String(capacity), 'anthropic-ratelimit-requests-remaining': String(remaining),
+          'anthropic-ratelimit-requests-reset': new Date(now + untilFullMs).toISOString(),
+          'anthropic-ratelimit-tokens-limit': '200000', 'anthropic-ratelimit-tokens-remaining': '199000', 'anthropic-ratelimit-tokens-reset': new Date(now + 300).toISOString(),
+        }
+      if (allowed) state.admitted++
+      else {
+        state.refused++
+        headers['retry-after'] = '1'
+      }
+      response.writeHead(allowed ? 200 : 429, headers)
+      response.end(allowed ? 'ok' : 'slow down')
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    return Object.assign(state, {
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/messages`,
+      close: () => new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
+    })
+  }
+
+  for (const dialect of ['openai', 'anthropic'] as const) {
+    it(`${dialect}: 12 requests at once to a bucket of 3 refilled every 100 ms all complete, none refused: the client spends the burst, then goes as units come back`, async () => {
+      const server = await startBucketServer(dialect, 3, 100)
+      try {
+        const client = createClient()
+        const statuses = await Promise.all(Array.from({ length: 12 }, () => client.fetch(server.url, { method: 'POST' }).then(async (response) => {
+          await response.arrayBuffer()
+          return response.status
+        })))
+        assert.deepEqual(statuses, Array(12).fill(200))
+        assert.equal(server.refused, 0)
+        assert.equal(server.admitted, 12)
+      } finally {
+        await server.close()
+      }
+    })
+  }
+})
+
 describe('retries', () => {
   it('honours Retry-After in delay-seconds: the retry is never sent before it', async () => {
     const server = await refuseFirst(() => '1')

@@ -60,6 +60,44 @@ describe('reading announced limits', () => {
     assert.deepEqual(announced.quotas, [{ name: 'default', limit: 20, remaining: 3, windowMs: 2000 }])
   })
 
+  it('OpenAI: per-minute requests and tokens, resets as Go durations until the bucket is full, read as when the next unit comes', () => {
+    const announced = read({
+      'x-ratelimit-limit-requests': '5000', 'x-ratelimit-remaining-requests': '4999', 'x-ratelimit-reset-requests': '12ms',
+      'x-ratelimit-limit-tokens': '160000', 'x-ratelimit-remaining-tokens': '0', 'x-ratelimit-reset-tokens': '1m0s',
+    })
+    assert.deepEqual(announced.quotas, [
+      { name: 'requests', windowMs: 60_000, limit: 5000, remaining: 4999, resetAfterMs: 12 },
+      // A minute until full, 160,000 spent: the next token in under a millisecond, not in a minute.
+      { name: 'tokens', windowMs: 60_000, limit: 160_000, remaining: 0, resetAfterMs: 1 },
+    ])
+    // 20 of 60 spent, full in 20 s: one comes back each second.
+    assert.equal(read({ 'x-ratelimit-limit-requests': '60', 'x-ratelimit-remaining-requests': '40', 'x-ratelimit-reset-requests': '20s' }).quotas[0]?.resetAfterMs, 1000)
+    assert.equal(read({ 'x-ratelimit-limit-requests': '1', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '1h2m3.5s' }).quotas[0]?.resetAfterMs, 120_000)
+    assert.equal(read({ 'Retry-After-Ms': '1500', 'Retry-After': '2' }).retryAfterMs, 1500)
+  })
+
+  it('Anthropic: requests, tokens, input and output tokens, resets as RFC 3339 times read against the response Date', () => {
+    const serverNow = NOW - 10_000
+    const at = (ms: number) => new Date(serverNow + ms).toISOString().replace('.000Z', 'Z')
+    const announced = read({
+      Date: new Date(serverNow).toUTCString(),
+      'anthropic-ratelimit-requests-limit': '50', 'anthropic-ratelimit-requests-remaining': '0', 'anthropic-ratelimit-requests-reset': at(60_000),
+      'anthropic-ratelimit-input-tokens-limit': '40000', 'anthropic-ratelimit-input-tokens-remaining': '40000', 'anthropic-ratelimit-input-tokens-reset': at(0),
+      'anthropic-ratelimit-output-tokens-limit': '8000', 'anthropic-ratelimit-output-tokens-remaining': '6000', 'anthropic-ratelimit-output-tokens-reset': '2026-11-22T12:00:20+00:00',
+      'retry-after': '2',
+    })
+    assert.deepEqual(announced.quotas, [
+      { name: 'requests', windowMs: 60_000, limit: 50, remaining: 0, resetAfterMs: 1200 },
+      { name: 'input-tokens', windowMs: 60_000, limit: 40_000, remaining: 40_000, resetAfterMs: 0 },
+      // Full 30 s after the server's now, 2,000 spent.
+      { name: 'output-tokens', windowMs: 60_000, limit: 8000, remaining: 6000, resetAfterMs: 15 },
+    ])
+    assert.equal(announced.retryAfterMs, 2000)
+    // A reset that is not an RFC 3339 time is no reset.
+    assert.deepEqual(read({ 'anthropic-ratelimit-requests-limit': '5', 'anthropic-ratelimit-requests-remaining': '1', 'anthropic-ratelimit-requests-reset': 'Sunday' }).quotas,
+      [{ name: 'requests', windowMs: 60_000, limit: 5, remaining: 1 }])
+  })
+
   it('prefers the newest dialect when a server sends several', () => {
     const announced = read({ RateLimit: '"a";r=1;t=2', 'X-RateLimit-Remaining': '50', 'X-RateLimit-Limit': '60' })
     assert.deepEqual(announced.quotas, [{ name: 'a', remaining: 1, resetAfterMs: 2000 }])
@@ -103,6 +141,8 @@ describe('reading announced limits', () => {
       { 'RateLimit-Remaining': 'many', 'RateLimit-Limit': 'lots' },
       { 'X-RateLimit-Remaining': '-3' },
       { 'X-RateLimit-Remaining': '1e309' },
+      { 'x-ratelimit-remaining-requests': '-1', 'x-ratelimit-reset-requests': '-5s' },
+      { 'anthropic-ratelimit-tokens-remaining': 'lots', 'anthropic-ratelimit-tokens-limit': '10' },
     ]) {
       const quotas = read(fields).quotas
       assert.ok(quotas.every((quota) => quota.remaining === undefined || quota.remaining >= 0), JSON.stringify(fields))
@@ -111,6 +151,10 @@ describe('reading announced limits', () => {
     assert.equal(read({ 'Retry-After': 'soon' }).retryAfterMs, undefined)
     assert.equal(read({ 'Retry-After': '-5' }).retryAfterMs, undefined)
     assert.equal(read({ 'Retry-After': '1.5' }).retryAfterMs, undefined)
+    assert.equal(read({ 'Retry-After-Ms': 'soon' }).retryAfterMs, undefined)
+    for (const reset of ['5 s', '5x', 'm', '1.5.5s', '']) {
+      assert.equal(read({ 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': reset }).quotas[0]?.resetAfterMs, undefined, reset)
+    }
     assert.deepEqual(read({ RateLimit: '"a";r=0;t=20', Age: '30', 'Retry-After': '3' }), { quotas: [], retryAfterMs: 3000 })
   })
 })
