@@ -180,18 +180,19 @@ export function legacy(header: HeaderLookup, serverNow: number): AnnouncedQuota[
 }
 
 /**
- * The LLM APIs limit per minute (requests, and tokens; RPM and TPM in their
- * documentation) with buckets that refill continuously, and announce as reset
- * the time until a bucket is full again: 12 ms at OpenAI when one request of
- * 5,000 a minute is spent, a minute when all are. The client reads a reset as
- * when more quota comes, which for such a bucket is the full reset shared out
- * over the units spent: the next unit, not the last.
+ * The LLM APIs limit requests and tokens with buckets that refill
+ * continuously, and announce as reset the time until a bucket is full again:
+ * 12 ms at OpenAI when one request of 5,000 a minute is spent, a minute when
+ * all are. The client reads a reset as when more quota comes, which for such a
+ * bucket is the full reset shared out over the units spent: the next unit, not
+ * the last. The fields name no window: Anthropic documents its limits as per
+ * minute; OpenAI's fields carry its per-minute limits and Groq's the same
+ * requests field a per-day one, so theirs is left unsaid.
  */
-const LLM_WINDOW_MS = 60_000
-
-function bucketQuota(name: string, limit: number | undefined, remaining: number | undefined, untilFullMs: number | undefined): AnnouncedQuota | undefined {
+function bucketQuota(name: string, limit: number | undefined, remaining: number | undefined, untilFullMs: number | undefined, windowMs?: number): AnnouncedQuota | undefined {
   if (limit === undefined && remaining === undefined) return undefined
-  const quota: AnnouncedQuota = { name, windowMs: LLM_WINDOW_MS }
+  const quota: AnnouncedQuota = { name }
+  if (windowMs !== undefined) quota.windowMs = windowMs
   if (limit !== undefined) quota.limit = limit
   if (remaining !== undefined) quota.remaining = remaining
   if (untilFullMs !== undefined) {
@@ -225,6 +226,7 @@ export function anthropic(header: HeaderLookup, serverNow: number): AnnouncedQuo
       number(header(`anthropic-ratelimit-${name}-limit`)),
       number(header(`anthropic-ratelimit-${name}-remaining`)),
       resetAt === undefined ? undefined : Math.max(0, resetAt - serverNow),
+      60_000,
     )
   }))
 }

@@ -60,19 +60,20 @@ describe('reading announced limits', () => {
     assert.deepEqual(announced.quotas, [{ name: 'default', limit: 20, remaining: 3, windowMs: 2000 }])
   })
 
-  it('OpenAI: per-minute requests and tokens, resets as Go durations until the bucket is full, read as when the next unit comes', () => {
+  it('OpenAI: requests and tokens, resets as Go durations until the bucket is full, read as when the next unit comes', () => {
     const announced = read({
       'x-ratelimit-limit-requests': '5000', 'x-ratelimit-remaining-requests': '4999', 'x-ratelimit-reset-requests': '12ms',
       'x-ratelimit-limit-tokens': '160000', 'x-ratelimit-remaining-tokens': '0', 'x-ratelimit-reset-tokens': '1m0s',
     })
     assert.deepEqual(announced.quotas, [
-      { name: 'requests', windowMs: 60_000, limit: 5000, remaining: 4999, resetAfterMs: 12 },
+      { name: 'requests', limit: 5000, remaining: 4999, resetAfterMs: 12 },
       // A minute until full, 160,000 spent: the next token in under a millisecond, not in a minute.
-      { name: 'tokens', windowMs: 60_000, limit: 160_000, remaining: 0, resetAfterMs: 1 },
+      { name: 'tokens', limit: 160_000, remaining: 0, resetAfterMs: 1 },
     ])
     // 20 of 60 spent, full in 20 s: one comes back each second.
     assert.equal(read({ 'x-ratelimit-limit-requests': '60', 'x-ratelimit-remaining-requests': '40', 'x-ratelimit-reset-requests': '20s' }).quotas[0]?.resetAfterMs, 1000)
-    assert.equal(read({ 'x-ratelimit-limit-requests': '1', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '1h2m3.5s' }).quotas[0]?.resetAfterMs, 120_000)
+    // With no window named, a reset is believed up to a day.
+    assert.equal(read({ 'x-ratelimit-limit-requests': '1', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '1h2m3.5s' }).quotas[0]?.resetAfterMs, 3_723_500)
     assert.equal(read({ 'Retry-After-Ms': '1500', 'Retry-After': '2' }).retryAfterMs, 1500)
   })
 
