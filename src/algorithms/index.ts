@@ -54,7 +54,14 @@ export interface Evaluation {
   decisions: PolicyDecision[]
   /** The transitions to store, present only when every policy allowed a charged call. */
   commit: Transition<AlgorithmState>[] | undefined
+  /**
+   * Blocks to store, by policy index (epoch ms until which the policy refuses the key):
+   * present when a charged call was refused by policies with `blockMs` that were not blocked already.
+   */
+  blocks?: Array<number | undefined>
 }
+
+const NOT_BLOCKED: ReadonlyArray<number | undefined> = []
 
 /**
  * One call against every policy of a limiter, all-or-nothing: when any policy
@@ -68,23 +75,54 @@ export function evaluate(
   now: number,
   cost: number,
   options: AlgorithmOptions,
+  blockedUntil: ReadonlyArray<number | undefined> = NOT_BLOCKED,
 ): Evaluation {
-  if (cost < 0) return refund(policies, states, now, -cost)
+  const blocked = (i: number): boolean => (blockedUntil[i] ?? 0) > now
+  if (cost < 0) return refund(policies, states, now, -cost, blockedUntil)
   if (cost === 0) {
-    return { decisions: policies.map((policy, i) => peekDecision(policy, states[i], now)), commit: undefined }
+    return {
+      decisions: policies.map((policy, i) => blocked(i) ? blockedDecision(policy, states[i], now, blockedUntil[i] as number) : peekDecision(policy, states[i], now)),
+      commit: undefined,
+    }
   }
-  const transitions = policies.map((policy, i) => step(policy, states[i], now, cost, options))
-  if (transitions.every((transition) => transition.decision.allowed)) {
-    return { decisions: transitions.map((transition) => transition.decision), commit: transitions }
+  // A blocked policy refuses without deciding: its algorithm's state is not read for this call.
+  const transitions = policies.map((policy, i) => (blocked(i) ? undefined : step(policy, states[i], now, cost, options)))
+  if (transitions.every((transition) => transition?.decision.allowed === true)) {
+    const committed = transitions as Transition<AlgorithmState>[]
+    return { decisions: committed.map((transition) => transition.decision), commit: committed }
   }
+  let blocks: Array<number | undefined> | undefined
+  const decisions = transitions.map((transition, i) => {
+    const policy = policies[i] as ResolvedPolicy
+    if (transition === undefined) return blockedDecision(policy, states[i], now, blockedUntil[i] as number)
+    // Allowed it stays: its state uncharged (a view of cost 0 without waiting would refuse a fixed
+    // window reserved ahead, and could name it as the refusal's binding policy).
+    if (transition.decision.allowed) return { ...unchargedDecision(policy, states[i], now), allowed: true, retryAfterMs: 0 }
+    if (policy.blockMs === undefined) return transition.decision
+    // Refused by a policy that blocks: nothing is charged, and the key is blocked on it from now.
+    blocks ??= []
+    blocks[i] = now + policy.blockMs
+    return blockedView(transition.decision, policy.blockMs)
+  })
+  return blocks === undefined ? { decisions, commit: undefined } : { decisions, commit: undefined, blocks }
+}
+
+/** A decision of a policy that blocks the key for `leftMs` more: nothing left until then. */
+function blockedView(decision: PolicyDecision, leftMs: number): PolicyDecision {
   return {
-    decisions: transitions.map((transition, i) =>
-      // Allowed it stays: its state uncharged (a view of cost 0 without waiting would refuse a fixed
-      // window reserved ahead, and could name it as the refusal's binding policy).
-      transition.decision.allowed ? { ...unchargedDecision(policies[i] as ResolvedPolicy, states[i], now), allowed: true, retryAfterMs: 0 } : transition.decision,
-    ),
-    commit: undefined,
+    ...decision,
+    allowed: false,
+    remaining: 0,
+    resetAfterMs: Math.max(decision.resetAfterMs, leftMs),
+    moreAfterMs: Math.max(decision.moreAfterMs, leftMs),
+    retryAfterMs: Math.max(decision.retryAfterMs, leftMs),
+    waitMs: 0,
   }
+}
+
+/** A blocked policy's decision: its state as it stands, refusing until the block ends. */
+function blockedDecision(policy: ResolvedPolicy, state: AlgorithmState | undefined, now: number, until: number): PolicyDecision {
+  return blockedView({ ...unchargedDecision(policy, state, now), retryAfterMs: 0 }, until - now)
 }
 
 /** Algorithms whose units can be given back (leases): only buckets, where a refund is exact. */
@@ -95,7 +133,7 @@ export const REFUNDABLE = (policy: ResolvedPolicy): boolean =>
  * Gives `units` back to every policy (a negative cost: returned, unspent
  * units of a lease). Decisions show each policy after the refund.
  */
-function refund(policies: readonly ResolvedPolicy[], states: ReadonlyArray<AlgorithmState | undefined>, now: number, units: number): Evaluation {
+function refund(policies: readonly ResolvedPolicy[], states: ReadonlyArray<AlgorithmState | undefined>, now: number, units: number, blockedUntil: ReadonlyArray<number | undefined>): Evaluation {
   const transitions = policies.map((policy, i) => {
     const state = states[i]
     let refunded: AlgorithmState | undefined
@@ -103,7 +141,10 @@ function refund(policies: readonly ResolvedPolicy[], states: ReadonlyArray<Algor
     else if (policy.algorithm === 'leaky-bucket' && policy.mode === 'police') refunded = leakyBucketRefund(state as LeakyBucketState | undefined, now, units, policy)
     else throw new Error(`${policy.algorithm} cannot take units back`)
     const view = step(policy, refunded, now, 0, NO_WAIT)
-    return { decision: { ...view.decision, waitMs: 0 }, state: view.state, ttlMs: view.ttlMs }
+    // Units given back do not lift a block: only time does.
+    const until = blockedUntil[i] ?? 0
+    const decision = until > now ? blockedDecision(policy, refunded, now, until) : { ...view.decision, waitMs: 0 }
+    return { decision, state: view.state, ttlMs: view.ttlMs }
   })
   return { decisions: transitions.map((t) => t.decision), commit: transitions }
 }

@@ -327,6 +327,8 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
 
 /** A string state names its algorithm by its first letter (see lua/limit.lua). */
 function describeState(value: string): string {
+  // A policy's block (blockMs): until when it refuses the key.
+  if (/^B\d+$/.test(value)) return `blocked until ${new Date(Number(value.slice(1))).toISOString()}`
   const algorithm = ({ F: 'fixed-window', W: 'sliding-window', T: 'token-bucket', L: 'leaky-bucket' } as Record<string, string>)[value[0] ?? '']
   return algorithm === undefined ? `${value} (not a state sluice writes: read as none)` : `${algorithm} state ${value.slice(1)}`
 }

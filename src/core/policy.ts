@@ -15,17 +15,23 @@ const MAX_EXACT = Number.MAX_SAFE_INTEGER
 /** The longest reservation: also the longest delay `setTimeout` can sleep. */
 export const MAX_WAIT_MS = 2 ** 31 - 1
 
+/** Longest block (blockMs): ten years. */
+const MAX_BLOCK_MS = 315_360_000_000
+
 /** Longest policy name: it becomes part of store keys and header values. */
 const MAX_NAME_LENGTH = 64
 
 /** The fields of each algorithm's policy (besides `algorithm` and `name`). */
 export const POLICY_FIELDS: Record<AlgorithmName, readonly string[]> = {
-  'fixed-window': ['limit', 'windowMs'],
-  'sliding-log': ['limit', 'windowMs'],
-  'sliding-window': ['limit', 'windowMs'],
-  'token-bucket': ['capacity', 'refillTokens', 'refillIntervalMs', 'refill'],
-  'leaky-bucket': ['capacity', 'leakTokens', 'leakIntervalMs', 'mode'],
+  'fixed-window': ['limit', 'windowMs', 'blockMs'],
+  'sliding-log': ['limit', 'windowMs', 'blockMs'],
+  'sliding-window': ['limit', 'windowMs', 'blockMs'],
+  'token-bucket': ['capacity', 'refillTokens', 'refillIntervalMs', 'refill', 'blockMs'],
+  'leaky-bucket': ['capacity', 'leakTokens', 'leakIntervalMs', 'mode', 'blockMs'],
 }
+
+/** Fields a policy may leave out. */
+export const OPTIONAL_POLICY_FIELDS: ReadonlySet<string> = new Set(['refill', 'mode', 'blockMs'])
 
 const ALGORITHMS = Object.keys(POLICY_FIELDS) as AlgorithmName[]
 
@@ -105,6 +111,16 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
       break
     }
   }
+  if (raw.blockMs !== undefined) {
+    const blockMs = positiveInteger(raw, 'blockMs', hint)
+    // Its end is kept as an epoch ms: exact for blocks far longer than anyone means.
+    if (blockMs > MAX_BLOCK_MS) throw new PolicyError('blockMs', blockMs, `must be at most ${MAX_BLOCK_MS} (ten years)`, hint)
+    if (policy.algorithm === 'leaky-bucket' && policy.mode === 'shape') {
+      throw new PolicyError('blockMs', blockMs, 'applies to policies that refuse calls; a shape-mode leaky bucket queues them (use mode: police)', hint)
+    }
+    // Part of the derived name: a block of another length is another policy's state.
+    policy = { ...policy, name: raw.name === undefined ? `${policy.name}!${formatDuration(blockMs)}` : policy.name, blockMs }
+  }
   return Object.freeze(policy)
 }
 
@@ -134,6 +150,9 @@ export function checkMaxWait(maxWaitMs: unknown, policies: readonly ResolvedPoli
   }
   if (maxWaitMs > 0) {
     for (const policy of policies) {
+      if (policy.blockMs !== undefined) {
+        throw new ArgumentError('maxWaitMs', maxWaitMs, `cannot be used with policy "${policy.name}": a policy with blockMs refuses, it does not queue`)
+      }
       if (!RESERVABLE.has(policy.algorithm)) {
         throw new ArgumentError(
           'maxWaitMs',

@@ -7,6 +7,13 @@
 export interface FixedWindowPolicy {
   algorithm: 'fixed-window'
   name?: string
+  /**
+   * After this policy refuses a call, refuse every call of the key for this
+   * long (a ban, e.g. after too many failed logins); the block is not
+   * extended by the calls it refuses. Not for shape-mode leaky buckets, nor
+   * with reservations, shards or leases.
+   */
+  blockMs?: number
   /** Units allowed per window. */
   limit: number
   windowMs: number
@@ -16,6 +23,13 @@ export interface FixedWindowPolicy {
 export interface SlidingLogPolicy {
   algorithm: 'sliding-log'
   name?: string
+  /**
+   * After this policy refuses a call, refuse every call of the key for this
+   * long (a ban, e.g. after too many failed logins); the block is not
+   * extended by the calls it refuses. Not for shape-mode leaky buckets, nor
+   * with reservations, shards or leases.
+   */
+  blockMs?: number
   limit: number
   windowMs: number
 }
@@ -24,6 +38,13 @@ export interface SlidingLogPolicy {
 export interface SlidingWindowPolicy {
   algorithm: 'sliding-window'
   name?: string
+  /**
+   * After this policy refuses a call, refuse every call of the key for this
+   * long (a ban, e.g. after too many failed logins); the block is not
+   * extended by the calls it refuses. Not for shape-mode leaky buckets, nor
+   * with reservations, shards or leases.
+   */
+  blockMs?: number
   limit: number
   windowMs: number
 }
@@ -32,6 +53,13 @@ export interface SlidingWindowPolicy {
 export interface TokenBucketPolicy {
   algorithm: 'token-bucket'
   name?: string
+  /**
+   * After this policy refuses a call, refuse every call of the key for this
+   * long (a ban, e.g. after too many failed logins); the block is not
+   * extended by the calls it refuses. Not for shape-mode leaky buckets, nor
+   * with reservations, shards or leases.
+   */
+  blockMs?: number
   capacity: number
   refillTokens: number
   refillIntervalMs: number
@@ -43,6 +71,13 @@ export interface TokenBucketPolicy {
 export interface LeakyBucketPolicy {
   algorithm: 'leaky-bucket'
   name?: string
+  /**
+   * After this policy refuses a call, refuse every call of the key for this
+   * long (a ban, e.g. after too many failed logins); the block is not
+   * extended by the calls it refuses. Not for shape-mode leaky buckets, nor
+   * with reservations, shards or leases.
+   */
+  blockMs?: number
   capacity: number
   leakTokens: number
   leakIntervalMs: number
@@ -63,13 +98,16 @@ export type Policy =
 
 export type AlgorithmName = Policy['algorithm']
 
+/** Every field present but `blockMs`, which is there only for a policy that blocks. */
+type Resolved<P extends Policy> = Readonly<Required<Omit<P, 'blockMs'>> & Pick<P, 'blockMs'>>
+
 /** A validated policy: every field present, name unique within its limiter. Frozen. */
 export type ResolvedPolicy =
-  | Readonly<Required<FixedWindowPolicy>>
-  | Readonly<Required<SlidingLogPolicy>>
-  | Readonly<Required<SlidingWindowPolicy>>
-  | Readonly<Required<TokenBucketPolicy>>
-  | Readonly<Required<LeakyBucketPolicy>>
+  | Resolved<FixedWindowPolicy>
+  | Resolved<SlidingLogPolicy>
+  | Resolved<SlidingWindowPolicy>
+  | Resolved<TokenBucketPolicy>
+  | Resolved<LeakyBucketPolicy>
 
 export type ResolvedPolicyOf<A extends AlgorithmName> = Extract<ResolvedPolicy, { algorithm: A }>
 

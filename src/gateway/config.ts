@@ -14,7 +14,7 @@ import { z } from 'zod'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../core/errors.ts'
 import { readFileBounded } from '../core/files.ts'
-import { limitOf, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
+import { limitOf, OPTIONAL_POLICY_FIELDS, POLICY_FIELDS, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from '../http/client-ip.ts'
 import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
@@ -96,7 +96,7 @@ const policy = z.record(z.string(), z.unknown(), { error: (issue) => `expected a
     description: 'A policy: algorithm and its fields (see the README).',
     oneOf: algorithmNames.map((algorithm) => ({
       type: 'object',
-      required: ['algorithm', ...(POLICY_FIELDS[algorithm as keyof typeof POLICY_FIELDS]).filter((f) => f !== 'refill' && f !== 'mode')],
+      required: ['algorithm', ...(POLICY_FIELDS[algorithm as keyof typeof POLICY_FIELDS]).filter((f) => !OPTIONAL_POLICY_FIELDS.has(f))],
       additionalProperties: false,
       properties: {
         algorithm: { const: algorithm },

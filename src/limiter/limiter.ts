@@ -202,6 +202,10 @@ export class Limiter {
         throw new ArgumentError('shards', shards, `exceeds the limit ${limitOf(policy)} of policy "${policy.name}": each shard holds limit / shards, at least one unit, so ${shards} shards would admit ${shards}`)
       }
     }
+    const blocking = this.policies.find((policy) => policy.blockMs !== undefined)
+    if (shards > 1 && blocking !== undefined) {
+      throw new ArgumentError('shards', shards, `cannot be combined with policy "${blocking.name}"'s blockMs: a block on one shard would leave the others open`)
+    }
     this.shards = shards
     this.shardPolicies = shards === 1 ? this.policies : scalePolicies(this.policies, shards)
     this.lease = this.leaseOptions(options.lease)
@@ -372,6 +376,8 @@ export class Limiter {
     const maxAgeMs = positiveNumber('lease.maxAgeMs', input.maxAgeMs, 1000)
     if (this.local !== undefined) throw new ArgumentError('lease', input, 'is for a store outside the process; an in-process store needs none')
     if (this.shards > 1) throw new ArgumentError('lease', input, 'cannot be combined with shards')
+    const blocking = this.policies.find((policy) => policy.blockMs !== undefined)
+    if (blocking !== undefined) throw new ArgumentError('lease', input, `cannot be combined with policy "${blocking.name}"'s blockMs: calls served from a lease would not see the block`)
     for (const policy of this.policies) {
       if (!REFUNDABLE(policy)) {
         throw new ArgumentError('lease', input, `needs token-bucket or police leaky-bucket policies, whose units can be given back; "${policy.name}" is ${policy.algorithm}`)

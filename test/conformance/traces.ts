@@ -73,6 +73,35 @@ export const handWritten: Trace[] = [
     policies: [fw, sl, sw, tbi, lbs],
     steps: [...burst(0, 3), { t: 1, op: 'peek', key: 'a' }, { t: 2, op: 'reset', key: 'a' }, { t: 3, op: 'peek', key: 'a' }, ...burst(3, 6), { t: 4, op: 'peek', key: 'b' }],
   },
+  {
+    // Refused at 999, blocked until 3999 though the window turns at 1000; not extended by the calls it refuses.
+    name: 'a block outlasts the window',
+    policies: [{ ...fw, blockMs: 3000 }],
+    steps: [...burst(999, 6), ...burst(1000, 2), { t: 2000, op: 'peek', key: 'a' }, ...burst(3998, 1), ...burst(3999, 6), ...burst(4000, 1, { key: 'b' })],
+  },
+  {
+    // The log blocks; the bucket beside it is not charged for refused calls, and blocks nobody itself.
+    name: 'composite: one policy blocks, the other is not charged',
+    policies: [{ ...sl, blockMs: 1500 }, tb],
+    steps: [...burst(0, 6), { t: 10, op: 'peek', key: 'a' }, ...burst(900, 2), ...burst(1400, 1), ...burst(1500, 2), ...burst(1600, 3)],
+  },
+  {
+    // A bucket that refuses for want of tokens blocks; the window beside it refuses first for a while and starts no block.
+    name: 'composite: a refusal by the policy without a block starts none',
+    policies: [{ algorithm: 'fixed-window', limit: 2, windowMs: 1000 }, { ...tb, blockMs: 5000 }],
+    steps: [...burst(0, 3), ...burst(1000, 2), ...burst(2000, 2), ...burst(2100, 2), ...burst(6000, 1), ...burst(7200, 1)],
+  },
+  {
+    name: 'refunds and reset under a block',
+    policies: [{ ...tb, blockMs: 2000 }, { ...lb, blockMs: 2500 }],
+    steps: [...burst(0, 6), { t: 100, op: 'refund', key: 'a', cost: 3 }, ...burst(200, 1), { t: 300, op: 'reset', key: 'a' }, ...burst(300, 1),
+      ...burst(400, 6), { t: 2300, op: 'peek', key: 'a' }, ...burst(2450, 1), ...burst(2950, 1)],
+  },
+  {
+    name: 'sliding window and police leaky bucket with blocks, costs',
+    policies: [{ ...sw, blockMs: 700 }, { ...lb, blockMs: 300 }],
+    steps: [...burst(0, 2, { cost: 2 }), ...burst(10, 1, { cost: 3 }), ...burst(400, 1), ...burst(800, 1, { cost: 2 }), ...burst(1500, 2), ...burst(3000, 1, { cost: 5 })],
+  },
 ]
 
 function randomPolicy(random: () => number, index: number): Policy {
@@ -89,12 +118,15 @@ function randomPolicy(random: () => number, index: number): Policy {
   }
 }
 
-/** Seeded random traces: 1 to 3 policies, 60 steps over two keys. */
-export function randomTraces(count: number, seed = 1): Trace[] {
+/** Seeded random traces: 1 to 3 policies, 60 steps over two keys; `blocking`: some policies with blockMs. */
+export function randomTraces(count: number, seed = 1, blocking = false): Trace[] {
   const random = seededRandom(seed)
   return Array.from({ length: count }, (_, n) => {
-    const policies = Array.from({ length: 1 + Math.floor(random() * 3) }, (_, i) => randomPolicy(random, i))
-    const reservable = policies.every((p) => p.algorithm !== 'sliding-log' && p.algorithm !== 'sliding-window')
+    let policies = Array.from({ length: 1 + Math.floor(random() * 3) }, (_, i) => randomPolicy(random, i))
+    if (blocking) {
+      policies = policies.map((p) => (p.algorithm === 'leaky-bucket' && p.mode === 'shape') || random() < 0.3 ? p : { ...p, blockMs: 1 + Math.floor(random() * 3000) })
+    }
+    const reservable = policies.every((p) => p.algorithm !== 'sliding-log' && p.algorithm !== 'sliding-window' && p.blockMs === undefined)
     const refundable = policies.every((p) => p.algorithm === 'token-bucket' || (p.algorithm === 'leaky-bucket' && p.mode !== 'shape'))
     const limit = Math.min(...policies.map((p) => ('limit' in p ? p.limit : p.capacity)))
     let t = 1_700_000_000_000 + Math.floor(random() * 1_000_000)

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { Limiter, PolicyError, ArgumentError, resolvePolicies, resolvePolicy } from '../../src/index.ts'
+import { Limiter, PolicyError, ArgumentError, resolvePolicies, resolvePolicy, type Policy } from '../../src/index.ts'
+import { checkMaxWait } from '../../src/core/policy.ts'
 
 function policyError(input: unknown, field: string, message: RegExp) {
   assert.throws(() => resolvePolicy(input), (error: unknown) => {
@@ -54,6 +55,25 @@ describe('policy validation', () => {
       /used by two policies/,
     )
     assert.throws(() => resolvePolicies([]), ArgumentError)
+  })
+
+  it('blockMs: a positive integer on any policy that refuses, part of the derived name', () => {
+    assert.equal(resolvePolicy({ algorithm: 'fixed-window', limit: 5, windowMs: 900_000, blockMs: 3_600_000 }).name, 'fixed-window:5/15m!1h')
+    assert.equal(resolvePolicy({ algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000, blockMs: 1500, name: 'login' }).name, 'login')
+    assert.equal(resolvePolicy({ algorithm: 'leaky-bucket', capacity: 5, leakTokens: 1, leakIntervalMs: 1000, blockMs: 60_000 }).blockMs, 60_000)
+    assert.equal('blockMs' in resolvePolicy({ algorithm: 'sliding-log', limit: 5, windowMs: 1000 }), false)
+    policyError({ algorithm: 'fixed-window', limit: 5, windowMs: 1000, blockMs: 0 }, 'blockMs', /positive integer \(got 0\)/)
+    policyError({ algorithm: 'sliding-window', limit: 5, windowMs: 1000, blockMs: '1h' }, 'blockMs', /finite number \(got "1h"\)/)
+    policyError({ algorithm: 'sliding-log', limit: 5, windowMs: 1000, blockMs: 2.5 }, 'blockMs', /got 2.5/)
+    policyError({ algorithm: 'sliding-log', limit: 5, windowMs: 1000, blockMs: 2 ** 50 }, 'blockMs', /at most 315360000000 \(ten years\)/)
+    policyError({ algorithm: 'leaky-bucket', capacity: 5, leakTokens: 1, leakIntervalMs: 1000, mode: 'shape', blockMs: 1000 }, 'blockMs', /shape-mode leaky bucket queues them/)
+    const blocking: Policy = { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000, blockMs: 1000 }
+    assert.throws(() => checkMaxWait(100, resolvePolicies(blocking)), /maxWaitMs .*refuses, it does not queue/)
+    assert.equal(checkMaxWait(0, resolvePolicies(blocking)), 0)
+    // A store outside the process (neither needs to answer here): shards and leases cannot keep a block.
+    const remote = { consume: async () => [], reset: async () => {} }
+    assert.throws(() => new Limiter({ policies: blocking, store: remote, shards: 2 }), /shards .*"token-bucket:5@1\/1s!1s"'s blockMs: a block on one shard would leave the others open/)
+    assert.throws(() => new Limiter({ policies: blocking, store: remote, lease: { units: 2 } }), /lease .*blockMs: calls served from a lease would not see the block/)
   })
 
   it('freezes resolved policies and fills defaults', () => {

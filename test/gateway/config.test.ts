@@ -12,6 +12,7 @@ import { fcOptions } from '../helpers.ts'
 import { seededRandom } from '../../src/simulate/traffic.ts'
 import { ConfigError, configJsonSchema, configWarnings, loadConfig, parseConfig } from '../../src/gateway/config.ts'
 import { runCli } from '../support/gateway.ts'
+import { resolvePolicies, type Policy } from '../../src/index.ts'
 
 const example = new URL('../../examples/sluice.yaml', import.meta.url).pathname
 const minimal = (limits: string, extra = '') => `
@@ -563,6 +564,15 @@ identity:
       'identity.jwt.secret: environment variable JWT_SECRET is not set (line 5)',
       'routes[0].limits[0].policies.limit: must be a positive integer (got -5) (line 11)',
     ])
+  })
+
+  it('takes blockMs on a limit\'s policy, and names a bad one with its line', async () => {
+    const text = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 900000, blockMs: 3600000, name: login }')
+    const config = await parseConfig(text, 't.yaml', {})
+    assert.equal(resolvePolicies(config.routes[0]?.limits[0]?.policies as unknown as Policy)[0]?.blockMs, 3_600_000)
+    assert.deepEqual(await problems(text.replace('blockMs: 3600000', 'blockMs: -5')), ['routes[0].limits[0].policies.blockMs: must be a positive integer (got -5) (line 7)'])
+    assert.deepEqual(await problems(text.replace('fixed-window, limit: 5, windowMs: 900000', 'leaky-bucket, capacity: 5, leakTokens: 1, leakIntervalMs: 1000, mode: shape')),
+      ['routes[0].limits[0].policies.blockMs: applies to policies that refuse calls; a shape-mode leaky bucket queues them (use mode: police) (got 3600000) (line 7)'])
   })
 
   it('refuses a YAML alias bomb with a problem, not a crash', async () => {

@@ -364,6 +364,24 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: blockMs locks a client out after too many failed logins: Retry-After and the fields give the block, a correct password is refused too`, async () => {
+    const lockout = { algorithm: 'token-bucket', name: 'failed-logins', capacity: 3, refillTokens: 3, refillIntervalMs: 60_000, blockMs: 900_000 } as const
+    await withServer(start, base([{ name: 'login', match: { path: '/login' }, count: 'failed', policies: lockout }]), async (url) => {
+      const login = (status: number) => get(`${url}/login`, { 'x-status': String(status) })
+      assert.deepEqual([(await login(200)).status, (await login(401)).status, (await login(401)).status, (await login(401)).status], [200, 401, 401, 401])
+      // Out of failures: refused, and blocked for 15 minutes, where the bucket alone would have let one through in 20 s.
+      for (const status of [401, 200]) {
+        const refused = await login(status)
+        assert.equal(refused.status, 429)
+        assert.equal(refused.headers.get('retry-after'), '900')
+        assert.equal(refused.headers.get('ratelimit'), '"failed-logins";r=0;t=900')
+        assert.deepEqual((await refused.json() as Record<string, unknown>)['violated-policies'], ['failed-logins'])
+      }
+      // Other paths are not this rule's.
+      assert.equal((await get(`${url}/elsewhere`)).status, 200)
+    })
+  })
+
   it(`${adapter}: legacy and draft-6 header shapes`, async () => {
     await withServer(start, base([{ policies: { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, name: 'tb' } }], { headers: { standard: 'draft-6', legacy: true } }), async (url) => {
       const res = await get(url)

@@ -80,6 +80,44 @@ describe('Limiter', () => {
     assert.deepEqual(refused.policies.map((p) => [p.policy, p.allowed, p.retryAfterMs]), [['window', true, 0], ['bucket', false, 300]])
   })
 
+  it('blockMs: the refusal blocks the key for blockMs, past the window, without being extended or charging the other policies', () => {
+    // Five failed logins per 15 minutes, then an hour's block; beside it a per-day budget.
+    const fifteen: Policy = { algorithm: 'fixed-window', limit: 5, windowMs: 900_000, blockMs: 3_600_000, name: 'login' }
+    const day: Policy = { algorithm: 'token-bucket', capacity: 100, refillTokens: 1, refillIntervalMs: 86_400_000, name: 'day' }
+    const clock = onVirtualClock([fifteen, day])
+    for (let i = 0; i < 5; i++) assert.equal(clock.at(1000).allowed, true)
+    const refused = clock.at(2000)
+    assert.deepEqual([refused.allowed, refused.policy, refused.remaining, refused.retryAfterMs], [false, 'login', 0, 3_600_000])
+    assert.deepEqual(refused.policies.map((p) => [p.policy, p.allowed, p.remaining]), [['login', false, 0], ['day', true, 95]])
+    // The window turns at 900 s; the block holds until 3,602 s, and the calls it refuses do not move it.
+    for (const t of [900_000, 1_800_000, 3_601_999]) {
+      const blocked = clock.at(t)
+      assert.deepEqual([blocked.allowed, blocked.retryAfterMs, blocked.remaining], [false, 3_602_000 - t, 0], `t=${t}`)
+    }
+    assert.deepEqual([clock.peekAt(3_000_000).allowed, clock.peekAt(3_000_000).retryAfterMs], [false, 602_000])
+    // Nothing was charged while refused: the day's bucket still holds 95.
+    const after = clock.at(3_602_000)
+    assert.deepEqual([after.allowed, after.policies[0]?.remaining, after.policies[1]?.remaining], [true, 4, 94])
+    // reset lifts the block with the rest of the key's state.
+    for (let i = 0; i < 4; i++) assert.equal(clock.at(3_602_001).allowed, true)
+    assert.equal(clock.at(3_602_002).retryAfterMs, 3_600_000)
+    clock.limiter.resetSync('k')
+    assert.equal(clock.at(3_602_003).allowed, true)
+  })
+
+  it('blockMs on one policy: a refusal by another starts no block', () => {
+    const clock = onVirtualClock([{ algorithm: 'fixed-window', limit: 1, windowMs: 1000, name: 'second' }, { algorithm: 'sliding-log', limit: 3, windowMs: 60_000, blockMs: 600_000, name: 'minute' }])
+    assert.equal(clock.at(0).allowed, true)
+    const bySecond = clock.at(500)
+    assert.deepEqual([bySecond.allowed, bySecond.policy, bySecond.retryAfterMs], [false, 'second', 500])
+    assert.equal(clock.at(1000).allowed, true)
+    assert.equal(clock.at(2000).allowed, true)
+    const byMinute = clock.at(3000)
+    assert.deepEqual([byMinute.allowed, byMinute.policy, byMinute.retryAfterMs], [false, 'minute', 600_000])
+    assert.equal(clock.at(61_000).allowed, false, 'the log has room again, the block holds')
+    assert.equal(clock.at(603_000).allowed, true)
+  })
+
   it('keys long enough to blow up memory are hashed; short keys are kept apart exactly', () => {
     const clock = onVirtualClock({ algorithm: 'fixed-window', limit: 1, windowMs: 1000 })
     const long = 'x'.repeat(1_000_000)

@@ -28,7 +28,7 @@ describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
 
   it('runs the conformance traces with decisions identical to the memory store', async () => {
     const store = new RedisStore({ client })
-    for (const [n, trace] of [...handWritten, ...randomTraces(40, 11)].entries()) {
+    for (const [n, trace] of [...handWritten, ...randomTraces(40, 11), ...randomTraces(10, 13, true)].entries()) {
       const expected = await replay(trace, new MemoryStore(), `cl${n}`)
       const actual = await replay(trace, store, `cl${n}`)
       assert.deepEqual(actual, expected, trace.name)

@@ -10,7 +10,7 @@ import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { freePort, scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
 import { seededRandom } from '../../src/simulate/traffic.ts'
 
-const traces: Trace[] = [...handWritten, ...randomTraces(80, 7)]
+const traces: Trace[] = [...handWritten, ...randomTraces(80, 7), ...randomTraces(40, 9, true)]
 
 const pick = ({ allowed, remaining, retryAfterMs, resetAfterMs }: Decision) => ({ allowed, remaining, retryAfterMs, resetAfterMs })
 

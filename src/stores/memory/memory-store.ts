@@ -30,6 +30,8 @@ interface Entry {
   state: AlgorithmState | undefined
   /** Epoch ms after which the state no longer matters (a missing key decides the same). */
   expiresAt: number
+  /** Epoch ms until which a policy with `blockMs` refuses this key (0: not blocked); the entry is kept until then. */
+  blockedUntil: number
   older: Entry | undefined
   newer: Entry | undefined
 }
@@ -80,7 +82,7 @@ export class MemoryStore implements SyncStore {
     const now = call.now ?? this.clock()
     const { policies, key, cost } = call
     const options = call.maxWaitMs === 0 ? NO_WAIT : { maxWaitMs: call.maxWaitMs }
-    if (policies.length === 1 && cost > 0) {
+    if (policies.length === 1 && cost > 0 && (policies[0] as ResolvedPolicy).blockMs === undefined) {
       // The common case without the composite bookkeeping: same rule, commit iff allowed.
       const policy = policies[0] as ResolvedPolicy
       const space = this.space(call.prefix, policy)
@@ -94,11 +96,22 @@ export class MemoryStore implements SyncStore {
     }
     const spaces = policies.map((policy) => this.space(call.prefix, policy))
     const entries = spaces.map((space) => this.read(space, key, now))
-    const { decisions, commit } = evaluate(policies, entries.map((entry) => entry?.state), now, cost, options)
+    const { decisions, commit, blocks } = evaluate(policies, entries.map((entry) => entry?.state), now, cost, options, entries.map((entry) => entry?.blockedUntil))
     if (commit !== undefined) {
       let added = 0
       for (let i = 0; i < commit.length; i++) {
         this.write(spaces[i] as Map<string, Entry>, key, entries[i], commit[i] as Transition<AlgorithmState>, now)
+        if (entries[i] === undefined) added++
+      }
+      if (added > 0) this.reclaim(now, added)
+    }
+    if (blocks !== undefined) {
+      let added = 0
+      for (let i = 0; i < blocks.length; i++) {
+        const until = blocks[i]
+        if (until === undefined) continue
+        const entry = entries[i] ?? this.write(spaces[i] as Map<string, Entry>, key, undefined, { state: undefined, ttlMs: 0 }, now)
+        entry.blockedUntil = until
         if (entries[i] === undefined) added++
       }
       if (added > 0) this.reclaim(now, added)
@@ -171,19 +184,20 @@ export class MemoryStore implements SyncStore {
     return entry
   }
 
-  private write(space: Map<string, Entry>, key: string, existing: Entry | undefined, transition: Transition<AlgorithmState>, now: number): void {
+  private write(space: Map<string, Entry>, key: string, existing: Entry | undefined, transition: { state: AlgorithmState | undefined; ttlMs: number }, now: number): Entry {
     const expiresAt = now + transition.ttlMs
     if (existing !== undefined) {
       existing.state = transition.state
       existing.expiresAt = expiresAt
-      return
+      return existing
     }
-    const entry: Entry = { key, space, state: transition.state, expiresAt, older: this.newest, newer: undefined }
+    const entry: Entry = { key, space, state: transition.state, expiresAt, blockedUntil: 0, older: this.newest, newer: undefined }
     if (this.newest === undefined) this.oldest = entry
     else this.newest.newer = entry
     this.newest = entry
     space.set(key, entry)
     this.count++
+    return entry
   }
 
   /**
@@ -201,7 +215,7 @@ export class MemoryStore implements SyncStore {
       const entry = this.cursor ?? this.oldest
       if (entry === undefined) return
       this.cursor = entry.newer
-      if (entry.expiresAt <= now) this.remove(entry)
+      if (entry.expiresAt <= now && entry.blockedUntil <= now) this.remove(entry)
     }
   }
 

@@ -69,6 +69,11 @@ export function redisKey(prefix: string, key: string, policy: string): string {
   return `${prefix}:{${hashTag(key)}}:${policy}`
 }
 
+/** Redis key of a policy's block of a key: braces cannot occur in a policy name, so no policy's state key is named so. */
+export function blockKey(prefix: string, key: string, policy: string): string {
+  return `${redisKey(prefix, key, policy)}{block}`
+}
+
 /**
  * Redis ignores an empty hash tag (`{}`) and hashes the whole name: a user key
  * starting with `}` would spread a call's keys over slots, and a Cluster would
@@ -164,7 +169,10 @@ export class RedisStore implements Store {
     // Calls queued before the reset reach Redis before it (one connection keeps order).
     this.flush()
     await this.ready
-    await this.runner.del(policies.map((policy) => redisKey(prefix, key, policy.name)))
+    await this.runner.del(policies.flatMap((policy) => [
+      redisKey(prefix, key, policy.name),
+      ...(policy.blockMs === undefined ? [] : [blockKey(prefix, key, policy.name)]),
+    ]))
   }
 
   private flush(): void {
@@ -242,6 +250,7 @@ export class RedisStore implements Store {
         args.push(...this.setArgs(call.policies))
       }
       for (const policy of call.policies) keys.push(redisKey(call.prefix, call.key, policy.name))
+      for (const policy of call.policies) if (policy.blockMs !== undefined) keys.push(blockKey(call.prefix, call.key, policy.name))
       const now = call.now !== undefined ? String(call.now) : this.clientTime ? String(monotonicClock()) : ''
       // Consecutive calls alike in all but their key share one run descriptor.
       if (previous !== undefined && now === previousNow && call.cost === previous.cost &&
@@ -262,7 +271,7 @@ export class RedisStore implements Store {
     return this.runner.runLimit(keys, args)
   }
 
-  /** A policy set's script arguments: n, then algorithm and four parameters per policy. */
+  /** A policy set's script arguments: n, then per policy its algorithm, four parameters and blockMs. */
   private setArgs(policies: readonly ResolvedPolicy[]): string[] {
     let args = this.argsOf.get(policies)
     if (args === undefined) {
@@ -283,8 +292,12 @@ export class RedisStore implements Store {
   }
 }
 
-/** The five script arguments of one policy: algorithm, then its parameters. */
+/** The six script arguments of one policy: algorithm, its parameters, then blockMs ('' for none). */
 function scriptArgs(policy: ResolvedPolicy): string[] {
+  return [...algorithmArgs(policy), policy.blockMs === undefined ? '' : String(policy.blockMs)]
+}
+
+function algorithmArgs(policy: ResolvedPolicy): string[] {
   switch (policy.algorithm) {
     case 'fixed-window':
     case 'sliding-log':

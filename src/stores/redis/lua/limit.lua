@@ -12,14 +12,16 @@
 -- call costs Redis one key argument and three reply integers per policy.
 --
 -- ARGV[1]  s, the number of policy sets; then per set: n, and per policy the
---          algorithm and four parameters (5 n values)
+--          algorithm, four parameters and blockMs ('' for none) (6 n values)
 -- then per run of consecutive calls, 5 values: now in epoch ms ('' = the
 --          server clock, TIME, read once), cost (0 = peek: decide for cost 1,
 --          change nothing; negative: give that many units back, buckets only),
 --          maxWaitMs, the index of the policy set (1-based), and the number
 --          of calls in the run
 -- KEYS     per call, one key per policy of its set, in order:
---          prefix:{key}:policyName (one hash tag: one slot)
+--          prefix:{key}:policyName (one hash tag: one slot); then, for each
+--          policy with blockMs, in order, its block: prefix:{key}:policyName{block}
+--          ('B' and the epoch ms it ends at)
 --
 -- Returns per call, per policy: remaining, resetAfterMs, the verdict (waitMs
 -- (>= 0) when allowed, -1 - retryAfterMs when refused), moreAfterMs. Integers only
@@ -454,20 +456,30 @@ local function push(d)
   size = size + 4
 end
 
--- Policy sets, parsed once: each policy as { algorithm function, name, p1..p4 }.
+-- Policy sets, parsed once: each policy as { algorithm function, name, p1..p4,
+-- blockMs or nil, its block key's place among the call's keys }, and the set's
+-- width: the keys of one call.
 local sets = {}
 local a = 2
 for s = 1, tonumber(ARGV[1]) do
   local n = tonumber(ARGV[a])
   local set = {}
+  local blocking = 0
   for i = 1, n do
-    local base = a + (i - 1) * 5
+    local base = a + (i - 1) * 6
     local name = ARGV[base + 1]
     local p3 = ARGV[base + 4]
-    set[i] = { ALGORITHMS[name], name, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(p3) or p3, ARGV[base + 5] }
+    local block_ms = tonumber(ARGV[base + 6])
+    local block_key = nil
+    if block_ms then
+      blocking = blocking + 1
+      block_key = n + blocking
+    end
+    set[i] = { ALGORITHMS[name], name, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(p3) or p3, ARGV[base + 5], block_ms, block_key }
   end
+  set.width = n + blocking
   sets[s] = set
-  a = a + 1 + 5 * n
+  a = a + 1 + 6 * n
 end
 
 -- A string key's value, false for a missing key or one of another type (a
@@ -492,6 +504,44 @@ local function uncharged(set, k0, i, now)
   return d
 end
 
+------------------------------------------------------------------------ blocks
+-- Mirrors the blocks of src/algorithms/index.ts: a policy with blockMs that
+-- refuses a charged call blocks the key for blockMs (written although nothing
+-- is charged), and refuses every call until then without deciding.
+
+-- When policy i's block of this key ends (epoch ms); 0 when it has none.
+local function blocked_until(set, k0, i)
+  local slot = set[i][8]
+  if not slot then return 0 end
+  local until_ms = match(string_at(KEYS[k0 + slot]) or '', '^B(%d+)$')
+  return tonumber(until_ms) or 0
+end
+
+-- A decision of a policy that blocks the key for `left` ms more: nothing left until then.
+local function blocked_view(d, left)
+  d[ALLOWED] = 0
+  d[REMAINING] = 0
+  d[RESET_AFTER] = max(d[RESET_AFTER], left)
+  d[MORE_AFTER] = max(d[MORE_AFTER], left)
+  d[RETRY_AFTER] = max(d[RETRY_AFTER], left)
+  d[WAIT] = 0
+  return d
+end
+
+-- A blocked policy's decision: its state as it stands, refusing until the block ends.
+local function blocked_decision(set, k0, i, now, until_ms)
+  local d = uncharged(set, k0, i, now)
+  d[RETRY_AFTER] = 0
+  return blocked_view(d, until_ms - now)
+end
+
+-- Policy i refused a charged call: it blocks the key from now.
+local function block(set, k0, i, now, d, ttl_slack)
+  local block_ms = set[i][7]
+  redis.call('SET', KEYS[k0 + set[i][8]], format('B' .. INT, now + block_ms), 'PX', int(block_ms + ttl_slack))
+  return blocked_view(d, block_ms)
+end
+
 -- One call against the policies of `set`, keys from KEYS[k0 + 1].
 local function decide(set, k0, now, cost, max_wait, ttl_slack)
   local n = #set
@@ -506,6 +556,12 @@ local function decide(set, k0, now, cost, max_wait, ttl_slack)
       -- the refunded state is then current already (no time has passed).
       redis.call('SET', key, state or refunded, 'PX', int(max(1, ttl) + ttl_slack))
       d[WAIT] = 0
+      -- Units given back do not lift a block: only time does.
+      local until_ms = blocked_until(set, k0, i)
+      if until_ms > now then
+        d[RETRY_AFTER] = 0
+        blocked_view(d, until_ms - now)
+      end
       push(d)
     end
     return
@@ -513,17 +569,27 @@ local function decide(set, k0, now, cost, max_wait, ttl_slack)
   if cost == 0 then
     -- Peek: remaining and reset as they stand; allowed / retry for a call of cost 1.
     for i = 1, n do
-      local d = uncharged(set, k0, i, now)
-      local single = run(set, k0, i, now, 1, 0, true)
-      d[ALLOWED] = single[ALLOWED]
-      d[RETRY_AFTER] = single[RETRY_AFTER]
-      push(d)
+      local until_ms = blocked_until(set, k0, i)
+      if until_ms > now then
+        push(blocked_decision(set, k0, i, now, until_ms))
+      else
+        local d = uncharged(set, k0, i, now)
+        local single = run(set, k0, i, now, 1, 0, true)
+        d[ALLOWED] = single[ALLOWED]
+        d[RETRY_AFTER] = single[RETRY_AFTER]
+        push(d)
+      end
     end
     return
   end
 
   if n == 1 then
     -- One policy: the same rule without the bookkeeping (commit iff allowed).
+    local until_ms = blocked_until(set, k0, 1)
+    if until_ms > now then
+      push(blocked_decision(set, k0, 1, now, until_ms))
+      return
+    end
     local d, state, ttl = run(set, k0, 1, now, cost, max_wait, false)
     if d[ALLOWED] == 1 then
       if type(state) == 'function' then
@@ -531,16 +597,25 @@ local function decide(set, k0, now, cost, max_wait, ttl_slack)
       else
         redis.call('SET', KEYS[k0 + 1], state, 'PX', int(max(1, ttl) + ttl_slack))
       end
+    elseif set[1][7] then
+      d = block(set, k0, 1, now, d, ttl_slack)
     end
     push(d)
     return
   end
 
-  local decisions, states, ttls = {}, {}, {}
+  local decisions, states, ttls, untils = {}, {}, {}, {}
   local all_allowed = true
   for i = 1, n do
-    decisions[i], states[i], ttls[i] = run(set, k0, i, now, cost, max_wait, false)
-    if decisions[i][ALLOWED] == 0 then all_allowed = false end
+    untils[i] = blocked_until(set, k0, i)
+    if untils[i] > now then
+      -- Blocked: refused without deciding.
+      decisions[i] = false
+      all_allowed = false
+    else
+      decisions[i], states[i], ttls[i] = run(set, k0, i, now, cost, max_wait, false)
+      if decisions[i][ALLOWED] == 0 then all_allowed = false end
+    end
   end
 
   if all_allowed then
@@ -557,12 +632,16 @@ local function decide(set, k0, now, cost, max_wait, ttl_slack)
     -- All-or-nothing: nothing was written; policies that would have allowed
     -- report their state uncharged.
     for i = 1, n do
-      if decisions[i][ALLOWED] == 1 then
+      if not decisions[i] then
+        push(blocked_decision(set, k0, i, now, untils[i]))
+      elseif decisions[i][ALLOWED] == 1 then
         -- Allowed it stays (uncharged, a fixed window reserved ahead would read as refused).
         local d = uncharged(set, k0, i, now)
         d[ALLOWED] = 1
         d[RETRY_AFTER] = 0
         push(d)
+      elseif set[i][7] then
+        push(block(set, k0, i, now, decisions[i], ttl_slack))
       else
         push(decisions[i])
       end
@@ -578,10 +657,10 @@ while a <= #ARGV do
   end
   local cost, max_wait = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local set = sets[tonumber(ARGV[a + 3])]
-  local n = #set
+  local width = set.width
   for _ = 1, tonumber(ARGV[a + 4]) do
     decide(set, k, now, cost, max_wait, slack)
-    k = k + n
+    k = k + width
   end
   a = a + 5
 end
