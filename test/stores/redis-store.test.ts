@@ -121,6 +121,32 @@ describe('RedisStore', () => {
     assert.ok(scripts >= 3 && scripts <= 4, `300 calls in ${scripts} script invocations (at most 128 per invocation)`)
   })
 
+  it('batches calls of limiters with and without blocks, interleaved, exactly as one by one; a block is a key of its own, with its expiry, that reset deletes', async () => {
+    const admin = redis.client()
+    const blocking = [{ algorithm: 'fixed-window', limit: 5, windowMs: 60_000, name: 'fw' }, { algorithm: 'sliding-log', limit: 8, windowMs: 60_000, blockMs: 90_000, name: 'sl' }, { algorithm: 'token-bucket', capacity: 7, refillTokens: 1, refillIntervalMs: 60_000, blockMs: 30_000, name: 'tb' }] as const
+    const plain = [{ algorithm: 'sliding-window', limit: 4, windowMs: 60_000, name: 'sw' }] as const
+    const store = new RedisStore({ client: redis.client() })
+    const limiters = [new Limiter({ store, prefix: 'blk', policies: [...blocking], clock: () => 42_000, blockCache: false }), new Limiter({ store, prefix: 'blk', policies: [...plain], clock: () => 42_000, blockCache: false })]
+    const memory = new MemoryStore()
+    const mirrors = [new Limiter({ store: memory, prefix: 'blk', policies: [...blocking], clock: () => 42_000 }), new Limiter({ store: memory, prefix: 'blk', policies: [...plain], clock: () => 42_000 })]
+    const calls = Array.from({ length: 120 }, (_, i) => ({ which: i % 2, key: `k${i % 4}`, cost: 1 + (i % 3) }))
+    const expected = calls.map(({ which, key, cost }) => (mirrors[which] as Limiter).limitSync(key, { cost }))
+    const actual = await Promise.all(calls.map(({ which, key, cost }) => (limiters[which] as Limiter).limit(key, { cost })))
+    assert.deepEqual(actual, expected)
+    assert.ok(actual.some((decision) => decision.retryAfterMs >= 30_000), 'some calls met a block')
+    const blocks = (await scanKeys(admin, 'blk:*')).filter((key) => key.endsWith('{block}')).sort()
+    assert.ok(blocks.length > 0 && blocks.every((key) => /^blk:\{k\d\}:(sl|tb)\{block\}$/.test(key)), blocks.join(' '))
+    for (const key of blocks) {
+      const [value, ttl] = await Promise.all([admin.get(key), admin.pttl(key)])
+      assert.match(String(value), /^B\d+$/)
+      // The block's length, plus the minute's slack of every key written on the client's clock (see lua/limit.lua).
+      assert.ok(ttl > 0 && ttl <= (key.includes(':sl{') ? 90_000 : 30_000) + 60_000, `${key} expires in ${ttl} ms`)
+    }
+    const blockedKey = (/\{(k\d)\}/.exec(blocks[0] as string) as RegExpExecArray)[1] as string
+    await (limiters[0] as Limiter).reset(blockedKey)
+    assert.deepEqual((await scanKeys(admin, `blk:{${blockedKey}}:*`)).filter((key) => !key.endsWith(':sw')), [])
+  })
+
   it('batches the requests a server reads in one turn of the event loop, each in a callback of its own', async () => {
     const admin = redis.client()
     const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'turn', policies: [{ algorithm: 'fixed-window', limit: 5, windowMs: 60_000 }], clock: () => 42_000, blockCache: false })
