@@ -197,4 +197,41 @@ describe('properties on random traces', () => {
       fcOptions(300),
     )
   })
+
+  it('blockMs: nothing passes a policy between its refusal and the end of its block; the block ends on time; outside blocks it decides as without one', () => {
+    fc.assert(
+      fc.property(fc.array(policyArb, { minLength: 1, maxLength: 3 }), fc.array(fc.integer({ min: 1, max: 3000 }), { minLength: 3, maxLength: 3 }), traceArb, (inputs, blockLengths, trace) => {
+        const policies = inputs.map((input, i) => resolvePolicy(input.algorithm === 'leaky-bucket' && input.mode === 'shape' ? { ...input, name: `p${i}` } : { ...input, name: `p${i}`, blockMs: blockLengths[i] }))
+        const capacity = Math.min(...policies.map((p) => ('limit' in p ? p.limit : p.capacity)))
+        let states: Array<algorithms.AlgorithmState | undefined> = policies.map(() => undefined)
+        const blocked: Array<number | undefined> = policies.map(() => undefined)
+        let t = 1_000_000
+        for (const call of trace) {
+          t += call.gap
+          const cost = Math.min(call.cost, capacity)
+          const { decisions, commit, blocks } = algorithms.evaluate(policies, states, t, cost, algorithms.NO_WAIT, blocked)
+          decisions.forEach((decision, i) => {
+            const until = blocked[i] ?? 0
+            if (until > t) {
+              assert.equal(decision.allowed, false, `p${i} allowed at ${t}, blocked until ${until}`)
+              assert.equal(decision.retryAfterMs, until - t)
+              assert.equal(decision.remaining, 0)
+            } else if (!decision.allowed && policies[i]?.blockMs !== undefined) {
+              // Its own refusal: blocked from now for blockMs, said in the decision.
+              assert.equal(blocks?.[i], t + (policies[i]?.blockMs as number))
+              assert.ok(decision.retryAfterMs >= (policies[i]?.blockMs as number))
+            } else {
+              // Not blocked: exactly what the algorithm alone says.
+              const own = algorithms.evaluate([policies[i] as ResolvedPolicy], [states[i]], t, cost, algorithms.NO_WAIT).decisions[0]
+              assert.equal(decision.allowed, own?.allowed, `p${i} at ${t}`)
+            }
+          })
+          assert.equal(commit !== undefined, decisions.every((decision) => decision.allowed))
+          if (commit !== undefined) states = commit.map((transition) => transition.state)
+          blocks?.forEach((until, i) => { if (until !== undefined) blocked[i] = until })
+        }
+      }),
+      fcOptions(300),
+    )
+  })
 })
