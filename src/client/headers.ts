@@ -232,6 +232,10 @@ export function anthropic(header: HeaderLookup, serverNow: number): AnnouncedQuo
 }
 
 const GO_DURATION_UNITS: Record<string, number> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1, us: 0.001, 'µs': 0.001, ns: 0.000001 }
+/** One amount and its unit; a duration is one or more of them and nothing else. */
+const GO_DURATION_PART = '(\\d+(?:\\.\\d+)?)(h|ms|m|s|us|µs|ns)'
+const GO_DURATION = new RegExp(`^(?:${GO_DURATION_PART})+$`)
+const GO_DURATION_PARTS = new RegExp(GO_DURATION_PART, 'g')
 
 /** A Go duration (`6m0s`, `1h2m3.5s`, `12ms`), or a bare number of seconds, in milliseconds. */
 export function goDurationMs(value: string | undefined): number | undefined {
@@ -239,9 +243,9 @@ export function goDurationMs(value: string | undefined): number | undefined {
   if (text === undefined || text === '') return undefined
   const seconds = number(text)
   if (seconds !== undefined) return seconds * 1000
-  if (!/^(\d+(\.\d+)?(h|ms|m|s|us|µs|ns))+$/.test(text)) return undefined
+  if (!GO_DURATION.test(text)) return undefined
   let ms = 0
-  for (const [, amount, unit] of text.matchAll(/(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)/g)) ms += Number(amount) * (GO_DURATION_UNITS[unit as string] as number)
+  for (const [, amount, unit] of text.matchAll(GO_DURATION_PARTS)) ms += Number(amount) * (GO_DURATION_UNITS[unit as string] as number)
   return Number.isFinite(ms) ? ms : undefined
 }
 

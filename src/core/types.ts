@@ -3,10 +3,8 @@
  * validated, and decisions. See shared/DESIGN.md for the semantics.
  */
 
-/** Windows aligned to the epoch (`floor(now / windowMs)`); only allowed calls count. */
-export interface FixedWindowPolicy {
-  algorithm: 'fixed-window'
-  name?: string
+/** What every policy may add to its algorithm's fields. */
+export interface Blocking {
   /**
    * After this policy refuses a call, refuse every call of the key for this
    * long (a ban, e.g. after too many failed logins); the block is not
@@ -14,52 +12,37 @@ export interface FixedWindowPolicy {
    * with reservations, shards or leases.
    */
   blockMs?: number
+}
+
+/** Windows aligned to the epoch (`floor(now / windowMs)`); only allowed calls count. */
+export interface FixedWindowPolicy extends Blocking {
+  algorithm: 'fixed-window'
+  name?: string
   /** Units allowed per window. */
   limit: number
   windowMs: number
 }
 
 /** Exact rolling window: one log entry per allowed call (the memory store: per millisecond with calls). Memory O(limit) per key. */
-export interface SlidingLogPolicy {
+export interface SlidingLogPolicy extends Blocking {
   algorithm: 'sliding-log'
   name?: string
-  /**
-   * After this policy refuses a call, refuse every call of the key for this
-   * long (a ban, e.g. after too many failed logins); the block is not
-   * extended by the calls it refuses. Not for shape-mode leaky buckets, nor
-   * with reservations, shards or leases.
-   */
-  blockMs?: number
   limit: number
   windowMs: number
 }
 
 /** Rolling window approximated from two fixed-window counters (O(1) memory). */
-export interface SlidingWindowPolicy {
+export interface SlidingWindowPolicy extends Blocking {
   algorithm: 'sliding-window'
   name?: string
-  /**
-   * After this policy refuses a call, refuse every call of the key for this
-   * long (a ban, e.g. after too many failed logins); the block is not
-   * extended by the calls it refuses. Not for shape-mode leaky buckets, nor
-   * with reservations, shards or leases.
-   */
-  blockMs?: number
   limit: number
   windowMs: number
 }
 
 /** Starts full; refills `refillTokens` per `refillIntervalMs`, never above `capacity`. */
-export interface TokenBucketPolicy {
+export interface TokenBucketPolicy extends Blocking {
   algorithm: 'token-bucket'
   name?: string
-  /**
-   * After this policy refuses a call, refuse every call of the key for this
-   * long (a ban, e.g. after too many failed logins); the block is not
-   * extended by the calls it refuses. Not for shape-mode leaky buckets, nor
-   * with reservations, shards or leases.
-   */
-  blockMs?: number
   capacity: number
   refillTokens: number
   refillIntervalMs: number
@@ -68,16 +51,9 @@ export interface TokenBucketPolicy {
 }
 
 /** GCRA with one stored timestamp; drains `leakTokens` per `leakIntervalMs`. */
-export interface LeakyBucketPolicy {
+export interface LeakyBucketPolicy extends Blocking {
   algorithm: 'leaky-bucket'
   name?: string
-  /**
-   * After this policy refuses a call, refuse every call of the key for this
-   * long (a ban, e.g. after too many failed logins); the block is not
-   * extended by the calls it refuses. Not for shape-mode leaky buckets, nor
-   * with reservations, shards or leases.
-   */
-  blockMs?: number
   capacity: number
   leakTokens: number
   leakIntervalMs: number

@@ -202,7 +202,7 @@ export class Limiter {
         throw new ArgumentError('shards', shards, `exceeds the limit ${limitOf(policy)} of policy "${policy.name}": each shard holds limit / shards, at least one unit, so ${shards} shards would admit ${shards}`)
       }
     }
-    const blocking = this.policies.find((policy) => policy.blockMs !== undefined)
+    const blocking = this.blockingPolicy()
     if (shards > 1 && blocking !== undefined) {
       throw new ArgumentError('shards', shards, `cannot be combined with policy "${blocking.name}"'s blockMs: a block on one shard would leave the others open`)
     }
@@ -376,7 +376,7 @@ export class Limiter {
     const maxAgeMs = positiveNumber('lease.maxAgeMs', input.maxAgeMs, 1000)
     if (this.local !== undefined) throw new ArgumentError('lease', input, 'is for a store outside the process; an in-process store needs none')
     if (this.shards > 1) throw new ArgumentError('lease', input, 'cannot be combined with shards')
-    const blocking = this.policies.find((policy) => policy.blockMs !== undefined)
+    const blocking = this.blockingPolicy()
     if (blocking !== undefined) throw new ArgumentError('lease', input, `cannot be combined with policy "${blocking.name}"'s blockMs: calls served from a lease would not see the block`)
     for (const policy of this.policies) {
       if (!REFUNDABLE(policy)) {
@@ -384,6 +384,11 @@ export class Limiter {
       }
     }
     return { units: input.units, maxAgeMs, book: new LeaseBook(10_000), taking: new Map() }
+  }
+
+  /** The first policy with blockMs: what shards and leases cannot keep. */
+  private blockingPolicy(): ResolvedPolicy | undefined {
+    return this.policies.find((policy) => policy.blockMs !== undefined)
   }
 
   private shardCall(call: StoreCall, shard: number): StoreCall {

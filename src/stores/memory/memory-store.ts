@@ -96,17 +96,17 @@ export class MemoryStore implements SyncStore {
     }
     const spaces = policies.map((policy) => this.space(call.prefix, policy))
     const entries = spaces.map((space) => this.read(space, key, now))
-    const { decisions, commit, blocks } = evaluate(policies, entries.map((entry) => entry?.state), now, cost, options, entries.map((entry) => entry?.blockedUntil))
+    // Blocks are read only for limiters that have them: no array per call for the others.
+    const blockedUntil = policies.some((policy) => policy.blockMs !== undefined) ? entries.map((entry) => entry?.blockedUntil) : undefined
+    const { decisions, commit, blocks } = evaluate(policies, entries.map((entry) => entry?.state), now, cost, options, blockedUntil)
+    let added = 0
     if (commit !== undefined) {
-      let added = 0
       for (let i = 0; i < commit.length; i++) {
         this.write(spaces[i] as Map<string, Entry>, key, entries[i], commit[i] as Transition<AlgorithmState>, now)
         if (entries[i] === undefined) added++
       }
-      if (added > 0) this.reclaim(now, added)
     }
     if (blocks !== undefined) {
-      let added = 0
       for (let i = 0; i < blocks.length; i++) {
         const until = blocks[i]
         if (until === undefined) continue
@@ -114,8 +114,8 @@ export class MemoryStore implements SyncStore {
         entry.blockedUntil = until
         if (entries[i] === undefined) added++
       }
-      if (added > 0) this.reclaim(now, added)
     }
+    if (added > 0) this.reclaim(now, added)
     return decisions
   }
 
