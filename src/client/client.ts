@@ -19,7 +19,7 @@ import { StoreCallFailures, type StoreCallFailure } from '../limiter/store-failu
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import type { Store } from '../stores/store.ts'
 import { readAnnouncement, type Announcement, type HeaderLookup } from './headers.ts'
-import { PartitionQuota } from './quota.ts'
+import { PartitionQuota, unitsOf, type RequestCost } from './quota.ts'
 import { InterceptedRequest } from './interceptor.ts'
 import { abortReason, MAX_TIMER_MS, sleep } from './sleep.ts'
 
@@ -93,6 +93,12 @@ export interface RequestLimitOptions {
   partition?: string
   /** Overrides the client's `maxWaitMs` for this request. */
   maxWaitMs?: number
+  /**
+   * Units this request takes: a number from every policy, or per policy name
+   * (`{ tokens: 1500 }` against an LLM API's token quota; 1 from each policy
+   * it does not name). Default 1 from each.
+   */
+  cost?: number | Readonly<Record<string, number>>
 }
 
 export type ClientRequestInit = RequestInit & { rateLimit?: RequestLimitOptions }
@@ -121,7 +127,7 @@ const MAX_PARTITIONS = 10_000
 
 const OPTIONS = new Set(['fetch', 'partition', 'maxWaitMs', 'retry', 'pace', 'concurrency', 'maxQueue', 'store', 'prefix', 'probeMs', 'random'])
 const RETRY_OPTIONS = new Set(['retries', 'baseDelayMs', 'maxDelayMs', 'statuses', 'nonIdempotent'])
-const REQUEST_OPTIONS = new Set(['priority', 'partition', 'maxWaitMs'])
+const REQUEST_OPTIONS = new Set(['priority', 'partition', 'maxWaitMs', 'cost'])
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE'])
 /** Learned quotas above this are shared as a sliding-window counter, not an exact log (memory O(limit)). */
 const MAX_LOGGED_LIMIT = 10_000
@@ -139,6 +145,8 @@ export interface Trip {
   partition: string
   priority: number
   maxWaitMs: number
+  /** Units it takes from each policy, learned or paced. */
+  cost: RequestCost
   signal: AbortSignal
   retryable: boolean
   /** Its place in the partition's queue, kept across retries. */
@@ -186,6 +194,11 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
   private readonly probeMs: number
   private readonly random: () => number
   private readonly pacing: Limiter | undefined
+  /**
+   * The pace policies one by one, for a request whose cost differs between
+   * them. Stores keep state per policy name, so these share the state of `pacing`.
+   */
+  private readonly pacingEach: Limiter[] = []
   private readonly shared: SharedQuotas | undefined
   private readonly partitions = new Map<string, Partition>()
   private sweepAtSize = MAX_PARTITIONS
@@ -212,7 +225,11 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     const observer: LimiterObserver = { storeCall: (_durationMs, outcome, error) => failures.observe(outcome, error) }
     const pace = options.pace
     if (pace !== undefined) {
-      this.pacing = inContext('pace', () => new Limiter({ policies: pace, store: store ?? new MemoryStore(), prefix: `${prefix}:pace`, observer }))
+      const paceStore = store ?? new MemoryStore()
+      this.pacing = inContext('pace', () => new Limiter({ policies: pace, store: paceStore, prefix: `${prefix}:pace`, observer }))
+      if (Array.isArray(pace) && pace.length > 1) {
+        for (const policy of pace) this.pacingEach.push(new Limiter({ policies: policy, store: paceStore, prefix: `${prefix}:pace`, observer }))
+      }
     }
     if (store !== undefined) this.shared = new SharedQuotas(store, `${prefix}:quota`, observer)
   }
@@ -230,7 +247,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       try {
         response = await this.fetchImpl(trip.retryable ? request.clone() : request)
       } catch (error) {
-        partition.abandon()
+        partition.abandon(trip.cost)
         throw error
       }
       const delayMs = this.arrive(trip, partition, response.status, lookup(response.headers))
@@ -270,6 +287,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       partition: partitionKey,
       priority: perRequest.priority ?? 0,
       maxWaitMs: perRequest.maxWaitMs ?? this.maxWaitMs,
+      cost: perRequest.cost,
       signal,
       retryable: this.retry !== undefined && replayable &&
         (IDEMPOTENT.has(request.method.toUpperCase()) || request.headers.has('idempotency-key') || this.retry.nonIdempotent),
@@ -283,11 +301,11 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
   private async depart(trip: Trip): Promise<Partition> {
     const partition = this.partition(trip.partition)
     // A retried request keeps its place in the queue: it is not the one to be refused again.
-    trip.place = await partition.acquire(trip.priority, trip.signal, trip.maxWaitMs, trip.place)
+    trip.place = await partition.acquire(trip.priority, trip.signal, trip.maxWaitMs, trip.cost, trip.place)
     try {
-      await this.gates(trip.partition, partition, trip.signal, trip.maxWaitMs)
+      await this.gates(trip.partition, partition, trip.signal, trip.maxWaitMs, trip.cost)
     } catch (error) {
-      partition.abandon()
+      partition.abandon(trip.cost)
       throw error
     }
     trip.attempt++
@@ -298,7 +316,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
   private arrive(trip: Trip, partition: Partition, status: number, header: HeaderLookup): number | undefined {
     const now = Date.now()
     const announcement = readAnnouncement(header, now)
-    const retryAt = partition.settle(announcement, status, now)
+    const retryAt = partition.settle(announcement, status, now, trip.cost)
     trip.learning = this.shared?.learn(trip.partition, announcement).catch(() => undefined)
     if (!this.retry?.statuses.has(status)) return undefined
 
@@ -360,12 +378,26 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
   }
 
   /** The pacing policies, then the fleet's shared quota. */
-  private async gates(key: string, partition: Partition, signal: AbortSignal, maxWaitMs: number): Promise<void> {
+  private async gates(key: string, partition: Partition, signal: AbortSignal, maxWaitMs: number, cost: RequestCost): Promise<void> {
     const waited = (waitedMs: number, reason: WaitReason) => this.emit('waited', { partition: key, waitedMs, reason })
-    if (this.pacing !== undefined) await take(this.pacing, key, signal, maxWaitMs, (ms) => waited(ms, 'pacing'))
+    if (this.pacing !== undefined) {
+      const pacing = this.pacing
+      const units = pacing.policies.map((policy) => unitsOf(cost, policy.name))
+      const paced = (ms: number) => waited(ms, 'pacing')
+      if (units.every((each) => each === units[0])) {
+        if ((units[0] as number) > 0) await take(pacing, key, signal, maxWaitMs, units[0] as number, paced)
+      } else {
+        // Costs that differ between policies cannot be one all-or-nothing call: each policy is
+        // charged in turn (units taken before a later one refuses are spent).
+        for (const [i, limiter] of this.pacingEach.entries()) {
+          if ((units[i] as number) > 0) await take(limiter, key, signal, maxWaitMs, units[i] as number, paced)
+        }
+      }
+    }
     if (this.shared !== undefined) {
-      for (const limiter of this.shared.limitersFor(key, partition.quota)) {
-        await take(limiter, key, signal, maxWaitMs, (ms) => waited(ms, 'shared-quota'))
+      for (const { name, limiter } of this.shared.limitersFor(key, partition.quota)) {
+        const units = unitsOf(cost, name)
+        if (units > 0) await take(limiter, key, signal, maxWaitMs, units, (ms) => waited(ms, 'shared-quota'))
       }
     }
   }
@@ -382,6 +414,7 @@ interface Waiter {
   enqueuedAt: number
   reason: WaitReason | undefined
   maxWaitMs: number
+  cost: RequestCost
   resolve: () => void
   reject: (error: unknown) => void
   signal: AbortSignal
@@ -415,13 +448,13 @@ class Partition {
    * Resolves when the request may go: the quota is charged and it counts as
    * active. Resolves with the request's place in line, which a retry passes back.
    */
-  acquire(priority: number, signal: AbortSignal, maxWaitMs: number, place?: number): Promise<number> {
+  acquire(priority: number, signal: AbortSignal, maxWaitMs: number, cost: RequestCost, place?: number): Promise<number> {
     if (signal.aborted) return Promise.reject(abortReason(signal))
     if (this.queue.length >= this.maxQueue) return Promise.reject(new QueueFullError(this.key, this.maxQueue))
     const seq = place ?? this.seq++
     return new Promise<number>((resolve, reject) => {
       const waiter: Waiter = {
-        priority, seq, enqueuedAt: Date.now(), reason: undefined, maxWaitMs, resolve: () => resolve(seq), reject, signal,
+        priority, seq, enqueuedAt: Date.now(), reason: undefined, maxWaitMs, cost, resolve: () => resolve(seq), reject, signal,
         onAbort: () => {
           const at = this.queue.indexOf(waiter)
           if (at === -1) return
@@ -439,15 +472,15 @@ class Partition {
     })
   }
 
-  settle(announcement: Announcement, status: number, now: number): number | undefined {
-    const retryAt = this.quota.settle(announcement, status, now)
+  settle(announcement: Announcement, status: number, now: number, cost: RequestCost): number | undefined {
+    const retryAt = this.quota.settle(announcement, status, now, cost)
     this.active--
     this.pump()
     return retryAt
   }
 
-  abandon(): void {
-    this.quota.abandon()
+  abandon(cost: RequestCost): void {
+    this.quota.abandon(cost)
     this.active--
     this.pump()
   }
@@ -473,7 +506,13 @@ class Partition {
         return
       }
       const now = Date.now()
-      const admission = this.quota.admit(now)
+      const admission = this.quota.admit(now, head.cost)
+      if (admission.kind === 'never') {
+        this.queue.shift()
+        head.signal.removeEventListener('abort', head.onAbort)
+        head.reject(new QuotaExhaustedError(this.key, Infinity, `it takes ${admission.units} of policy "${admission.policy}", whose whole quota is ${admission.limit}`))
+        continue
+      }
       if (admission.kind === 'response') {
         head.reason = admission.reason
         return
@@ -526,11 +565,12 @@ class SharedQuotas {
 
   constructor(private readonly store: Store, private readonly prefix: string, private readonly observer: LimiterObserver) {}
 
-  limitersFor(key: string, quota: PartitionQuota): Limiter[] {
-    const limiters: Limiter[] = []
+  /** The shared log of each quota the partition knows, with the name the server gave its policy. */
+  limitersFor(key: string, quota: PartitionQuota): Array<{ name: string; limiter: Limiter }> {
+    const limiters: Array<{ name: string; limiter: Limiter }> = []
     for (const policy of quota.knownPolicies()) {
       const limiter = this.limiter(key, policy.name, policy.limit, policy.windowMs)
-      if (limiter !== undefined) limiters.push(limiter)
+      if (limiter !== undefined) limiters.push({ name: policy.name, limiter })
     }
     return limiters
   }
@@ -580,12 +620,12 @@ function storeName(name: string): string {
   return /^[\x21-\x7e]{1,64}$/.test(name) && !/["\\{}]/.test(name) ? name : `h-${createHash('sha256').update(name).digest('hex').slice(0, 16)}`
 }
 
-/** Takes one unit from `limiter`, waiting (a reservation where the policies allow it) up to `budgetMs`. */
-async function take(limiter: Limiter, key: string, signal: AbortSignal, budgetMs: number, waited: (ms: number) => void): Promise<void> {
+/** Takes `cost` units from `limiter`, waiting (a reservation where the policies allow it) up to `budgetMs`. */
+async function take(limiter: Limiter, key: string, signal: AbortSignal, budgetMs: number, cost: number, waited: (ms: number) => void): Promise<void> {
   const reservable = limiter.policies.every((policy) => RESERVABLE.has(policy.algorithm))
   let spent = 0
   for (;;) {
-    const decision = await limiter.limit(key, reservable ? { maxWaitMs: Math.min(MAX_WAIT_MS, Math.max(0, budgetMs - spent)) } : undefined)
+    const decision = await limiter.limit(key, { cost, maxWaitMs: reservable ? Math.min(MAX_WAIT_MS, Math.max(0, budgetMs - spent)) : 0 })
     if (decision.allowed) {
       if (decision.waitMs > 0) {
         waited(decision.waitMs)
@@ -656,7 +696,23 @@ function requestOptions(options: RequestLimitOptions | undefined): RequestLimitO
     throw new ArgumentError('rateLimit.partition', options.partition, 'must be a non-empty string')
   }
   if (options.maxWaitMs !== undefined) waitBudget('rateLimit.maxWaitMs', options.maxWaitMs)
+  if (options.cost !== undefined) checkCost(options.cost)
   return options
+}
+
+const unitCount = (value: unknown): boolean => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0
+
+function checkCost(cost: unknown): void {
+  if (typeof cost === 'number') {
+    if (!unitCount(cost)) throw new ArgumentError('rateLimit.cost', cost, 'must be a whole number of units, 0 or more, or an object of them by policy name')
+    return
+  }
+  if (typeof cost !== 'object' || cost === null || Array.isArray(cost)) {
+    throw new ArgumentError('rateLimit.cost', cost, 'must be a whole number of units, 0 or more, or an object of them by policy name')
+  }
+  for (const [name, units] of Object.entries(cost)) {
+    if (!unitCount(units)) throw new ArgumentError(`rateLimit.cost.${name}`, units, 'must be a whole number of units, 0 or more')
+  }
 }
 
 function functionOr<T>(name: string, value: T | undefined, fallback: T): T {

@@ -37,6 +37,11 @@ export interface AnnouncedQuota {
   resetAfterMs?: number
   /** The policy's window in milliseconds, when announced. */
   windowMs?: number
+  /**
+   * For a bucket that refills continuously (the LLM APIs): milliseconds per
+   * unit, so a request costing several units knows how long they take to come.
+   */
+  unitMs?: number
 }
 
 export interface Announcement {
@@ -63,7 +68,11 @@ export type HeaderLookup = (name: string) => string | undefined
 
 /** Dates and epoch resets are read against the response's own `Date` when it has one, so clock skew cancels out. */
 export function readAnnouncement(header: HeaderLookup, now: number): Announcement {
-  const serverNow = dateOf(header('date')) ?? now
+  const date = dateOf(header('date'))
+  // A Date names the second the response was made in. A local clock within about a second of it
+  // agrees with the server's as far as the header can tell, and reads milliseconds, where the Date,
+  // truncated, would add up to a second to a reset given to the millisecond (Anthropic's).
+  const serverNow = date === undefined || (now > date - 1000 && now < date + 2000) ? now : date
   const announcement: Announcement = { quotas: [] }
   const retryAfter = number(header('retry-after-ms')) ?? retryAfterMs(header('retry-after'), serverNow)
   if (retryAfter !== undefined) announcement.retryAfterMs = Math.min(retryAfter, LONGEST_BELIEVED_WAIT_MS)
@@ -195,10 +204,13 @@ function bucketQuota(name: string, limit: number | undefined, remaining: number 
   if (windowMs !== undefined) quota.windowMs = windowMs
   if (limit !== undefined) quota.limit = limit
   if (remaining !== undefined) quota.remaining = remaining
+  const spent = limit !== undefined && remaining !== undefined ? limit - remaining : 0
   if (untilFullMs !== undefined) {
-    const spent = limit !== undefined && remaining !== undefined ? limit - remaining : 0
     quota.resetAfterMs = spent > 1 ? Math.ceil(untilFullMs / spent) : Math.ceil(untilFullMs)
+    if (spent >= 1 && untilFullMs > 0) quota.unitMs = untilFullMs / spent
   }
+  // Nothing spent says nothing of the refill rate, but a documented window does.
+  if (quota.unitMs === undefined && windowMs !== undefined && limit !== undefined && limit > 0) quota.unitMs = windowMs / limit
   return quota
 }
 

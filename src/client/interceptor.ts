@@ -7,11 +7,12 @@
 import type { Dispatcher } from 'undici'
 import type { HeaderLookup } from './headers.ts'
 import type { Trip } from './client.ts'
+import type { RequestCost } from './quota.ts'
 import { asError } from '../core/errors.ts'
 import { sleep } from './sleep.ts'
 
 /** What the client lends the interceptor: the two halves of a trip. */
-export interface TripSteps<P extends { abandon(): void }> {
+export interface TripSteps<P extends { abandon(cost: RequestCost): void }> {
   depart(trip: Trip): Promise<P>
   arrive(trip: Trip, partition: P, status: number, header: HeaderLookup): number | undefined
 }
@@ -58,7 +59,7 @@ class StableController implements Dispatcher.DispatchController {
   }
 }
 
-export class InterceptedRequest<P extends { abandon(): void }> {
+export class InterceptedRequest<P extends { abandon(cost: RequestCost): void }> {
   private readonly controller = new StableController()
   private finished = false
 
@@ -118,14 +119,14 @@ export class InterceptedRequest<P extends { abandon(): void }> {
         sleep(retryInMs, trip.signal).then(() => this.attempt(trip), (error: unknown) => this.fail(error))
       },
       onResponseError: (_controller, error) => {
-        if (!settled) partition.abandon()
+        if (!settled) partition.abandon(trip.cost)
         this.fail(error)
       },
     }
     try {
       this.dispatch(this.options, attemptHandler)
     } catch (error) {
-      partition.abandon()
+      partition.abandon(trip.cost)
       this.fail(error)
     }
   }

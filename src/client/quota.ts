@@ -15,8 +15,23 @@
  */
 import type { Announcement } from './headers.ts'
 
+/**
+ * What one request takes from each policy: a number takes that many units from
+ * every policy, a record the named policies' counts (1 from each one it does
+ * not name), nothing 1 from each.
+ */
+export type RequestCost = number | Readonly<Record<string, number>> | undefined
+
+export function unitsOf(cost: RequestCost, policy: string): number {
+  if (cost === undefined) return 1
+  if (typeof cost === 'number') return cost
+  return Object.hasOwn(cost, policy) ? cost[policy] as number : 1
+}
+
 export type Admission =
   | { kind: 'go' }
+  /** The request takes more of a policy than its whole limit: the server would refuse it however long it waited. */
+  | { kind: 'never'; policy: string; units: number; limit: number }
   /** Nothing can be sent before `until` (epoch ms). */
   | { kind: 'wait'; until: number; reason: 'retry-after' | 'quota' }
   /** Only a response in flight can tell when to send next. */
@@ -28,12 +43,17 @@ interface Tracked {
   /** Epoch ms when more quota comes; undefined once passed and until a response says. */
   resetAt: number | undefined
   windowMs: number | undefined
+  /** A bucket refilling continuously: milliseconds per unit (its reset is then when the next unit comes). */
+  unitMs: number | undefined
   /** Its reset has passed and no response has said since how much is back. */
   unknownSinceReset: boolean
 }
 
 /** Nothing left of it, as far as the partition can tell. */
 const spent = (quota: Tracked): boolean => quota.remaining !== undefined && quota.remaining <= 0
+
+/** Fewer units left than a request takes, as far as the partition can tell. */
+const short = (quota: Tracked, units: number): boolean => quota.remaining !== undefined && quota.remaining < units && units > 0
 
 /** Resets announced in whole seconds are read as "up to a second later" when nothing is left. */
 const SECOND = 1000
@@ -53,40 +73,76 @@ export class PartitionQuota {
   private probingUntil = 0
   /** Requests sent and not yet answered. */
   inFlight = 0
+  /** Units beyond one per request that requests in flight took: from every policy, and per policy name. */
+  private extraInFlight = 0
+  private readonly namedExtraInFlight = new Map<string, number>()
   /** Whether any response has come back: until one has, one request at a time finds out what the server says. */
   private answered = false
 
   constructor(private readonly probeMs: number) {}
 
-  /** Whether a request may be sent at `now`; when it may, it is charged and counted in flight. */
-  admit(now: number): Admission {
+  /** Whether a request taking `cost` may be sent at `now`; when it may, it is charged and counted in flight. */
+  admit(now: number, cost?: RequestCost): Admission {
     if (now < this.blockedUntil) return { kind: 'wait', until: this.blockedUntil, reason: 'retry-after' }
     if ((!this.answered || now < this.probingUntil) && this.inFlight > 0) return { kind: 'response', reason: 'probe' }
     let until = 0
     let unknownReset = false
     let unknownSinceReset = false
-    for (const quota of this.tracked.values()) {
-      if (quota.resetAt !== undefined && now >= quota.resetAt) {
-        quota.resetAt = undefined
-        // Requests were held for this reset: they may not all go at once. Units left stay what they
-        // were (more may have come, never fewer), until a response says.
-        if (spent(quota)) {
-          quota.unknownSinceReset = true
-          quota.remaining = undefined
-        }
-      }
+    for (const [name, quota] of this.tracked) {
+      if (quota.resetAt !== undefined && now >= quota.resetAt) this.passReset(quota, now)
       if (quota.unknownSinceReset) unknownSinceReset = true
-      if (!spent(quota)) continue
-      if (quota.resetAt !== undefined) until = Math.max(until, quota.resetAt)
-      else unknownReset = true
+      const units = unitsOf(cost, name)
+      // A limit of 0 is a quota shut for now, not a size: its reset says when to ask again.
+      if (quota.limit !== undefined && quota.limit > 0 && units > quota.limit) return { kind: 'never', policy: name, units, limit: quota.limit }
+      if (!short(quota, units)) continue
+      if (quota.resetAt === undefined) unknownReset = true
+      else if (quota.unitMs === undefined) until = Math.max(until, quota.resetAt)
+      // The reset brings the next unit; the rest this request needs come one every unitMs after it.
+      else until = Math.max(until, Math.ceil(quota.resetAt + (units - (quota.remaining as number) - 1) * quota.unitMs))
     }
     if (until > 0) return { kind: 'wait', until, reason: 'quota' }
     // Spent, and no reset known, or reset and not yet told how much is back: the next response
     // will say; with none coming, send one to ask.
     if ((unknownReset || unknownSinceReset) && this.inFlight > 0) return { kind: 'response', reason: 'quota' }
-    for (const quota of this.tracked.values()) if (quota.remaining !== undefined) quota.remaining -= 1
+    for (const [name, quota] of this.tracked) if (quota.remaining !== undefined) quota.remaining -= unitsOf(cost, name)
     this.inFlight += 1
+    this.countExtra(cost, 1)
     return { kind: 'go' }
+  }
+
+  private passReset(quota: Tracked, now: number): void {
+    if (quota.unitMs !== undefined && quota.remaining !== undefined) {
+      // A bucket refilling one unit every unitMs: the reset's unit has come, and one more per unitMs since.
+      const came = 1 + Math.floor((now - (quota.resetAt as number)) / quota.unitMs)
+      quota.remaining = Math.min(quota.limit ?? Infinity, quota.remaining + came)
+      quota.resetAt = quota.remaining >= (quota.limit ?? Infinity) ? undefined : (quota.resetAt as number) + came * quota.unitMs
+      return
+    }
+    quota.resetAt = undefined
+    // Requests were held for this reset: they may not all go at once. Units left stay what they
+    // were (more may have come, never fewer), until a response says.
+    if (spent(quota)) {
+      quota.unknownSinceReset = true
+      quota.remaining = undefined
+    }
+  }
+
+  /** Units of `policy` that requests in flight took. */
+  private unitsInFlight(policy: string): number {
+    return this.inFlight + this.extraInFlight + (this.namedExtraInFlight.get(policy) ?? 0)
+  }
+
+  private countExtra(cost: RequestCost, sign: 1 | -1): void {
+    if (cost === undefined) return
+    if (typeof cost === 'number') {
+      this.extraInFlight = Math.max(0, this.extraInFlight + sign * (cost - 1))
+      return
+    }
+    for (const [name, units] of Object.entries(cost)) {
+      const extra = Math.max(0, (this.namedExtraInFlight.get(name) ?? 0) + sign * (units - 1))
+      if (extra === 0) this.namedExtraInFlight.delete(name)
+      else this.namedExtraInFlight.set(name, extra)
+    }
   }
 
   /**
@@ -94,15 +150,17 @@ export class PartitionQuota {
    * wants to hear from this partition again (epoch ms) if it said, for a
    * refused (429/503) response.
    */
-  settle(announcement: Announcement, status: number, now: number): number | undefined {
-    this.inFlight = Math.max(0, this.inFlight - 1)
+  settle(announcement: Announcement, status: number, now: number, cost?: RequestCost): number | undefined {
+    this.leave(cost)
     this.answered = true
     for (const announced of announcement.quotas) {
       const resetAt = announced.resetAfterMs === undefined ? undefined : now + announced.resetAfterMs
-      const estimate = announced.remaining === undefined ? undefined : announced.remaining - this.inFlight
+      const estimate = announced.remaining === undefined ? undefined : announced.remaining - this.unitsInFlight(announced.name)
       const quota = this.tracked.get(announced.name)
       if (quota === undefined) {
-        this.tracked.set(announced.name, { limit: announced.limit, remaining: estimate, resetAt, windowMs: announced.windowMs, unknownSinceReset: false })
+        this.tracked.set(announced.name, {
+          limit: announced.limit, remaining: estimate, resetAt, windowMs: announced.windowMs, unitMs: announced.unitMs, unknownSinceReset: false,
+        })
         if (this.tracked.size > MAX_TRACKED) this.forgetLeastRecentlyAnnounced(announcement)
       } else {
         // Map order is announcement order: the policy goes to the end, the last to be forgotten.
@@ -121,6 +179,7 @@ export class PartitionQuota {
         }
         quota.limit = announced.limit ?? quota.limit
         quota.windowMs = announced.windowMs ?? quota.windowMs
+        quota.unitMs = announced.unitMs ?? quota.unitMs
         quota.unknownSinceReset = false
       }
       const current = this.tracked.get(announced.name) as Tracked
@@ -137,7 +196,7 @@ export class PartitionQuota {
       if (quota.limit === undefined) this.tracked.delete(name)
       else {
         quota.unknownSinceReset = false
-        quota.remaining = quota.limit - this.inFlight
+        quota.remaining = quota.limit - this.unitsInFlight(name)
       }
     }
     if (announcement.quotas.length > 0) this.probingUntil = 0
@@ -171,8 +230,13 @@ export class PartitionQuota {
   }
 
   /** A request that was admitted but got no response (network error, abort). */
-  abandon(): void {
+  abandon(cost?: RequestCost): void {
+    this.leave(cost)
+  }
+
+  private leave(cost: RequestCost): void {
     this.inFlight = Math.max(0, this.inFlight - 1)
+    this.countExtra(cost, -1)
   }
 
   /** The window of the first announced policy that named one, for spreading retries. */

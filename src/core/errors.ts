@@ -80,14 +80,17 @@ export class RateLimitedError extends SluiceError {
 
 /**
  * Thrown by the client (`sluice/client`) when a request would have to wait
- * longer than its `maxWaitMs` for the server's quota (or its own pacing).
+ * longer than its `maxWaitMs` for the server's quota (or its own pacing), or
+ * takes more of a policy than its whole announced quota (`retryAfterMs` Infinity).
  */
 export class QuotaExhaustedError extends SluiceError {
   readonly retryAfterMs: number
   readonly partition: string
 
   constructor(partition: string, retryAfterMs: number, why: string) {
-    super('ERR_SLUICE_QUOTA_EXHAUSTED', `requests to ${partition} must wait ${Math.ceil(retryAfterMs)} ms (${why}), longer than maxWaitMs allows`)
+    super('ERR_SLUICE_QUOTA_EXHAUSTED', Number.isFinite(retryAfterMs)
+      ? `requests to ${partition} must wait ${Math.ceil(retryAfterMs)} ms (${why}), longer than maxWaitMs allows`
+      : `a request to ${partition} can never be sent: ${why}`)
     this.retryAfterMs = retryAfterMs
     this.partition = partition
   }

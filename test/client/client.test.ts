@@ -64,32 +64,36 @@ async function refuseFirst(retryAfter: (now: number) => string, extra: Record<st
 
 describe('the client against the LLM APIs\' buckets (OpenAI, Anthropic)', () => {
   /**
-   * A bucket refilled continuously, as those APIs limit requests, announcing
-   * its requests and tokens as OpenAI or Anthropic does: the reset is the
-   * time until the bucket is full again.
+   * Buckets refilled continuously, as those APIs limit requests and tokens,
+   * announced as OpenAI or Anthropic does: the reset is the time until a
+   * bucket is full again. A request takes one request unit and the tokens its
+   * `x-tokens` header names; a refused one takes nothing.
    */
-  async function startBucketServer(dialect: 'openai' | 'anthropic', capacity: number, unitMs: number) {
-    let level = capacity
+  interface Bucket { capacity: number; unitMs: number; level: number }
+  async function startBucketServer(dialect: 'openai' | 'anthropic', requests: { capacity: number; unitMs: number }, tokens = { capacity: 200_000, unitMs: 0.3 }) {
+    const buckets: Record<'requests' | 'tokens', Bucket> = { requests: { ...requests, level: requests.capacity }, tokens: { ...tokens, level: tokens.capacity } }
     let last = Date.now()
     const state = { refused: 0, admitted: 0 }
-    const server = createServer((_request, response) => {
+    const server = createServer((request, response) => {
       const now = Date.now()
-      level = Math.min(capacity, level + (now - last) / unitMs)
+      const want = { requests: 1, tokens: Number(request.headers['x-tokens'] ?? 0) }
+      for (const bucket of Object.values(buckets)) bucket.level = Math.min(bucket.capacity, bucket.level + (now - last) / bucket.unitMs)
       last = now
-      const allowed = level >= 1
-      if (allowed) level -= 1
-      const untilFullMs = Math.ceil((capacity - level) * unitMs)
-      const remaining = Math.floor(level)
-      const headers: Record<string, string> = dialect === 'openai'
-        ? {
-          'x-ratelimit-limit-requests': String(capacity), 'x-ratelimit-remaining-requests': String(remaining), 'x-ratelimit-reset-requests': `${untilFullMs}ms`,
-          'x-ratelimit-limit-tokens': '200000', 'x-ratelimit-remaining-tokens': '199000', 'x-ratelimit-reset-tokens': '300ms',
+      const allowed = buckets.requests.level >= want.requests && buckets.tokens.level >= want.tokens
+      const headers: Record<string, string> = {}
+      for (const [name, bucket] of Object.entries(buckets) as Array<['requests' | 'tokens', Bucket]>) {
+        if (allowed) bucket.level -= want[name]
+        const untilFullMs = Math.ceil((bucket.capacity - bucket.level) * bucket.unitMs)
+        const remaining = String(Math.floor(bucket.level))
+        if (dialect === 'openai') {
+          Object.assign(headers, { [`x-ratelimit-limit-${name}`]: String(bucket.capacity), [`x-ratelimit-remaining-${name}`]: remaining, [`x-ratelimit-reset-${name}`]: `${untilFullMs}ms` })
+        } else {
+          Object.assign(headers, {
+            [`anthropic-ratelimit-${name}-limit`]: String(bucket.capacity), [`anthropic-ratelimit-${name}-remaining`]: remaining,
+            [`anthropic-ratelimit-${name}-reset`]: new Date(now + untilFullMs).toISOString(),
+          })
         }
-        : {
-          'anthropic-ratelimit-requests-limit': String(capacity), 'anthropic-ratelimit-requests-remaining': String(remaining),
-          'anthropic-ratelimit-requests-reset': new Date(now + untilFullMs).toISOString(),
-          'anthropic-ratelimit-tokens-limit': '200000', 'anthropic-ratelimit-tokens-remaining': '199000', 'anthropic-ratelimit-tokens-reset': new Date(now + 300).toISOString(),
-        }
+      }
       if (allowed) state.admitted++
       else {
         state.refused++
@@ -108,20 +112,48 @@ describe('the client against the LLM APIs\' buckets (OpenAI, Anthropic)', () => 
     })
   }
 
+  const statusesOf = (responses: Array<Promise<Response>>) => Promise.all(responses.map((pending) => pending.then(async (response) => {
+    await response.arrayBuffer()
+    return response.status
+  })))
+
   for (const dialect of ['openai', 'anthropic'] as const) {
     it(`${dialect}: 12 requests at once to a bucket of 3 refilled every 100 ms all complete, none refused: the client spends the burst, then goes as units come back`, async () => {
-      const server = await startBucketServer(dialect, 3, 100)
+      const server = await startBucketServer(dialect, { capacity: 3, unitMs: 100 })
       try {
         const client = createClient()
-        const statuses = await Promise.all(Array.from({ length: 12 }, () => client.fetch(server.url, { method: 'POST' }).then(async (response) => {
-          await response.arrayBuffer()
-          return response.status
-        })))
+        const statuses = await statusesOf(Array.from({ length: 12 }, () => client.fetch(server.url, { method: 'POST' })))
         assert.deepEqual(statuses, Array(12).fill(200))
         assert.equal(server.refused, 0)
         assert.equal(server.admitted, 12)
       } finally {
         await server.close()
+      }
+    })
+
+    it(`${dialect}: requests that say their tokens (rateLimit.cost) wait for those tokens to come back: 8 of 400 against 1,000 refilled 4 per ms, none refused; without the cost, refusals`, async () => {
+      const tokens = { capacity: 1000, unitMs: 0.25 }
+      const send = (url: string, cost?: { tokens: number }) => {
+        const client = createClient()
+        return statusesOf(Array.from({ length: 8 }, () =>
+          client.fetch(url, { method: 'POST', headers: { 'x-tokens': '400' }, ...(cost === undefined ? {} : { rateLimit: { cost } }) })))
+      }
+      const server = await startBucketServer(dialect, { capacity: 100, unitMs: 10 }, tokens)
+      const blind = await startBucketServer(dialect, { capacity: 100, unitMs: 10 }, tokens)
+      try {
+        const started = Date.now()
+        assert.deepEqual(await send(server.url, { tokens: 400 }), Array(8).fill(200))
+        const tookMs = Date.now() - started
+        assert.equal(server.refused, 0)
+        assert.equal(server.admitted, 8)
+        // 3,200 tokens from a bucket of 1,000: 2,200 had to drip in, at 4 per ms.
+        assert.ok(tookMs >= 500, `took ${tookMs} ms`)
+        // Counted as one token each, they are sent while the bucket cannot take them.
+        await send(blind.url)
+        assert.ok(blind.refused > 0, 'without the cost, the server refuses some')
+      } finally {
+        await server.close()
+        await blind.close()
       }
     })
   }
@@ -476,6 +508,27 @@ describe('waiting, failing fast, queues and pacing', () => {
     }
   })
 
+  it('pacing with rateLimit.cost: each policy is charged the units the request names for it (1 for the others)', async () => {
+    const server = await startLimitedServer({ dialect: 'retry-after-seconds', limit: 1000 })
+    const sentAt: number[] = []
+    try {
+      const client = createClient({
+        pace: [{ name: 'requests', algorithm: 'sliding-log', limit: 100, windowMs: 500 }, { name: 'tokens', algorithm: 'sliding-log', limit: 1000, windowMs: 500 }],
+        fetch: (request) => { sentAt.push(Date.now()); return fetch(request) },
+      })
+      const statuses = await Promise.all(Array.from({ length: 4 }, () => client.fetch(server.url, { rateLimit: { cost: { tokens: 400 } } }).then((r) => r.status)))
+      assert.deepEqual(statuses, [200, 200, 200, 200])
+      sentAt.sort((a, b) => a - b)
+      // 1,000 tokens per 500 ms: two requests of 400 fit, the third waits for the first two to leave the window.
+      assert.ok((sentAt[1] as number) - (sentAt[0] as number) < 400, `the 2nd went ${(sentAt[1] as number) - (sentAt[0] as number)} ms after the 1st`)
+      assert.ok((sentAt[2] as number) - (sentAt[0] as number) >= 490, `the 3rd went ${(sentAt[2] as number) - (sentAt[0] as number)} ms after the 1st`)
+      // More than a pace policy holds can never be sent.
+      await assert.rejects(client.fetch(server.url, { rateLimit: { cost: { tokens: 1001 } } }), /^ArgumentError: cost exceeds the limit 1000 of policy "tokens", so it could never be allowed \(got 1001\)$/)
+    } finally {
+      await server.close()
+    }
+  })
+
   it('concurrency, priority and a bounded queue', async () => {
     let inFlight = 0
     let peak = 0
@@ -527,7 +580,7 @@ describe('waiting, failing fast, queues and pacing', () => {
     }
   })
 
-  it('refuses bad options with errors that name them', () => {
+  it('refuses bad options with errors that name them', async () => {
     assert.throws(() => createClient({ maxWaitMs: -1 }), /maxWaitMs must be a number of milliseconds/)
     assert.throws(() => createClient({ concurrency: 0 }), /concurrency must be an integer of at least 1/)
     assert.throws(() => createClient({ retry: { retries: 1.5 } }), /retry.retries/)
@@ -540,6 +593,9 @@ describe('waiting, failing fast, queues and pacing', () => {
     assert.throws(() => createClient({ store, prefix: 'x'.repeat(59) }), /prefix must be 1 to 58/)
     assert.throws(() => createClient({ store, prefix: '' }), /prefix must be 1 to 58/)
     assert.ok(createClient({ store, prefix: 'x'.repeat(58) }))
+    for (const cost of [-1, 1.5, '3', null, [1], { tokens: -1 }, { tokens: Infinity }]) {
+      await assert.rejects(createClient().fetch('http://127.0.0.1:1', { rateLimit: { cost: cost as never } }), /^ArgumentError: rateLimit\.cost(\.tokens)? must be a whole number of units, 0 or more/, String(cost))
+    }
     return assert.rejects(createClient().fetch('http://127.0.0.1:1', { rateLimit: { priority: Number.NaN } }), /rateLimit.priority/)
   })
 })

@@ -66,9 +66,9 @@ describe('reading announced limits', () => {
       'x-ratelimit-limit-tokens': '160000', 'x-ratelimit-remaining-tokens': '0', 'x-ratelimit-reset-tokens': '1m0s',
     })
     assert.deepEqual(announced.quotas, [
-      { name: 'requests', limit: 5000, remaining: 4999, resetAfterMs: 12 },
+      { name: 'requests', limit: 5000, remaining: 4999, resetAfterMs: 12, unitMs: 12 },
       // A minute until full, 160,000 spent: the next token in under a millisecond, not in a minute.
-      { name: 'tokens', limit: 160_000, remaining: 0, resetAfterMs: 1 },
+      { name: 'tokens', limit: 160_000, remaining: 0, resetAfterMs: 1, unitMs: 0.375 },
     ])
     // 20 of 60 spent, full in 20 s: one comes back each second.
     assert.equal(read({ 'x-ratelimit-limit-requests': '60', 'x-ratelimit-remaining-requests': '40', 'x-ratelimit-reset-requests': '20s' }).quotas[0]?.resetAfterMs, 1000)
@@ -88,15 +88,24 @@ describe('reading announced limits', () => {
       'retry-after': '2',
     })
     assert.deepEqual(announced.quotas, [
-      { name: 'requests', windowMs: 60_000, limit: 50, remaining: 0, resetAfterMs: 1200 },
-      { name: 'input-tokens', windowMs: 60_000, limit: 40_000, remaining: 40_000, resetAfterMs: 0 },
+      { name: 'requests', windowMs: 60_000, limit: 50, remaining: 0, resetAfterMs: 1200, unitMs: 1200 },
+      // Nothing spent says nothing of the rate: the documented minute does.
+      { name: 'input-tokens', windowMs: 60_000, limit: 40_000, remaining: 40_000, resetAfterMs: 0, unitMs: 1.5 },
       // Full 30 s after the server's now, 2,000 spent.
-      { name: 'output-tokens', windowMs: 60_000, limit: 8000, remaining: 6000, resetAfterMs: 15 },
+      { name: 'output-tokens', windowMs: 60_000, limit: 8000, remaining: 6000, resetAfterMs: 15, unitMs: 15 },
     ])
     assert.equal(announced.retryAfterMs, 2000)
     // A reset that is not an RFC 3339 time is no reset.
     assert.deepEqual(read({ 'anthropic-ratelimit-requests-limit': '5', 'anthropic-ratelimit-requests-remaining': '1', 'anthropic-ratelimit-requests-reset': 'Sunday' }).quotas,
-      [{ name: 'requests', windowMs: 60_000, limit: 5, remaining: 1 }])
+      [{ name: 'requests', windowMs: 60_000, limit: 5, remaining: 1, unitMs: 12_000 }])
+    // A Date within a second or so of this clock is the same time, to the header's precision: the
+    // reset is read to the millisecond against this clock, not a second late against the truncated Date.
+    const sameSecond = read({
+      // Made at 11:59:59.7, so dated 11:59:59, and read here at 12:00:00.
+      Date: new Date(NOW - 1000).toUTCString(),
+      'anthropic-ratelimit-requests-limit': '5', 'anthropic-ratelimit-requests-remaining': '4', 'anthropic-ratelimit-requests-reset': new Date(NOW + 250).toISOString(),
+    })
+    assert.equal(sameSecond.quotas[0]?.resetAfterMs, 250)
   })
 
   it('prefers the newest dialect when a server sends several', () => {

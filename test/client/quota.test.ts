@@ -195,6 +195,63 @@ describe('the learned quota of one partition', () => {
     quota.settle({ quotas: [{ name: 'main', limit: 1_000_000, remaining: 0, ...window }] }, 200, 5_000)
     assert.deepEqual(quota.admit(5_001), { kind: 'wait', until: 65_000, reason: 'quota' })
   })
+
+  describe('requests that take several units (rateLimit.cost)', () => {
+    /** An LLM API's token bucket: 10,000 a minute, one every 6 ms. */
+    const tokens = (remaining: number, resetAfterMs = 6): Announcement => ({
+      quotas: [{ name: 'requests', limit: 100, remaining: 99, resetAfterMs: 600, unitMs: 600 }, { name: 'tokens', limit: 10_000, remaining, resetAfterMs, unitMs: 6 }],
+    })
+
+    it('a bucket short of a request\'s tokens: it waits until they have dripped in, one every unitMs after the next', () => {
+      const quota = new PartitionQuota(60_000)
+      quota.admit(0, { tokens: 500 })
+      quota.settle(tokens(1_000), 200, 10, { tokens: 500 })
+      assert.equal(quota.admit(11, { tokens: 600 }).kind, 'go')
+      // 400 left of the 1,000 announced: 800 more needs the next (at 16) and 399 more, 6 ms apart.
+      assert.deepEqual(quota.admit(12, { tokens: 800 }), { kind: 'wait', until: 16 + 399 * 6, reason: 'quota' })
+      // A request that takes few tokens is not held by the big one's wait; the requests it does not name cost 1 each.
+      assert.equal(quota.admit(12, { tokens: 300 }).kind, 'go')
+      assert.deepEqual(quota.admit(13, { tokens: 800 }), { kind: 'wait', until: 16 + 699 * 6, reason: 'quota' })
+      // By then the bucket has refilled what it needs.
+      assert.equal(quota.admit(16 + 699 * 6, { tokens: 800 }).kind, 'go')
+      assert.equal(quota.admit(16 + 699 * 6, { tokens: 1 }).kind, 'wait')
+    })
+
+    it('one taking more than a policy\'s whole quota is never sent; 0 units of a spent policy are not held by it', () => {
+      const quota = new PartitionQuota(60_000)
+      quota.admit(0)
+      quota.settle(tokens(0), 200, 0)
+      assert.deepEqual(quota.admit(1, { tokens: 10_001 }), { kind: 'never', policy: 'tokens', units: 10_001, limit: 10_000 })
+      assert.equal(quota.admit(1, { tokens: 1 }).kind, 'wait')
+      assert.equal(quota.admit(1, { tokens: 0 }).kind, 'go')
+    })
+
+    it('counts the units of requests in flight, per policy, against what an answer announces', () => {
+      const quota = new PartitionQuota(60_000)
+      quota.admit(0)
+      quota.settle(tokens(10_000, 0), 200, 0)
+      for (let i = 0; i < 3; i++) assert.equal(quota.admit(1, { tokens: 2_000 }).kind, 'go')
+      // The first answer says 8,000 left; the two others in flight take 4,000 of them.
+      quota.settle(tokens(8_000, 12_000), 200, 2, { tokens: 2_000 })
+      assert.equal(quota.admit(3, { tokens: 4_000 }).kind, 'go')
+      assert.equal(quota.admit(3, { tokens: 1 }).kind, 'wait')
+      // A number takes that many from every policy: 100 requests' worth is the whole requests quota.
+      assert.deepEqual(quota.admit(3, 101), { kind: 'never', policy: 'requests', units: 101, limit: 100 })
+    })
+
+    it('a window\'s quota short of a request\'s units: it waits for the reset, then goes alone to ask', () => {
+      const quota = new PartitionQuota(60_000)
+      quota.admit(0)
+      quota.settle(told(3, 10_000), 200, 0)
+      assert.deepEqual(quota.admit(1, 4), { kind: 'wait', until: 10_000, reason: 'quota' })
+      assert.equal(quota.admit(1, 3).kind, 'go')
+      quota.settle(told(0, 9_999), 200, 2, 3)
+      assert.deepEqual(quota.admit(3, 1), { kind: 'wait', until: 10_001, reason: 'quota' })
+      // A reset says when more comes, not how much: the request goes alone, and its answer says.
+      assert.equal(quota.admit(10_001, 4).kind, 'go')
+      assert.deepEqual(quota.admit(10_001, 1), { kind: 'response', reason: 'quota' })
+    })
+  })
 })
 
 describe('retry delays', () => {
