@@ -529,6 +529,31 @@ describe('waiting, failing fast, queues and pacing', () => {
     }
   })
 
+  it('a shared store with rateLimit.cost: two clients spend one quota of units together, each request charged what it takes', async () => {
+    const send = async (url: string, withCost: boolean) => {
+      const store = new MemoryStore()
+      // Without the cost, refusals are the point: not retried, so the run stays short.
+      const clients = [createClient({ store, retry: withCost ? {} : false }), createClient({ store, retry: withCost ? {} : false })]
+      // Each client's first answer teaches it the quota; then 3 more requests of 300 units each.
+      await Promise.all(clients.map((client) => client.fetch(url, { headers: { 'x-units': '300' }, ...(withCost ? { rateLimit: { cost: 300 } } : {}) })))
+      return Promise.all(clients.flatMap((client) => Array.from({ length: 3 }, () =>
+        client.fetch(url, { headers: { 'x-units': '300' }, ...(withCost ? { rateLimit: { cost: 300 } } : {}) }).then((response) => response.status))))
+    }
+    const server = await startLimitedServer({ dialect: 'draft-10', limit: 1000, windowSeconds: 1, unitsFromHeader: true })
+    const blind = await startLimitedServer({ dialect: 'draft-10', limit: 1000, windowSeconds: 1, unitsFromHeader: true })
+    try {
+      assert.deepEqual(await send(server.url, true), Array(6).fill(200))
+      assert.equal(server.refused, 0)
+      // 2,400 units against 1,000 a second: they had to be spread over at least three windows.
+      assert.ok(new Set(server.arrivals.map((arrival) => Math.floor(arrival.at / 1000))).size >= 3)
+      await send(blind.url, false)
+      assert.ok(blind.refused > 0, 'charged one unit a request, the fleet sends what the server refuses')
+    } finally {
+      await server.close()
+      await blind.close()
+    }
+  })
+
   it('concurrency, priority and a bounded queue', async () => {
     let inFlight = 0
     let peak = 0

@@ -28,6 +28,8 @@ export interface ServerOptions {
   windowSeconds?: number
   /** Status for a refusal. Default 429. */
   status?: number
+  /** Units a request takes, as its `x-units` header says (an API counting tokens or credits). Default: 1 each. */
+  unitsFromHeader?: boolean
 }
 
 export async function startLimitedServer(options: ServerOptions): Promise<LimitedServer> {
@@ -37,7 +39,8 @@ export async function startLimitedServer(options: ServerOptions): Promise<Limite
   const server: Server = createServer((request, response) => {
     const now = Date.now()
     const window = Math.floor(now / windowMs)
-    const used = (counts.get(window) ?? 0) + 1
+    const units = options.unitsFromHeader === true ? Number(request.headers['x-units'] ?? 1) : 1
+    const used = (counts.get(window) ?? 0) + units
     const allowed = used <= options.limit
     if (allowed) counts.set(window, used)
     counts.delete(window - 2)
