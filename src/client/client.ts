@@ -64,6 +64,13 @@ export interface ClientOptions {
    * headers (Guava RateLimiter's role): any sluice policies, per partition.
    */
   pace?: Policy | readonly Policy[]
+  /**
+   * Units each request takes, read from the request itself (its body is a
+   * copy, free to read): what an LLM SDK given `client.fetch` cannot pass per
+   * request, e.g. `async (request) => ({ tokens: estimate(await request.json()) })`.
+   * Asked once per request, before it queues; a request's own `rateLimit.cost` wins.
+   */
+  cost?: (request: Request) => RequestCost | Promise<RequestCost>
   /** Requests in progress at once, per partition. Default unlimited. */
   concurrency?: number
   /** Requests waiting, per partition, before new ones reject with `QueueFullError`. Default 10,000. */
@@ -125,7 +132,7 @@ export interface ClientEvents {
 /** Partitions a client keeps, about: the least recently used beyond it are forgotten (see forgetPartitions). */
 const MAX_PARTITIONS = 10_000
 
-const OPTIONS = new Set(['fetch', 'partition', 'maxWaitMs', 'retry', 'pace', 'concurrency', 'maxQueue', 'store', 'prefix', 'probeMs', 'random'])
+const OPTIONS = new Set(['fetch', 'partition', 'maxWaitMs', 'retry', 'pace', 'cost', 'concurrency', 'maxQueue', 'store', 'prefix', 'probeMs', 'random'])
 const RETRY_OPTIONS = new Set(['retries', 'baseDelayMs', 'maxDelayMs', 'statuses', 'nonIdempotent'])
 const REQUEST_OPTIONS = new Set(['priority', 'partition', 'maxWaitMs', 'cost'])
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE'])
@@ -147,6 +154,8 @@ export interface Trip {
   maxWaitMs: number
   /** Units it takes from each policy, learned or paced. */
   cost: RequestCost
+  /** The client's `cost` option, asked before the first attempt when the request named no cost. */
+  pricing: (() => RequestCost | Promise<RequestCost>) | undefined
   signal: AbortSignal
   retryable: boolean
   /** Its place in the partition's queue, kept across retries. */
@@ -187,6 +196,7 @@ export function retryDelayMs(
 export class RateLimitClient extends EventEmitter<ClientEvents> {
   private readonly fetchImpl: (input: Request, init?: RequestInit) => Promise<Response>
   private readonly partitionOf: (url: URL, request: RequestSummary) => string
+  private readonly costOf: ((request: Request) => RequestCost | Promise<RequestCost>) | undefined
   private readonly maxWaitMs: number
   private readonly retry: ResolvedRetry | undefined
   private readonly concurrency: number
@@ -208,6 +218,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     checkOptions('options', 'a client option', options, OPTIONS)
     this.fetchImpl = functionOr('fetch', options.fetch, (input: Request, init?: RequestInit) => globalThis.fetch(input, init))
     this.partitionOf = functionOr('partition', options.partition, (url: URL) => url.origin)
+    this.costOf = options.cost === undefined ? undefined : functionOr('cost', options.cost, () => undefined)
     this.maxWaitMs = waitBudget('maxWaitMs', options.maxWaitMs ?? 60_000)
     this.retry = resolveRetry(options.retry)
     this.concurrency = countOption('concurrency', options.concurrency, Infinity)
@@ -240,7 +251,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     const request = new Request(input, fetchInit)
     // A body read once cannot be sent twice: such requests are sent once.
     const replayable = request.body === null || isReplayable(fetchInit.body)
-    const trip = this.trip(new URL(request.url), request, request.signal, replayable, rateLimit)
+    const trip = this.trip(new URL(request.url), request, request.signal, replayable, rateLimit, () => (request.body === null ? request : request.clone()))
     for (;;) {
       const partition = await this.depart(trip)
       let response: Response
@@ -274,12 +285,16 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
         depart: (trip) => this.depart(trip),
         arrive: (trip, partition, status, header) => this.arrive(trip, partition, status, header),
       })
-      intercepted.start((signal) => this.trip(url, { method, headers }, signal, replayable, undefined))
+      // What the cost option reads: the request as a fetch Request, with its body where it is at hand (not a stream).
+      const asRequest = () => new Request(url, {
+        method, headers, ...((typeof body === 'string' || body instanceof Uint8Array) && method !== 'GET' && method !== 'HEAD' ? { body } : {}),
+      })
+      intercepted.start((signal) => this.trip(url, { method, headers }, signal, replayable, undefined, asRequest))
       return true
     }
   }
 
-  private trip(url: URL, request: RequestSummary, signal: AbortSignal, replayable: boolean, rateLimit: RequestLimitOptions | undefined): Trip {
+  private trip(url: URL, request: RequestSummary, signal: AbortSignal, replayable: boolean, rateLimit: RequestLimitOptions | undefined, asRequest: () => Request): Trip {
     const perRequest = requestOptions(rateLimit)
     const partitionKey = perRequest.partition ?? this.partitionOf(url, request)
     if (typeof partitionKey !== 'string' || partitionKey === '') throw new ArgumentError('partition', partitionKey, 'must return a non-empty string')
@@ -288,6 +303,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       priority: perRequest.priority ?? 0,
       maxWaitMs: perRequest.maxWaitMs ?? this.maxWaitMs,
       cost: perRequest.cost,
+      pricing: perRequest.cost !== undefined || this.costOf === undefined ? undefined : () => (this.costOf as (request: Request) => RequestCost | Promise<RequestCost>)(asRequest()),
       signal,
       retryable: this.retry !== undefined && replayable &&
         (IDEMPOTENT.has(request.method.toUpperCase()) || request.headers.has('idempotency-key') || this.retry.nonIdempotent),
@@ -299,6 +315,12 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
 
   /** Waits until the request may be sent: its place in the partition's queue, then the pacing and shared quotas. */
   private async depart(trip: Trip): Promise<Partition> {
+    if (trip.pricing !== undefined) {
+      const cost = await trip.pricing()
+      if (cost !== undefined) checkCost('cost', cost)
+      trip.cost = cost
+      trip.pricing = undefined
+    }
     const partition = this.partition(trip.partition)
     // A retried request keeps its place in the queue: it is not the one to be refused again.
     trip.place = await partition.acquire(trip.priority, trip.signal, trip.maxWaitMs, trip.cost, trip.place)
@@ -696,22 +718,23 @@ function requestOptions(options: RequestLimitOptions | undefined): RequestLimitO
     throw new ArgumentError('rateLimit.partition', options.partition, 'must be a non-empty string')
   }
   if (options.maxWaitMs !== undefined) waitBudget('rateLimit.maxWaitMs', options.maxWaitMs)
-  if (options.cost !== undefined) checkCost(options.cost)
+  if (options.cost !== undefined) checkCost('rateLimit.cost', options.cost)
   return options
 }
 
 const unitCount = (value: unknown): boolean => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0
 
-function checkCost(cost: unknown): void {
+function checkCost(name: string, cost: unknown): void {
+  const why = name.startsWith('rateLimit') ? 'must be' : 'must return'
   if (typeof cost === 'number') {
-    if (!unitCount(cost)) throw new ArgumentError('rateLimit.cost', cost, 'must be a whole number of units, 0 or more, or an object of them by policy name')
+    if (!unitCount(cost)) throw new ArgumentError(name, cost, `${why} a whole number of units, 0 or more, or an object of them by policy name`)
     return
   }
   if (typeof cost !== 'object' || cost === null || Array.isArray(cost)) {
-    throw new ArgumentError('rateLimit.cost', cost, 'must be a whole number of units, 0 or more, or an object of them by policy name')
+    throw new ArgumentError(name, cost, `${why} a whole number of units, 0 or more, or an object of them by policy name`)
   }
-  for (const [name, units] of Object.entries(cost)) {
-    if (!unitCount(units)) throw new ArgumentError(`rateLimit.cost.${name}`, units, 'must be a whole number of units, 0 or more')
+  for (const [policy, units] of Object.entries(cost)) {
+    if (!unitCount(units)) throw new ArgumentError(`${name}.${policy}`, units, `${why} a whole number of units, 0 or more`)
   }
 }
 

@@ -9,5 +9,5 @@
  */
 export { createClient, retryDelayMs, RateLimitClient, type ClientOptions, type ClientEvents, type ClientRequestInit, type RequestLimitOptions, type RetryOptions, type WaitReason } from './client.ts'
 export { readAnnouncement, retryAfterMs, type Announcement, type AnnouncedQuota, type HeaderLookup } from './headers.ts'
-export { PartitionQuota, type Admission } from './quota.ts'
+export { PartitionQuota, type Admission, type RequestCost } from './quota.ts'
 export { QuotaExhaustedError, QueueFullError } from '../core/errors.ts'

@@ -3,6 +3,7 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { after, describe, it } from 'node:test'
 import { createClient, QueueFullError, QuotaExhaustedError } from '../../src/client/index.ts'
+import { Agent, request } from 'undici'
 import { MemoryStore } from '../../src/index.ts'
 import { withRateLimit } from '../../src/http/adapters/node.ts'
 import { DIALECTS, nextWindow, offer, refusalsAfterFirstWindow, startLimitedServer, type LimitedServer } from './servers.ts'
@@ -524,6 +525,42 @@ describe('waiting, failing fast, queues and pacing', () => {
       assert.ok((sentAt[2] as number) - (sentAt[0] as number) >= 490, `the 3rd went ${(sentAt[2] as number) - (sentAt[0] as number)} ms after the 1st`)
       // More than a pace policy holds can never be sent.
       await assert.rejects(client.fetch(server.url, { rateLimit: { cost: { tokens: 1001 } } }), /^ArgumentError: cost exceeds the limit 1000 of policy "tokens", so it could never be allowed \(got 1001\)$/)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('the cost option reads what each request takes from the request itself (an LLM SDK given client.fetch passes no rateLimit), through fetch and the undici interceptor', async () => {
+    const server = await startLimitedServer({ dialect: 'draft-10', limit: 1000, windowSeconds: 1, unitsFromHeader: true })
+    const seen: string[] = []
+    try {
+      // As an SDK would call it: the units are in the body, which the cost option reads from its copy.
+      const client = createClient({
+        cost: async (request) => {
+          const body = await request.text()
+          seen.push(`${request.method} ${body}`)
+          return body === '' ? undefined : { window: JSON.parse(body).units as number }
+        },
+      })
+      const post = (units: number) => client.fetch(server.url, { method: 'POST', headers: { 'x-units': String(units), 'idempotency-key': `k${units}${Math.random()}` }, body: JSON.stringify({ units }) }).then((response) => response.status)
+      assert.equal(await post(400), 200)
+      assert.deepEqual(await Promise.all([post(400), post(400), post(400)]), [200, 200, 200])
+      assert.equal(server.refused, 0, 'each waited for its units')
+      assert.ok(new Set(server.arrivals.map((arrival) => Math.floor(arrival.at / 1000))).size >= 2)
+      // A request's own rateLimit.cost wins, and the option is not asked.
+      assert.equal((await client.fetch(server.url, { method: 'POST', body: '{"units":999}', rateLimit: { cost: 1 } })).status, 200)
+      assert.equal(seen.length, 4)
+      // The same through undici, the body given as a string.
+      const agent = new Agent().compose(client.interceptor())
+      const { statusCode, body } = await request(server.url, { method: 'POST', dispatcher: agent, body: '{"units":2}', headers: { 'x-units': '2' } })
+      await body.text()
+      assert.equal(statusCode, 200)
+      assert.equal(seen.at(-1), 'POST {"units":2}')
+      await agent.close()
+      // A cost the option cannot give rejects the request, unsent.
+      const broken = createClient({ cost: () => ({ window: -1 }) })
+      await assert.rejects(broken.fetch(server.url), /^ArgumentError: cost\.window must return a whole number of units, 0 or more \(got -1\)$/)
+      assert.throws(() => createClient({ cost: 5 as never }), /cost must be a function/)
     } finally {
       await server.close()
     }
