@@ -73,7 +73,7 @@ export class PartitionQuota {
   private probingUntil = 0
   /** Requests sent and not yet answered. */
   inFlight = 0
-  /** Units beyond one per request that requests in flight took: from every policy, and per policy name. */
+  /** Units beyond one per request that requests in flight took (less, for those taking 0): from every policy, and per policy name. */
   private extraInFlight = 0
   private readonly namedExtraInFlight = new Map<string, number>()
   /** Whether any response has come back: until one has, one request at a time finds out what the server says. */
@@ -132,14 +132,15 @@ export class PartitionQuota {
     return this.inFlight + this.extraInFlight + (this.namedExtraInFlight.get(policy) ?? 0)
   }
 
+  /** Counts a request's units in (1) or out (-1): beyond its one per policy, so a request taking 0 counts -1. */
   private countExtra(cost: RequestCost, sign: 1 | -1): void {
     if (cost === undefined) return
     if (typeof cost === 'number') {
-      this.extraInFlight = Math.max(0, this.extraInFlight + sign * (cost - 1))
+      this.extraInFlight += sign * (cost - 1)
       return
     }
     for (const [name, units] of Object.entries(cost)) {
-      const extra = Math.max(0, (this.namedExtraInFlight.get(name) ?? 0) + sign * (units - 1))
+      const extra = (this.namedExtraInFlight.get(name) ?? 0) + sign * (units - 1)
       if (extra === 0) this.namedExtraInFlight.delete(name)
       else this.namedExtraInFlight.set(name, extra)
     }

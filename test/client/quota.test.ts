@@ -237,6 +237,14 @@ describe('the learned quota of one partition', () => {
       assert.equal(quota.admit(3, { tokens: 1 }).kind, 'wait')
       // A number takes that many from every policy: 100 requests' worth is the whole requests quota.
       assert.deepEqual(quota.admit(3, 101), { kind: 'never', policy: 'requests', units: 101, limit: 100 })
+      // Requests that took no tokens leave nothing behind once answered: the next answer is read as it stands.
+      const free = new PartitionQuota(60_000)
+      free.admit(0)
+      free.settle(tokens(10_000, 0), 200, 0)
+      for (let i = 0; i < 2; i++) assert.equal(free.admit(1, { tokens: 0 }).kind, 'go')
+      free.settle(tokens(10_000, 0), 200, 2, { tokens: 0 })
+      free.settle(tokens(10_000, 0), 200, 3, { tokens: 0 })
+      assert.equal(free.admit(4, { tokens: 10_000 }).kind, 'go')
     })
 
     it('a window\'s quota short of a request\'s units: it waits for the reset, then goes alone to ask', () => {
