@@ -344,7 +344,12 @@ const timeouts = z.strictObject({
 export const configSchema = z.strictObject({
   server: z.strictObject({
     listen: listen.default({ host: '127.0.0.1', port: 8080 }),
-    tls: z.strictObject({ cert: nonEmpty, key: nonEmpty }).optional(),
+    tls: z.strictObject({
+      cert: nonEmpty,
+      key: nonEmpty,
+      /** Offer HTTP/2 (ALPN `h2`) beside HTTP/1.1 on the same port. */
+      http2: z.boolean().default(false),
+    }).optional(),
     timeouts: timeouts.default(timeouts.parse({})),
   }).default({ listen: { host: '127.0.0.1', port: 8080 }, timeouts: timeouts.parse({}) }),
   admin: z.strictObject({

@@ -7,8 +7,10 @@
  */
 import { realpathSync, watch, type FSWatcher } from 'node:fs'
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https'
-import type { AddressInfo, Socket } from 'node:net'
+import { createServer as createHttpsServer } from 'node:https'
+import { createSecureServer as createHttp2Server, type Http2SecureServer, type ServerHttp2Session } from 'node:http2'
+import type { AddressInfo, Server as NetServer, Socket } from 'node:net'
+import type { Server as TlsServer, TLSSocket } from 'node:tls'
 import type { Duplex } from 'node:stream'
 import { basename, dirname } from 'node:path'
 import { pino, type Logger } from 'pino'
@@ -67,7 +69,12 @@ export class Gateway {
   readonly metrics: GatewayMetrics
   readonly startedAt = Date.now()
   private runtime: Runtime
-  private readonly server: Server
+  /** HTTP, HTTPS, or HTTPS with HTTP/2 beside HTTP/1.1 (whose HTTP/1.1 connections node serves as an http.Server's). */
+  private readonly server: Server | Http2SecureServer
+  /** HTTP/2 connections, each carrying many requests: told to stop (GOAWAY) at shutdown. */
+  private readonly sessions = new Set<ServerHttp2Session>()
+  /** On an HTTP/2 listener, the connections that chose HTTP/1.1 (node tracks them itself on an http.Server). */
+  private readonly http1Sockets = new Set<Duplex>()
   private readonly admin: Server
   private readonly agent: Agent
   private readonly logger: Logger
@@ -90,18 +97,40 @@ export class Gateway {
     const { server: serverConfig } = runtime.config
     this.agent = createAgent(serverConfig.timeouts.keepAliveMs)
     const listener = (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res) }
-    this.server = runtime.config.tls !== undefined ? createHttpsServer({ cert: runtime.config.tls.cert, key: runtime.config.tls.key }, listener) : createHttpServer(listener)
+    const tls = runtime.config.tls
+    if (tls === undefined) this.server = createHttpServer(listener)
+    else if (serverConfig.tls?.http2 === true) {
+      const server = createHttp2Server({ cert: tls.cert, key: tls.key, allowHTTP1: true }, listener as never)
+      server.on('session', (session: ServerHttp2Session) => {
+        this.sessions.add(session)
+        session.once('close', () => this.sessions.delete(session))
+      })
+      server.on('secureConnection', (socket: TLSSocket) => {
+        if (socket.alpnProtocol === 'h2') return
+        this.http1Sockets.add(socket)
+        socket.once('close', () => this.http1Sockets.delete(socket))
+      })
+      // An idle HTTP/2 connection is closed as an idle kept-alive HTTP/1.1 one is.
+      server.setTimeout(serverConfig.timeouts.keepAliveMs)
+      this.server = server
+    } else this.server = createHttpsServer({ cert: tls.cert, key: tls.key }, listener)
     // `Expect: 100-continue`: the client sends its body only once the request is allowed, so a refused upload never travels.
     this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res, true) })
     this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => { this.handleUpgrade(req, socket, head) })
     // A forward proxy's tunnel: not what a reverse proxy offers (without a listener node would just drop the connection).
-    this.server.on('connect', (req: IncomingMessage, socket: Socket) => {
+    this.server.on('connect', (req: IncomingMessage, socketOrResponse: Socket | ServerResponse) => {
+      const refusal = problem(405, 'Method Not Allowed', 'CONNECT is not supported: this is a reverse proxy.', [])
+      // Over HTTP/2 a CONNECT is a stream like any request, and node hands over its response.
+      if (req.httpVersionMajor >= 2) return respond(socketOrResponse as ServerResponse, refusal)
+      const socket = socketOrResponse as Socket
       socket.on('error', () => socket.destroy())
-      respond(responseOnSocket(req, socket), problem(405, 'Method Not Allowed', 'CONNECT is not supported: this is a reverse proxy.', []))
+      respond(responseOnSocket(req, socket), refusal)
     })
-    this.server.headersTimeout = serverConfig.timeouts.headersMs
-    this.server.requestTimeout = serverConfig.timeouts.requestMs
-    this.server.keepAliveTimeout = serverConfig.timeouts.keepAliveMs
+    // Read by node for HTTP/1.1 connections, on an HTTP/2 listener too.
+    const http1 = this.server as Server
+    http1.headersTimeout = serverConfig.timeouts.headersMs
+    http1.requestTimeout = serverConfig.timeouts.requestMs
+    http1.keepAliveTimeout = serverConfig.timeouts.keepAliveMs
     this.admin = createAdminServer(this)
     this.metrics.configLoaded(runtime.config.version, undefined)
     this.probe = setInterval(() => { void this.probeStore() }, 1000)
@@ -175,12 +204,16 @@ export class Gateway {
     for (const route of this.runtime.routes) route.upstreams.stop()
     const deadline = Date.now() + this.runtime.config.server.timeouts.shutdownMs
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()))
-    this.server.closeIdleConnections()
+    // HTTP/2 connections are told to take no new requests (GOAWAY) and close once theirs are answered.
+    if ('closeIdleConnections' in this.server) this.server.closeIdleConnections()
+    for (const session of this.sessions) session.close()
     while (this.inFlight > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
     const abandoned = this.inFlight
     // A WebSocket may stay open for hours: once the requests are done, its client is left to reconnect elsewhere.
     for (const side of this.tunnels) side.destroy()
-    this.server.closeAllConnections()
+    if ('closeAllConnections' in this.server) this.server.closeAllConnections()
+    for (const session of this.sessions) session.destroy()
+    for (const socket of this.http1Sockets) socket.destroy()
     await closed
     await new Promise<void>((resolve) => this.admin.close(() => resolve()))
     this.admin.closeAllConnections()
@@ -291,7 +324,8 @@ export class Gateway {
     }
     res.once('close', done)
     try {
-      if (this.draining) res.setHeader('connection', 'close')
+      // HTTP/2 has no Connection field (its GOAWAY says as much): only an HTTP/1.1 connection is told.
+      if (this.draining && req.httpVersionMajor < 2) res.setHeader('connection', 'close')
       if (!routable) {
         // `OPTIONS *`, or an absolute form that is not http(s): nothing a route can name.
         answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request target must be a path or an http(s) URL.', []), corsFields)
@@ -302,6 +336,11 @@ export class Gateway {
         // node takes off the chunked framing only; forwarded, a body still in another coding (gzip) would reach
         // the upstream without the field that says so. RFC 9112 6.1: 501, as nginx answers.
         answerInstead(res, expectsContinue, problem(501, 'Not Implemented', `The request's Transfer-Encoding "${transferCodings}" is not supported: send the body chunked, or with a Content-Length (a compressed body with Content-Encoding).`, []), corsFields)
+        return
+      }
+      if (req.httpVersionMajor >= 2 && differsFromAuthority(req)) {
+        // RFC 9113 8.3.1: malformed. Routes read one, and an upstream or cache behind us may read the other.
+        answerInstead(res, expectsContinue, problem(400, 'Bad Request', 'The request\'s Host names another host than its :authority.', []), corsFields)
         return
       }
       if (repeatsHost(req.rawHeaders)) {
@@ -400,9 +439,11 @@ export class Gateway {
     const changed = (a: unknown, b: unknown) => JSON.stringify(a) !== JSON.stringify(b)
     // A renewed certificate applies to new connections; switching between HTTP and HTTPS needs a new listener.
     const tlsSwitch = (config.tls === undefined) !== (current.config.tls === undefined)
+    const http2 = current.config.server.tls?.http2 ?? false
     const fixed = [
       ...(changed({ ...config.server, tls: undefined }, { ...current.config.server, tls: undefined }) ? ['server'] : []),
       ...(tlsSwitch ? ['server.tls'] : []),
+      ...(!tlsSwitch && (config.server.tls?.http2 ?? false) !== http2 ? ['server.tls.http2'] : []),
       ...(changed(config.admin.listen, current.config.admin.listen) ? ['admin.listen'] : []),
     ]
     const sameStore = !changed([config.store, config.prefix], [current.config.store, current.config.prefix])
@@ -426,7 +467,7 @@ export class Gateway {
     const renewTls = !tlsSwitch && config.tls !== undefined && changed(config.tls, current.config.tls)
     if (renewTls) {
       try {
-        (this.server as HttpsServer).setSecureContext(config.tls as { cert: Buffer; key: Buffer })
+        (this.server as TlsServer).setSecureContext(config.tls as { cert: Buffer; key: Buffer })
       } catch (error) {
         if (!sameStore) await store.close()
         refuse({ problems: [`server.tls: ${(error as Error).message}`] })
@@ -435,7 +476,8 @@ export class Gateway {
     }
     // Keep listeners and timeouts as they are: changing them needs a restart. The TLS pair is the renewed one, if any.
     const tlsFrom = renewTls ? config : current.config
-    next.config = { ...next.config, server: { ...current.config.server, tls: tlsFrom.server.tls }, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: tlsFrom.tls }
+    const tlsFiles = tlsFrom.server.tls === undefined ? undefined : { ...tlsFrom.server.tls, http2 }
+    next.config = { ...next.config, server: { ...current.config.server, tls: tlsFiles }, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: tlsFrom.tls }
     this.runtime = next
     // The level of a logger the gateway made follows the file; one passed in is its owner's to set.
     if (this.options.logger === undefined) this.logger.level = config.logging.level
@@ -736,12 +778,20 @@ const NO_FIELDS: HeaderList = []
 
 /** The gateway's own answer, in the upstream's place, with the CORS fields that let a page read it. */
 function answerInstead(res: ServerResponse, expectsContinue: boolean, outcome: HttpOutcome, corsFields: HeaderList): void {
-  // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be reused.
-  if (expectsContinue) res.setHeader('connection', 'close')
+  // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be
+  // reused. (Over HTTP/2 only the stream is concerned, and the field does not exist.)
+  if (expectsContinue && res.req.httpVersionMajor < 2) res.setHeader('connection', 'close')
   respond(res, corsFields.length === 0 ? outcome : { ...outcome, headers: [...outcome.headers, ...corsFields] })
 }
 
-function listenOn(server: Server, host: string, port: number): Promise<void> {
+/** An HTTP/2 request whose Host field names another host than its `:authority`. */
+function differsFromAuthority(req: IncomingMessage): boolean {
+  const host = req.headers.host
+  const authority = req.headers[':authority']
+  return host !== undefined && typeof authority === 'string' && host.toLowerCase() !== authority.toLowerCase()
+}
+
+function listenOn(server: NetServer, host: string, port: number): Promise<void> {
   return new Promise((resolve, reject) => {
     const onError = (error: Error) => reject(new Error(`cannot listen on ${host}:${port}: ${error.message}`))
     server.once('error', onError)
@@ -752,7 +802,7 @@ function listenOn(server: Server, host: string, port: number): Promise<void> {
   })
 }
 
-function urlOf(server: Server, protocol: string): string {
+function urlOf(server: NetServer, protocol: string): string {
   const address = server.address() as AddressInfo | null
   if (address === null) return ''
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address

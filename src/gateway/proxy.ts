@@ -6,6 +6,7 @@
  * answer) or 504 (too slow); a response cut short is cut short for the client too.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Http2ServerRequest } from 'node:http2'
 import type { Socket } from 'node:net'
 import { PassThrough, type Duplex } from 'node:stream'
 import { Agent, errors, type Dispatcher } from 'undici'
@@ -241,7 +242,8 @@ export function clientLocation(location: string, base: Pick<UpstreamBase, 'origi
 
 /** Answers in the upstream's place (a refusal, a problem), with a length rather than a chunked body. */
 export function respond(res: ServerResponse, outcome: HttpOutcome): void {
-  const headers = outcome.headers.flat()
+  // HTTP/2 has no Connection field: its framing says what the field would.
+  const headers = (res.req?.httpVersionMajor ?? 1) >= 2 ? outcome.headers.filter(([name]) => name.toLowerCase() !== 'connection').flat() : outcome.headers.flat()
   const body = outcome.body ?? ''
   // RFC 9110 8.6: a 204 (a CORS preflight's answer) carries no Content-Length.
   if (!BODILESS.has(outcome.status)) headers.push('Content-Length', String(Buffer.byteLength(body)))
@@ -287,7 +289,10 @@ export interface Upgrade {
 export function forward(req: IncomingMessage, res: ServerResponse, options: ForwardOptions): Promise<ProxyOutcome> {
   const path = options.path
   const query = requestQuery(req.url ?? '/')
-  const hasBody = req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined
+  const hasBody = req.httpVersionMajor >= 2
+    // An HTTP/2 request has a body unless its HEADERS frame ended the stream; neither field need say so.
+    ? !(req as unknown as Http2ServerRequest).stream.endAfterHeaders
+    : req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined
   const replayable = !hasBody && options.upgrade === undefined && IDEMPOTENT.has(req.method ?? '')
   const strippedPrefix = options.rewrite.strippedPrefix(path)
   const upstreamPath = options.rewrite.upstreamPath(path, strippedPrefix)
@@ -523,18 +528,26 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   const headers: Record<string, string | string[]> = {}
   const dropped = connectionTokens(req.headers.connection)
   for (const [name, value] of Object.entries(req.headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || name === 'host' || name === 'expect') continue
+    // HTTP/2's pseudo-header fields (`:path`, `:authority`) belong to its framing: the request line and Host say them.
+    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || name === 'host' || name === 'expect' || name.startsWith(':')) continue
     headers[name] = value
   }
+  const clientHost = req.headers.host ?? authorityOf(req)
   const client = req.socket.remoteAddress ?? ''
   const forwardedFor = req.headers['x-forwarded-for']
   headers['x-forwarded-for'] = forwardedFor === undefined || forwardedFor === '' ? client : `${String(forwardedFor)}, ${client}`
   headers['x-forwarded-proto'] = options.protocol
-  if (req.headers.host !== undefined) headers['x-forwarded-host'] = req.headers.host
+  if (clientHost !== undefined) headers['x-forwarded-host'] = clientHost
   // What Spring Cloud Gateway and Traefik send for a stripped prefix, so the upstream can build its links under it.
   if (strippedPrefix !== undefined) headers['x-forwarded-prefix'] = strippedPrefix
-  headers.host = options.preserveHost && req.headers.host !== undefined ? req.headers.host : upstreamHost
+  headers.host = options.preserveHost && clientHost !== undefined ? clientHost : upstreamHost
   return headers
+}
+
+/** An HTTP/2 request's `:authority`, its Host. */
+function authorityOf(req: IncomingMessage): string | undefined {
+  const authority = req.headers[':authority']
+  return typeof authority === 'string' ? authority : undefined
 }
 
 /** How long a tunnel's side is given to close after its other side has closed. */

@@ -4,10 +4,11 @@
  */
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { X509Certificate } from 'node:crypto'
+import { createHash, X509Certificate } from 'node:crypto'
 import { once } from 'node:events'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import type { Server } from 'node:http'
+import type { IncomingHttpHeaders, OutgoingHttpHeaders, Server } from 'node:http'
+import { connect as http2Connect, type ClientHttp2Session } from 'node:http2'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
@@ -126,6 +127,93 @@ ${route(upstream.url)}`)
         assert.equal(reloaded.needsRestart, undefined)
         assert.equal(await served(gateway.url), renewed)
         assert.equal((await undiciFetch(`${gateway.url}/hello`, { dispatcher: new Agent({ connect: { rejectUnauthorized: false } }) })).status, 200)
+      } finally {
+        await gateway.stop()
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('server.tls.http2: HTTP/2 and HTTP/1.1 on one port, the same limits, headers and bodies; the upstream sees a plain request; a draining gateway finishes HTTP/2 requests in flight', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-h2-'))
+    const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
+      '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { encoding: 'utf8' })
+    assert.equal(made.status, 0, made.stderr)
+    /** One HTTP/2 request on `session`: its status, fields and body. */
+    const h2 = (session: ClientHttp2Session, path: string, method = 'GET', body?: Buffer) => new Promise<{ status: number; headers: IncomingHttpHeaders; body: string }>((resolve, reject) => {
+      const stream = session.request({ ':method': method, ':path': path }, { endStream: body === undefined })
+      let text = ''
+      let head: IncomingHttpHeaders = {}
+      stream.on('response', (headers) => { head = headers })
+      stream.setEncoding('utf8')
+      stream.on('data', (chunk: string) => { text += chunk })
+      stream.on('end', () => resolve({ status: Number(head[':status']), headers: head, body: text }))
+      stream.on('error', reject)
+      if (body !== undefined) stream.end(body)
+    })
+    try {
+      const yaml = `
+server: { listen: 127.0.0.1:0, tls: { cert: ${join(dir, 'cert.pem')}, key: ${join(dir, 'key.pem')}, http2: true } }
+admin: { listen: 127.0.0.1:0 }
+routes:
+  - name: slow
+    match: { path: /slow/** }
+    upstream: ${upstream.url}
+  - name: api
+    upstream: ${upstream.url}
+    limits:
+      - policies: { algorithm: sliding-log, name: hourly, limit: 6, windowMs: 3600000 }
+`
+      const gateway = await startGateway(yaml)
+      try {
+        const session = http2Connect(gateway.url, { rejectUnauthorized: false })
+        const seen = JSON.parse((await h2(session, '/headers')).body) as Record<string, string>
+        // The upstream gets HTTP/1.1 with a Host, never HTTP/2's pseudo-header fields.
+        assert.equal(Object.keys(seen).filter((name) => name.startsWith(':')).length, 0)
+        assert.equal(seen['x-forwarded-host'], new URL(gateway.url).host)
+        assert.equal(seen['x-forwarded-proto'], 'https')
+        // A body with neither Content-Length nor chunking, as HTTP/2 sends it, arrives whole.
+        const upload = Buffer.alloc(300_000, 7)
+        const digest = JSON.parse((await h2(session, '/digest', 'POST', upload)).body) as { length: number; sha256: string }
+        assert.equal(digest.length, upload.length)
+        assert.equal(digest.sha256, createHash('sha256').update(upload).digest('hex'))
+        // The same limit over both protocols: 6 an hour for this client.
+        const dispatcher = new Agent({ connect: { rejectUnauthorized: false } })
+        const overHttp1 = await undiciFetch(`${gateway.url}/hello`, { dispatcher })
+        assert.equal(overHttp1.status, 200)
+        assert.match(overHttp1.headers.get('ratelimit') ?? '', /^"hourly";r=3;t=\d+$/)
+        const answers = await Promise.all([h2(session, '/hello'), h2(session, '/hello'), h2(session, '/hello'), h2(session, '/hello')])
+        assert.deepEqual(answers.map((answer) => answer.status).sort(), [200, 200, 200, 429])
+        const refused = answers.find((answer) => answer.status === 429)
+        assert.equal(refused?.headers['content-type'], 'application/problem+json')
+        assert.match(String(refused?.headers['retry-after']), /^\d+$/)
+        assert.equal((JSON.parse(refused?.body ?? '{}') as { 'violated-policies': string[] })['violated-policies'][0], 'hourly')
+        // CONNECT is a stream like any other over HTTP/2 (it once reached the HTTP/1.1 socket handler and crashed the gateway).
+        const statusOf = (headers: OutgoingHttpHeaders) => new Promise<number>((resolve, reject) => {
+          const stream = session.request(headers)
+          stream.on('response', (answer) => resolve(Number(answer[':status'])))
+          stream.on('error', reject)
+          stream.resume()
+        })
+        assert.equal(await statusOf({ ':method': 'CONNECT', ':authority': 'example.com:443' }), 405)
+        // RFC 9113 8.3.1: a Host beside an :authority naming another host is malformed.
+        assert.equal(await statusOf({ ':path': '/headers', ':authority': new URL(gateway.url).host, host: 'elsewhere.example' }), 400)
+        // Switching HTTP/2 off needs a new listener: the reload says so, and the running one keeps serving HTTP/2.
+        gateway.writeConfig(yaml.replace('http2: true', 'http2: false').replace('limit: 6', 'limit: 7'))
+        const reloaded = await gateway.waitForLog((line) => line.msg === 'config reloaded')
+        assert.deepEqual(reloaded.needsRestart, ['server.tls.http2'])
+        assert.equal((await h2(session, '/hello')).status, 200)
+        // Stopping: a request in flight on an HTTP/2 connection is answered, then the gateway exits.
+        const slow = h2(http2Connect(gateway.url, { rejectUnauthorized: false }), '/slow/600')
+        await new Promise((resolve) => setTimeout(resolve, 150))
+        const stopped = gateway.stop()
+        const answered = await slow
+        assert.equal(answered.status, 200, 'answered, not cut')
+        assert.equal((JSON.parse(answered.body) as { waitedMs: number }).waitedMs, 600)
+        assert.equal(await stopped, 0)
+        session.destroy()
+        await dispatcher.close()
       } finally {
         await gateway.stop()
       }
