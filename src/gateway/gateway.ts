@@ -104,14 +104,22 @@ export class Gateway {
       server.on('session', (session: ServerHttp2Session) => {
         this.sessions.add(session)
         session.once('close', () => this.sessions.delete(session))
+        // Closed when idle, as a kept-alive HTTP/1.1 connection is: silent for keepAliveMs with no request open.
+        // (node's server timeout would destroy it, requests and all, while a slow upstream keeps it silent.)
+        let open = 0
+        session.on('stream', (stream: Duplex) => {
+          open++
+          stream.once('close', () => { open-- })
+        })
+        session.setTimeout(serverConfig.timeouts.keepAliveMs, () => {
+          if (open === 0) session.close()
+        })
       })
       server.on('secureConnection', (socket: TLSSocket) => {
         if (socket.alpnProtocol === 'h2') return
         this.http1Sockets.add(socket)
         socket.once('close', () => this.http1Sockets.delete(socket))
       })
-      // An idle HTTP/2 connection is closed as an idle kept-alive HTTP/1.1 one is.
-      server.setTimeout(serverConfig.timeouts.keepAliveMs)
       this.server = server
     } else this.server = createHttpsServer({ cert: tls.cert, key: tls.key }, listener)
     // `Expect: 100-continue`: the client sends its body only once the request is allowed, so a refused upload never travels.

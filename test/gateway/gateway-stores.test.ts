@@ -140,8 +140,17 @@ ${route(upstream.url)}`)
     const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
       '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { encoding: 'utf8' })
     assert.equal(made.status, 0, made.stderr)
-    /** One HTTP/2 request on `session`: its status, fields and body. */
-    const h2 = (session: ClientHttp2Session, path: string, method = 'GET', body?: Buffer) => new Promise<{ status: number; headers: IncomingHttpHeaders; body: string }>((resolve, reject) => {
+    // A connection of its own for each step: with keepAliveMs 300 the gateway closes one left idle between steps.
+    const sessions: ClientHttp2Session[] = []
+    let gatewayUrl = ''
+    const connectH2 = () => {
+      const session = http2Connect(gatewayUrl, { rejectUnauthorized: false })
+      session.on('error', () => {})
+      sessions.push(session)
+      return session
+    }
+    /** One HTTP/2 request: its status, fields and body. */
+    const h2 = (path: string, method = 'GET', body?: Buffer, session = connectH2()) => new Promise<{ status: number; headers: IncomingHttpHeaders; body: string }>((resolve, reject) => {
       const stream = session.request({ ':method': method, ':path': path }, { endStream: body === undefined })
       let text = ''
       let head: IncomingHttpHeaders = {}
@@ -154,7 +163,7 @@ ${route(upstream.url)}`)
     })
     try {
       const yaml = `
-server: { listen: 127.0.0.1:0, tls: { cert: ${join(dir, 'cert.pem')}, key: ${join(dir, 'key.pem')}, http2: true } }
+server: { listen: 127.0.0.1:0, tls: { cert: ${join(dir, 'cert.pem')}, key: ${join(dir, 'key.pem')}, http2: true }, timeouts: { keepAliveMs: 300 } }
 admin: { listen: 127.0.0.1:0 }
 routes:
   - name: slow
@@ -167,15 +176,15 @@ routes:
 `
       const gateway = await startGateway(yaml)
       try {
-        const session = http2Connect(gateway.url, { rejectUnauthorized: false })
-        const seen = JSON.parse((await h2(session, '/headers')).body) as Record<string, string>
+        gatewayUrl = gateway.url
+        const seen = JSON.parse((await h2('/headers')).body) as Record<string, string>
         // The upstream gets HTTP/1.1 with a Host, never HTTP/2's pseudo-header fields.
         assert.equal(Object.keys(seen).filter((name) => name.startsWith(':')).length, 0)
         assert.equal(seen['x-forwarded-host'], new URL(gateway.url).host)
         assert.equal(seen['x-forwarded-proto'], 'https')
         // A body with neither Content-Length nor chunking, as HTTP/2 sends it, arrives whole.
         const upload = Buffer.alloc(300_000, 7)
-        const digest = JSON.parse((await h2(session, '/digest', 'POST', upload)).body) as { length: number; sha256: string }
+        const digest = JSON.parse((await h2('/digest', 'POST', upload)).body) as { length: number; sha256: string }
         assert.equal(digest.length, upload.length)
         assert.equal(digest.sha256, createHash('sha256').update(upload).digest('hex'))
         // The same limit over both protocols: 6 an hour for this client.
@@ -183,7 +192,9 @@ routes:
         const overHttp1 = await undiciFetch(`${gateway.url}/hello`, { dispatcher })
         assert.equal(overHttp1.status, 200)
         assert.match(overHttp1.headers.get('ratelimit') ?? '', /^"hourly";r=3;t=\d+$/)
-        const answers = await Promise.all([h2(session, '/hello'), h2(session, '/hello'), h2(session, '/hello'), h2(session, '/hello')])
+        // Four at once on one connection.
+        const shared = connectH2()
+        const answers = await Promise.all([h2('/hello', 'GET', undefined, shared), h2('/hello', 'GET', undefined, shared), h2('/hello', 'GET', undefined, shared), h2('/hello', 'GET', undefined, shared)])
         assert.deepEqual(answers.map((answer) => answer.status).sort(), [200, 200, 200, 429])
         const refused = answers.find((answer) => answer.status === 429)
         assert.equal(refused?.headers['content-type'], 'application/problem+json')
@@ -191,7 +202,7 @@ routes:
         assert.equal((JSON.parse(refused?.body ?? '{}') as { 'violated-policies': string[] })['violated-policies'][0], 'hourly')
         // CONNECT is a stream like any other over HTTP/2 (it once reached the HTTP/1.1 socket handler and crashed the gateway).
         const statusOf = (headers: OutgoingHttpHeaders) => new Promise<number>((resolve, reject) => {
-          const stream = session.request(headers)
+          const stream = connectH2().request(headers)
           stream.on('response', (answer) => resolve(Number(answer[':status'])))
           stream.on('error', reject)
           stream.resume()
@@ -203,21 +214,23 @@ routes:
         gateway.writeConfig(yaml.replace('http2: true', 'http2: false').replace('limit: 6', 'limit: 7'))
         const reloaded = await gateway.waitForLog((line) => line.msg === 'config reloaded')
         assert.deepEqual(reloaded.needsRestart, ['server.tls.http2'])
-        assert.equal((await h2(session, '/hello')).status, 200)
+        assert.equal((await h2('/hello')).status, 200)
+        // A connection kept silent by a slow upstream for longer than keepAliveMs is not idle: its request is answered.
+        assert.equal((await h2('/slow/700')).status, 200)
         // Stopping: a request in flight on an HTTP/2 connection is answered, then the gateway exits.
-        const slow = h2(http2Connect(gateway.url, { rejectUnauthorized: false }), '/slow/600')
+        const slow = h2('/slow/600')
         await new Promise((resolve) => setTimeout(resolve, 150))
         const stopped = gateway.stop()
         const answered = await slow
         assert.equal(answered.status, 200, 'answered, not cut')
         assert.equal((JSON.parse(answered.body) as { waitedMs: number }).waitedMs, 600)
         assert.equal(await stopped, 0)
-        session.destroy()
         await dispatcher.close()
       } finally {
         await gateway.stop()
       }
     } finally {
+      for (const session of sessions) session.destroy()
       rmSync(dir, { recursive: true, force: true })
     }
   })
