@@ -8,7 +8,7 @@
 import { realpathSync, watch, type FSWatcher } from 'node:fs'
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { createServer as createHttpsServer } from 'node:https'
-import { createSecureServer as createHttp2Server, type Http2SecureServer, type ServerHttp2Session } from 'node:http2'
+import { constants as http2Constants, createSecureServer as createHttp2Server, type Http2SecureServer, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
 import type { AddressInfo, Server as NetServer, Socket } from 'node:net'
 import type { Server as TlsServer, TLSSocket } from 'node:tls'
 import type { Duplex } from 'node:stream'
@@ -107,9 +107,18 @@ export class Gateway {
         // Closed when idle, as a kept-alive HTTP/1.1 connection is: silent for keepAliveMs with no request open.
         // (node's server timeout would destroy it, requests and all, while a slow upstream keeps it silent.)
         let open = 0
-        session.on('stream', (stream: Duplex) => {
+        session.on('stream', (stream: ServerHttp2Stream) => {
           open++
-          stream.once('close', () => { open-- })
+          // requestMs, as node holds HTTP/1.1 requests to it: a request not wholly received by then (a client
+          // trickling its body) is cancelled, so a slow client cannot keep a stream open forever.
+          const cut = setTimeout(() => {
+            if (!stream.endAfterHeaders && !stream.readableEnded) stream.close(http2Constants.NGHTTP2_CANCEL)
+          }, serverConfig.timeouts.requestMs)
+          cut.unref()
+          stream.once('close', () => {
+            open--
+            clearTimeout(cut)
+          })
         })
         session.setTimeout(serverConfig.timeouts.keepAliveMs, () => {
           if (open === 0) session.close()

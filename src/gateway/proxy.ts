@@ -434,9 +434,11 @@ function uploadOf(req: IncomingMessage): PassThrough {
     req.unpipe(upload)
     req.resume()
   })
-  // A client gone mid-upload: the upstream must not wait for the rest.
+  // A client gone mid-upload: the upstream must not wait for the rest. (An HTTP/2 request counts as complete
+  // once its stream is reset; the body is all there only if it reached the upload's end.)
+  const http2 = req.httpVersionMajor >= 2
   req.once('close', () => {
-    if (!req.complete) upload.destroy(new Error('the client closed the connection'))
+    if (http2 ? !upload.writableEnded : !req.complete) upload.destroy(new Error('the client closed the connection'))
   })
   return upload
 }

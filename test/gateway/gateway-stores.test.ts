@@ -8,7 +8,7 @@ import { createHash, X509Certificate } from 'node:crypto'
 import { once } from 'node:events'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import type { IncomingHttpHeaders, OutgoingHttpHeaders, Server } from 'node:http'
-import { connect as http2Connect, type ClientHttp2Session } from 'node:http2'
+import { connect as http2Connect, constants as http2Constants, type ClientHttp2Session } from 'node:http2'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
@@ -163,7 +163,7 @@ ${route(upstream.url)}`)
     })
     try {
       const yaml = `
-server: { listen: 127.0.0.1:0, tls: { cert: ${join(dir, 'cert.pem')}, key: ${join(dir, 'key.pem')}, http2: true }, timeouts: { keepAliveMs: 300 } }
+server: { listen: 127.0.0.1:0, tls: { cert: ${join(dir, 'cert.pem')}, key: ${join(dir, 'key.pem')}, http2: true }, timeouts: { keepAliveMs: 300, requestMs: 1000, headersMs: 500 } }
 admin: { listen: 127.0.0.1:0 }
 routes:
   - name: slow
@@ -217,14 +217,26 @@ routes:
         assert.equal((await h2('/hello')).status, 200)
         // A connection kept silent by a slow upstream for longer than keepAliveMs is not idle: its request is answered.
         assert.equal((await h2('/slow/700')).status, 200)
+        // A body trickling in is cut at requestMs, as node cuts an HTTP/1.1 one.
+        const trickle = connectH2().request({ ':method': 'POST', ':path': '/slow/5000' }, { endStream: false })
+        const drip = setInterval(() => { if (!trickle.destroyed) trickle.write('x') }, 100)
+        trickle.resume()
+        const started = Date.now()
+        await once(trickle, 'close')
+        clearInterval(drip)
+        assert.equal(trickle.rstCode, http2Constants.NGHTTP2_CANCEL)
+        assert.ok(Date.now() - started < 3000, `cut after ${Date.now() - started} ms`)
         // Stopping: a request in flight on an HTTP/2 connection is answered, then the gateway exits.
         const slow = h2('/slow/600')
         await new Promise((resolve) => setTimeout(resolve, 150))
+        const stopping = Date.now()
         const stopped = gateway.stop()
         const answered = await slow
         assert.equal(answered.status, 200, 'answered, not cut')
         assert.equal((JSON.parse(answered.body) as { waitedMs: number }).waitedMs, 600)
         assert.equal(await stopped, 0)
+        // Nothing left hanging: the trickled upload's upstream request was given up with it (it once held the stop for 10 s).
+        assert.ok(Date.now() - stopping < 3000, `stopped in ${Date.now() - stopping} ms`)
         await dispatcher.close()
       } finally {
         await gateway.stop()
