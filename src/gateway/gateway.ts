@@ -100,7 +100,8 @@ export class Gateway {
     const tls = runtime.config.tls
     if (tls === undefined) this.server = createHttpServer(listener)
     else if (serverConfig.tls?.http2 === true) {
-      const server = createHttp2Server({ cert: tls.cert, key: tls.key, allowHTTP1: true }, listener as never)
+      // At most 128 requests at once per connection, as nginx's http2_max_concurrent_streams (node allows 2^32 - 1).
+      const server = createHttp2Server({ cert: tls.cert, key: tls.key, allowHTTP1: true, settings: { maxConcurrentStreams: 128 } }, listener as never)
       server.on('session', (session: ServerHttp2Session) => {
         this.sessions.add(session)
         session.once('close', () => this.sessions.delete(session))

@@ -196,6 +196,8 @@ routes:
         const shared = connectH2()
         const answers = await Promise.all([h2('/hello', 'GET', undefined, shared), h2('/hello', 'GET', undefined, shared), h2('/hello', 'GET', undefined, shared), h2('/hello', 'GET', undefined, shared)])
         assert.deepEqual(answers.map((answer) => answer.status).sort(), [200, 200, 200, 429])
+        // A connection carries at most 128 requests at once (node's default is 2^32 - 1).
+        assert.equal(shared.remoteSettings.maxConcurrentStreams, 128)
         const refused = answers.find((answer) => answer.status === 429)
         assert.equal(refused?.headers['content-type'], 'application/problem+json')
         assert.match(String(refused?.headers['retry-after']), /^\d+$/)
