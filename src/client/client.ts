@@ -286,15 +286,22 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
         arrive: (trip, partition, status, header) => this.arrive(trip, partition, status, header),
       })
       // What the cost option reads: the request as a fetch Request, with its body where it is at hand (not a stream).
-      const asRequest = () => new Request(url, {
-        method, headers, ...((typeof body === 'string' || body instanceof Uint8Array) && method !== 'GET' && method !== 'HEAD' ? { body } : {}),
-      })
+      const asRequest = () => {
+        try {
+          return new Request(url, {
+            method, headers, ...((typeof body === 'string' || body instanceof Uint8Array) && method !== 'GET' && method !== 'HEAD' ? { body } : {}),
+          })
+        } catch {
+          // A request fetch cannot stand for (TRACE, CONNECT): its cost is the default, 1 from each policy.
+          return undefined
+        }
+      }
       intercepted.start((signal) => this.trip(url, { method, headers }, signal, replayable, undefined, asRequest))
       return true
     }
   }
 
-  private trip(url: URL, request: RequestSummary, signal: AbortSignal, replayable: boolean, rateLimit: RequestLimitOptions | undefined, asRequest: () => Request): Trip {
+  private trip(url: URL, request: RequestSummary, signal: AbortSignal, replayable: boolean, rateLimit: RequestLimitOptions | undefined, asRequest: () => Request | undefined): Trip {
     const perRequest = requestOptions(rateLimit)
     const partitionKey = perRequest.partition ?? this.partitionOf(url, request)
     if (typeof partitionKey !== 'string' || partitionKey === '') throw new ArgumentError('partition', partitionKey, 'must return a non-empty string')
@@ -303,7 +310,10 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       priority: perRequest.priority ?? 0,
       maxWaitMs: perRequest.maxWaitMs ?? this.maxWaitMs,
       cost: perRequest.cost,
-      pricing: perRequest.cost !== undefined || this.costOf === undefined ? undefined : () => (this.costOf as (request: Request) => RequestCost | Promise<RequestCost>)(asRequest()),
+      pricing: perRequest.cost !== undefined || this.costOf === undefined ? undefined : () => {
+        const copy = asRequest()
+        return copy === undefined ? undefined : (this.costOf as (request: Request) => RequestCost | Promise<RequestCost>)(copy)
+      },
       signal,
       retryable: this.retry !== undefined && replayable &&
         (IDEMPOTENT.has(request.method.toUpperCase()) || request.headers.has('idempotency-key') || this.retry.nonIdempotent),

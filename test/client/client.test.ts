@@ -556,6 +556,12 @@ describe('waiting, failing fast, queues and pacing', () => {
       await body.text()
       assert.equal(statusCode, 200)
       assert.equal(seen.at(-1), 'POST {"units":2}')
+      // A method fetch cannot stand for (TRACE) is sent at the default cost, not failed.
+      const asked = seen.length
+      const traced = await request(server.url, { method: 'TRACE', dispatcher: agent })
+      await traced.body.text()
+      assert.equal(traced.statusCode, 200)
+      assert.equal(seen.length, asked)
       await agent.close()
       // A cost the option cannot give rejects the request, unsent.
       const broken = createClient({ cost: () => ({ window: -1 }) })
