@@ -21,7 +21,7 @@ import type { Store } from '../stores/store.ts'
 import { readAnnouncement, type Announcement, type HeaderLookup } from './headers.ts'
 import { PartitionQuota, unitsOf, type RequestCost } from './quota.ts'
 import { InterceptedRequest } from './interceptor.ts'
-import { abortReason, MAX_TIMER_MS, sleep } from './sleep.ts'
+import { abortReason, MAX_TIMER_MS, sleep, unlessAborted } from './sleep.ts'
 
 export interface RetryOptions {
   /** Retries after the first attempt. Default 5. */
@@ -326,7 +326,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
   /** Waits until the request may be sent: its place in the partition's queue, then the pacing and shared quotas. */
   private async depart(trip: Trip): Promise<Partition> {
     if (trip.pricing !== undefined) {
-      const cost = await trip.pricing()
+      const cost = await unlessAborted(trip.pricing(), trip.signal)
       if (cost !== undefined) checkCost('cost', cost)
       trip.cost = cost
       trip.pricing = undefined

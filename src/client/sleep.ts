@@ -18,6 +18,19 @@ async function step(ms: number, signal: AbortSignal | undefined): Promise<void> 
   if (!ran) throw abortReason(signal as AbortSignal)
 }
 
+/** `value`, or the signal's reason as soon as it aborts: a caller's callback that never settles cannot hold an aborted request. */
+export function unlessAborted<T>(value: T | Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(abortReason(signal))
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(abortReason(signal))
+    signal.addEventListener('abort', abort, { once: true })
+    Promise.resolve(value).then(
+      (settled) => { signal.removeEventListener('abort', abort); resolve(settled) },
+      (error: unknown) => { signal.removeEventListener('abort', abort); reject(error) },
+    )
+  })
+}
+
 export function abortReason(signal: AbortSignal): unknown {
   return signal.reason ?? new DOMException('This operation was aborted', 'AbortError')
 }

@@ -567,6 +567,9 @@ describe('waiting, failing fast, queues and pacing', () => {
       const broken = createClient({ cost: () => ({ window: -1 }) })
       await assert.rejects(broken.fetch(server.url), /^ArgumentError: cost\.window must return a whole number of units, 0 or more \(got -1\)$/)
       assert.throws(() => createClient({ cost: 5 as never }), /cost must be a function/)
+      // A cost option that never answers holds the request only until its signal aborts.
+      const stuck = createClient({ cost: () => new Promise<number>(() => {}) })
+      await assert.rejects(stuck.fetch(server.url, { signal: AbortSignal.timeout(100) }), { name: 'TimeoutError' })
     } finally {
       await server.close()
     }
