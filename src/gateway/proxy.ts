@@ -306,7 +306,8 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
     let clientGone = false
     const resume = () => controller?.resume()
     const onClose = () => {
-      if (res.writableFinished) return
+      // (An HTTP/2 response whose stream was reset reads as finished: only HTTP/1.1's says it was all sent.)
+      if (res.writableFinished && req.httpVersionMajor < 2) return
       clientGone = true
       controller?.abort(new Error('the client closed the connection'))
     }
@@ -316,6 +317,9 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       resolve(outcome)
     }
     res.once('close', onClose)
+    // A client gone while the request was decided (an HTTP/2 stream reset at once) closed the response before
+    // this listener: the upstream request is aborted as it starts, not left writing into a closed stream.
+    if (responseClosed(res)) clientGone = true
     // Sent again on a failure (see onResponseError) while `triesLeft` allows.
     const send = (base: UpstreamBase, triesLeft: number): boolean => options.dispatcher.dispatch({
       origin: base.origin,
@@ -365,6 +369,11 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       },
       onResponseData(paused, chunk) {
         if (!res.write(chunk)) {
+          // A closed response never drains: waiting for it would hold the upstream request for good.
+          if (responseClosed(res)) {
+            clientGone = true
+            return paused.abort(new Error('the client closed the connection'))
+          }
           paused.pause()
           res.once('drain', resume)
         }
@@ -544,6 +553,13 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   if (strippedPrefix !== undefined) headers['x-forwarded-prefix'] = strippedPrefix
   headers.host = options.preserveHost && clientHost !== undefined ? clientHost : upstreamHost
   return headers
+}
+
+/** Whether the response's connection or stream has closed (node's ServerResponse says so; HTTP/2's through its stream). */
+function responseClosed(res: ServerResponse): boolean {
+  if (res.closed) return !res.writableFinished
+  const stream = (res as unknown as { stream?: { closed: boolean; destroyed: boolean } }).stream
+  return stream !== undefined && (stream.closed || stream.destroyed)
 }
 
 /** An HTTP/2 request's `:authority`, its Host. */

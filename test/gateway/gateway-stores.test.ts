@@ -228,6 +228,14 @@ routes:
         clearInterval(drip)
         assert.equal(trickle.rstCode, http2Constants.NGHTTP2_CANCEL)
         assert.ok(Date.now() - started < 3000, `cut after ${Date.now() - started} ms`)
+        // Streams reset as soon as they are opened (a "rapid reset" client) leave no upstream request behind.
+        const resetting = connectH2()
+        for (let i = 0; i < 300; i++) {
+          const stream = resetting.request({ ':path': '/slow/300' })
+          stream.on('error', () => {})
+          setImmediate(() => stream.close(http2Constants.NGHTTP2_CANCEL))
+        }
+        await new Promise((resolve) => setTimeout(resolve, 800))
         // Stopping: a request in flight on an HTTP/2 connection is answered, then the gateway exits.
         const slow = h2('/slow/600')
         await new Promise((resolve) => setTimeout(resolve, 150))
@@ -237,7 +245,8 @@ routes:
         assert.equal(answered.status, 200, 'answered, not cut')
         assert.equal((JSON.parse(answered.body) as { waitedMs: number }).waitedMs, 600)
         assert.equal(await stopped, 0)
-        // Nothing left hanging: the trickled upload's upstream request was given up with it (it once held the stop for 10 s).
+        // Nothing left hanging: the trickled upload's and the reset streams' upstream requests were given up with them
+        // (each once held the stop for seconds).
         assert.ok(Date.now() - stopping < 3000, `stopped in ${Date.now() - stopping} ms`)
         await dispatcher.close()
       } finally {
