@@ -99,39 +99,8 @@ export class Gateway {
     const listener = (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res) }
     const tls = runtime.config.tls
     if (tls === undefined) this.server = createHttpServer(listener)
-    else if (serverConfig.tls?.http2 === true) {
-      // At most 128 requests at once per connection, as nginx's http2_max_concurrent_streams (node allows 2^32 - 1).
-      const server = createHttp2Server({ cert: tls.cert, key: tls.key, allowHTTP1: true, settings: { maxConcurrentStreams: 128 } }, listener as never)
-      server.on('session', (session: ServerHttp2Session) => {
-        this.sessions.add(session)
-        session.once('close', () => this.sessions.delete(session))
-        // Closed when idle, as a kept-alive HTTP/1.1 connection is: silent for keepAliveMs with no request open.
-        // (node's server timeout would destroy it, requests and all, while a slow upstream keeps it silent.)
-        let open = 0
-        session.on('stream', (stream: ServerHttp2Stream) => {
-          open++
-          // requestMs, as node holds HTTP/1.1 requests to it: a request not wholly received by then (a client
-          // trickling its body) is cancelled, so a slow client cannot keep a stream open forever.
-          const cut = setTimeout(() => {
-            if (!stream.endAfterHeaders && !stream.readableEnded) stream.close(http2Constants.NGHTTP2_CANCEL)
-          }, serverConfig.timeouts.requestMs)
-          cut.unref()
-          stream.once('close', () => {
-            open--
-            clearTimeout(cut)
-          })
-        })
-        session.setTimeout(serverConfig.timeouts.keepAliveMs, () => {
-          if (open === 0) session.close()
-        })
-      })
-      server.on('secureConnection', (socket: TLSSocket) => {
-        if (socket.alpnProtocol === 'h2') return
-        this.http1Sockets.add(socket)
-        socket.once('close', () => this.http1Sockets.delete(socket))
-      })
-      this.server = server
-    } else this.server = createHttpsServer({ cert: tls.cert, key: tls.key }, listener)
+    else if (serverConfig.tls?.http2 === true) this.server = http2Listener(tls, serverConfig.timeouts, listener, this.sessions, this.http1Sockets)
+    else this.server = createHttpsServer({ cert: tls.cert, key: tls.key }, listener)
     // `Expect: 100-continue`: the client sends its body only once the request is allowed, so a refused upload never travels.
     this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res, true) })
     this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => { this.handleUpgrade(req, socket, head) })
@@ -800,6 +769,51 @@ function answerInstead(res: ServerResponse, expectsContinue: boolean, outcome: H
   // reused. (Over HTTP/2 only the stream is concerned, and the field does not exist.)
   if (expectsContinue && res.req.httpVersionMajor < 2) res.setHeader('connection', 'close')
   respond(res, corsFields.length === 0 ? outcome : { ...outcome, headers: [...outcome.headers, ...corsFields] })
+}
+
+/**
+ * HTTPS offering HTTP/2 and HTTP/1.1 (ALPN). Its connections are tracked for
+ * shutdown: HTTP/2 sessions in `sessions`, connections that chose HTTP/1.1 in
+ * `http1Sockets` (an http.Server tracks its own).
+ */
+function http2Listener(
+  tls: { cert: Buffer; key: Buffer },
+  timeouts: { keepAliveMs: number; requestMs: number },
+  listener: (req: IncomingMessage, res: ServerResponse) => void,
+  sessions: Set<ServerHttp2Session>,
+  http1Sockets: Set<Duplex>,
+): Http2SecureServer {
+  // At most 128 requests at once per connection, as nginx's http2_max_concurrent_streams (node allows 2^32 - 1).
+  const server = createHttp2Server({ cert: tls.cert, key: tls.key, allowHTTP1: true, settings: { maxConcurrentStreams: 128 } }, listener as never)
+  server.on('session', (session: ServerHttp2Session) => {
+    sessions.add(session)
+    session.once('close', () => sessions.delete(session))
+    // Closed when idle, as a kept-alive HTTP/1.1 connection is: silent for keepAliveMs with no request open.
+    // (node's server timeout would destroy it, requests and all, while a slow upstream keeps it silent.)
+    let open = 0
+    session.on('stream', (stream: ServerHttp2Stream) => {
+      open++
+      // requestMs, as node holds HTTP/1.1 requests to it: a request not wholly received by then (a client
+      // trickling its body) is cancelled, so a slow client cannot keep a stream open forever.
+      const cut = setTimeout(() => {
+        if (!stream.endAfterHeaders && !stream.readableEnded) stream.close(http2Constants.NGHTTP2_CANCEL)
+      }, timeouts.requestMs)
+      cut.unref()
+      stream.once('close', () => {
+        open--
+        clearTimeout(cut)
+      })
+    })
+    session.setTimeout(timeouts.keepAliveMs, () => {
+      if (open === 0) session.close()
+    })
+  })
+  server.on('secureConnection', (socket: TLSSocket) => {
+    if (socket.alpnProtocol === 'h2') return
+    http1Sockets.add(socket)
+    socket.once('close', () => http1Sockets.delete(socket))
+  })
+  return server
 }
 
 /** An HTTP/2 request whose Host field names another host than its `:authority`. */
