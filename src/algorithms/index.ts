@@ -6,13 +6,13 @@ import type { PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { NO_WAIT, type AlgorithmOptions, type Transition } from './algorithm.ts'
 import { fixedWindow, type FixedWindowState } from './fixed-window.ts'
 import { leakyBucket, leakyBucketRefund, type LeakyBucketState } from './leaky-bucket.ts'
-import { slidingLog, type SlidingLogState } from './sliding-log.ts'
+import { slidingLog, slidingLogRefund, type SlidingLogState } from './sliding-log.ts'
 import { slidingWindow, type SlidingWindowState } from './sliding-window.ts'
 import { tokenBucket, tokenBucketRefund, type TokenBucketState } from './token-bucket.ts'
 
 export { NO_WAIT, type AlgorithmOptions, type Transition } from './algorithm.ts'
 export { fixedWindow, type FixedWindowState } from './fixed-window.ts'
-export { slidingLog, type SlidingLogState } from './sliding-log.ts'
+export { slidingLog, slidingLogRefund, type SlidingLogState } from './sliding-log.ts'
 export { slidingWindow, type SlidingWindowState } from './sliding-window.ts'
 export { tokenBucket, tokenBucketRefund, type TokenBucketState } from './token-bucket.ts'
 export { leakyBucket, leakyBucketRefund, type LeakyBucketState } from './leaky-bucket.ts'
@@ -125,9 +125,14 @@ function blockedDecision(policy: ResolvedPolicy, state: AlgorithmState | undefin
   return blockedView({ ...unchargedDecision(policy, state, now), retryAfterMs: 0 }, until - now)
 }
 
-/** Algorithms whose units can be given back (leases): only buckets, where a refund is exact. */
+/**
+ * Algorithms whose units can be given back (leases, responses that do not
+ * count): buckets, exactly, and the sliding log, from its oldest entries (see
+ * slidingLogRefund). A window's counter cannot tell which window a unit was
+ * charged in, and a shaping bucket has already scheduled its calls.
+ */
 export const REFUNDABLE = (policy: ResolvedPolicy): boolean =>
-  policy.algorithm === 'token-bucket' || (policy.algorithm === 'leaky-bucket' && policy.mode === 'police')
+  policy.algorithm === 'token-bucket' || policy.algorithm === 'sliding-log' || (policy.algorithm === 'leaky-bucket' && policy.mode === 'police')
 
 /**
  * Gives `units` back to every policy (a negative cost: returned, unspent
@@ -139,6 +144,7 @@ function refund(policies: readonly ResolvedPolicy[], states: ReadonlyArray<Algor
     let refunded: AlgorithmState | undefined
     if (policy.algorithm === 'token-bucket') refunded = tokenBucketRefund(state as TokenBucketState | undefined, now, units, policy)
     else if (policy.algorithm === 'leaky-bucket' && policy.mode === 'police') refunded = leakyBucketRefund(state as LeakyBucketState | undefined, now, units, policy)
+    else if (policy.algorithm === 'sliding-log') refunded = slidingLogRefund(state as SlidingLogState | undefined, now, units, policy)
     else throw new Error(`${policy.algorithm} cannot take units back`)
     const view = step(policy, refunded, now, 0, NO_WAIT)
     // Units given back do not lift a block: only time does.

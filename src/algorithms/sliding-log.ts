@@ -18,6 +18,7 @@
  * step discards; the tail, being the state's own, is never shared.
  */
 import type { AlgorithmFn } from './algorithm.ts'
+import type { ResolvedPolicyOf } from '../core/types.ts'
 
 export interface SlidingLogState {
   /** Flat pairs `[time, cost, time, cost, ...]` older than the tail, in ascending time; live from `head` to `end`. */
@@ -153,4 +154,35 @@ function untilFreed(units: number, log: number[] | undefined, head: number, end:
     }
   }
   return tailTime + windowMs - now
+}
+
+/**
+ * Gives `units` back by taking them from the oldest entries still in the
+ * window (the Lua script does the same to its sorted set). The count is exact;
+ * which call's place goes is not recorded, so an older one's does: what stays
+ * counted leaves the window no sooner than the units given back would have,
+ * and no call is admitted that the exact log would refuse. Entries already out
+ * of the window stay until a charged call trims them, as after any step.
+ */
+export function slidingLogRefund(state: SlidingLogState | undefined, now: number, units: number, policy: ResolvedPolicyOf<'sliding-log'>): SlidingLogState | undefined {
+  if (state === undefined || state.tailCost === 0) return state
+  const cutoff = now - policy.windowMs
+  // The entries as pairs, oldest first, the tail last: a copy, since the array may back earlier states.
+  const entries = state.log === undefined ? [] : state.log.slice(state.head, state.end)
+  entries.push(state.tailTime, state.tailCost)
+  let left = units
+  let used = state.used
+  for (let i = 0; i < entries.length && left > 0; i += 2) {
+    if ((entries[i] as number) <= cutoff) continue
+    const taken = Math.min(left, entries[i + 1] as number)
+    entries[i + 1] = (entries[i + 1] as number) - taken
+    left -= taken
+    used -= taken
+  }
+  const kept: number[] = []
+  for (let i = 0; i < entries.length; i += 2) if ((entries[i + 1] as number) > 0) kept.push(entries[i] as number, entries[i + 1] as number)
+  if (kept.length === 0) return { log: undefined, head: 0, end: 0, tailTime: 0, tailCost: 0, used: 0 }
+  const tailCost = kept.pop() as number
+  const tailTime = kept.pop() as number
+  return { log: kept.length === 0 ? undefined : kept, head: 0, end: kept.length, tailTime, tailCost, used }
 }

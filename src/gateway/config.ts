@@ -704,7 +704,7 @@ function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
           policyNames.set(p.name, formatPath(policyPath))
           if (cost > limitOf(p)) report([...where, limit.requestedTokens !== undefined ? 'requestedTokens' : 'cost'], `${cost} exceeds the limit ${limitOf(p)} of policy ${show(p.name)}, so every request would be refused`)
           if (limit.count !== undefined && limit.count !== 'all' && !REFUNDABLE(p)) {
-            report([...where, 'count'], `${limit.count} refunds the responses that do not count, which needs token-bucket or police leaky-bucket policies; ${show(p.name)} is ${p.algorithm}`)
+            report([...where, 'count'], `${limit.count} refunds the responses that do not count, which needs token-bucket, police leaky-bucket or sliding-log policies; ${show(p.name)} is ${p.algorithm}`)
           }
           if (limit.action === 'queue' && !['token-bucket', 'leaky-bucket', 'fixed-window'].includes(p.algorithm)) {
             report([...where, 'action'], `queue needs token-bucket, leaky-bucket or fixed-window policies; ${show(p.name)} is ${p.algorithm}`)

@@ -87,8 +87,8 @@ export interface RuleOptions {
    * and up: a login limit that successful logins do not spend) or `succeeded`.
    * A request is charged when it arrives, so a burst is held to the limit
    * exactly; one whose response does not count is refunded when it is sent.
-   * Needs token-bucket or police leaky-bucket policies (the ones that take
-   * units back exactly).
+   * Needs token-bucket, police leaky-bucket or sliding-log policies (the ones
+   * that take units back: a sliding log gives back its oldest units).
    */
   count?: 'all' | 'failed' | 'succeeded'
 }
@@ -430,7 +430,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     if (count !== 'all' && count !== 'failed' && count !== 'succeeded') throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed' or 'succeeded'")
     const unrefundable = count === 'all' ? undefined : limiters.flatMap((limiter) => limiter.policies).find((policy) => !REFUNDABLE(policy))
     if (unrefundable !== undefined) {
-      throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket or police leaky-bucket policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
+      throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket, police leaky-bucket or sliding-log policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
     }
     const matches = typeof rule.match === 'function' ? decidedAtOnce(rule.match, `rule "${name}" match`) : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
     for (const method of typeof rule.match === 'function' ? [] : unknownMethods(rule.match ?? {})) {

@@ -232,9 +232,10 @@ export class Limiter {
 
   /**
    * Gives back `units` a call was charged, for a call that should not count
-   * after all (a successful login under a limit on failed ones). Only buckets
-   * take units back exactly: every policy must be a token bucket or a police
-   * leaky bucket. Resolves what a peek then shows; rejects with a
+   * after all (a successful login under a limit on failed ones). Every policy
+   * must be a token bucket, a police leaky bucket (both take units back
+   * exactly) or a sliding log (from its oldest entries: the count is exact, and
+   * what stays counted leaves no sooner). Resolves what a peek then shows; rejects with a
    * `SluiceError` (ERR_SLUICE_STORE) if the store fails.
    */
   async refund(key: string, units: number): Promise<Decision> {
@@ -379,7 +380,8 @@ export class Limiter {
     const blocking = this.blockingPolicy()
     if (blocking !== undefined) throw new ArgumentError('lease', input, `cannot be combined with policy "${blocking.name}"'s blockMs: calls served from a lease would not see the block`)
     for (const policy of this.policies) {
-      if (!REFUNDABLE(policy)) {
+      // A sliding log would count a lease's units from when it was taken, not from when they are spent.
+      if (!REFUNDABLE(policy) || policy.algorithm === 'sliding-log') {
         throw new ArgumentError('lease', input, `needs token-bucket or police leaky-bucket policies, whose units can be given back; "${policy.name}" is ${policy.algorithm}`)
       }
     }
@@ -463,7 +465,7 @@ export class Limiter {
   private refundCall(key: string, units: number): StoreCall {
     for (const policy of this.policies) {
       if (!REFUNDABLE(policy)) {
-        throw new ArgumentError('refund', policy.name, `needs token-bucket or police leaky-bucket policies, whose units can be given back exactly; "${policy.name}" is ${policy.algorithm}`)
+        throw new ArgumentError('refund', policy.name, `needs token-bucket, police leaky-bucket or sliding-log policies, whose units can be given back; "${policy.name}" is ${policy.algorithm}`)
       }
     }
     if (this.shards > 1) throw new ArgumentError('refund', key, 'is not available with shards: the units were charged to one shard of several')

@@ -92,6 +92,12 @@ export const handWritten: Trace[] = [
     steps: [...burst(0, 3), ...burst(1000, 2), ...burst(2000, 2), ...burst(2100, 2), ...burst(6000, 1), ...burst(7200, 1)],
   },
   {
+    name: 'sliding log refunds take the oldest units in the window, never an expired one, never below zero',
+    policies: [sl, { ...sl, name: 'costly', limit: 9, windowMs: 700 }],
+    steps: [...burst(0, 2, { cost: 2 }), ...burst(300, 1), { t: 350, op: 'refund', key: 'a', cost: 3 }, ...burst(400, 2), { t: 800, op: 'refund', key: 'a', cost: 1 },
+      ...burst(800, 3), ...burst(1050, 1, { cost: 2 }), { t: 1100, op: 'refund', key: 'a', cost: 9 }, ...burst(1100, 5), ...burst(2500, 1), { t: 2500, op: 'refund', key: 'b', cost: 2 }],
+  },
+  {
     name: 'refunds and reset under a block',
     policies: [{ ...tb, blockMs: 2000 }, { ...lb, blockMs: 2500 }],
     steps: [...burst(0, 6), { t: 100, op: 'refund', key: 'a', cost: 3 }, ...burst(200, 1), { t: 300, op: 'reset', key: 'a' }, ...burst(300, 1),
@@ -127,7 +133,7 @@ export function randomTraces(count: number, seed = 1, blocking = false): Trace[]
       policies = policies.map((p) => (p.algorithm === 'leaky-bucket' && p.mode === 'shape') || random() < 0.3 ? p : { ...p, blockMs: 1 + Math.floor(random() * 3000) })
     }
     const reservable = policies.every((p) => p.algorithm !== 'sliding-log' && p.algorithm !== 'sliding-window' && p.blockMs === undefined)
-    const refundable = policies.every((p) => p.algorithm === 'token-bucket' || (p.algorithm === 'leaky-bucket' && p.mode !== 'shape'))
+    const refundable = policies.every((p) => p.algorithm === 'token-bucket' || p.algorithm === 'sliding-log' || (p.algorithm === 'leaky-bucket' && p.mode !== 'shape'))
     const limit = Math.min(...policies.map((p) => ('limit' in p ? p.limit : p.capacity)))
     let t = 1_700_000_000_000 + Math.floor(random() * 1_000_000)
     const steps: Step[] = []

@@ -215,7 +215,7 @@ routes:
       'routes[0].limits[2].count: expected all, failed or succeeded, got "sometimes" (line 11)',
     ])
     assert.deepEqual(await problems(text.replace('count: sometimes', 'count: succeeded')), [
-      'routes[0].limits[0].count: failed refunds the responses that do not count, which needs token-bucket or police leaky-bucket policies; "logins" is sliding-window (line 6)',
+      'routes[0].limits[0].count: failed refunds the responses that do not count, which needs token-bucket, police leaky-bucket or sliding-log policies; "logins" is sliding-window (line 6)',
     ])
   })
 

@@ -348,6 +348,7 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     const options = base([
       { name: 'login', match: { path: '/login' }, count: 'failed', policies: { algorithm: 'token-bucket', name: 'failed-logins', capacity: 3, refillTokens: 1, refillIntervalMs: 3_600_000 } },
       { name: 'signup', match: { path: '/signup' }, count: 'succeeded', policies: { algorithm: 'leaky-bucket', name: 'signups', capacity: 2, leakTokens: 1, leakIntervalMs: 3_600_000 } },
+      { name: 'reset', match: { path: '/reset' }, count: 'failed', policies: { algorithm: 'sliding-log', name: 'failed-resets', limit: 2, windowMs: 3_600_000 } },
     ])
     await withServer(start, options, async (url) => {
       const login = (status: number) => get(`${url}/login`, { 'x-status': String(status) })
@@ -361,6 +362,11 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       assert.deepEqual(signups.map((res) => res.status).sort(), [429, 429, 429, 429, 500, 500])
       // Failed signups were refunded once answered; successful ones count.
       assert.deepEqual([(await get(`${url}/signup`, { 'x-status': '201' })).status, (await get(`${url}/signup`, { 'x-status': '201' })).status, (await get(`${url}/signup`)).status], [201, 201, 429])
+      // The same with a sliding log ("2 failures in any hour"): successes given back, failures counted.
+      const reset = (status: number) => get(`${url}/reset`, { 'x-status': String(status) }).then((res) => res.status)
+      const resets = []
+      for (const status of [200, 200, 200, 401, 200, 401, 200]) resets.push(await reset(status))
+      assert.deepEqual(resets, [200, 200, 200, 401, 200, 401, 429])
     })
   })
 
@@ -435,7 +441,7 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { legacy: 'yes' as never } }), /headers\.legacy must be true or false/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['not-an-ip'] } }), /trustProxy/)
     // Counting only some responses refunds the others: only buckets take units back exactly.
-    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'login', policies, count: 'failed' }] }), /rule "login" count needs token-bucket or police leaky-bucket policies, .* "fixed-window:5\/1s" is fixed-window/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'login', policies, count: 'failed' }] }), /rule "login" count needs token-bucket, police leaky-bucket or sliding-log policies, .* "fixed-window:5\/1s" is fixed-window/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }, count: 'errors' as never }] }), /count must be 'all', 'failed' or 'succeeded'/)
     // Rules that can never match: every path they name is excluded, by their own exclude or by skip.
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'health', policies, match: { path: '/health' } }], skip: ['/health', '/metrics'] }), /rule "health" match can never match: every path it names is excluded \(by its exclude or by skip\)/)

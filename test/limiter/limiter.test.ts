@@ -151,7 +151,31 @@ describe('Limiter', () => {
     assert.throws(() => limiter.refundSync('k', 0), /units must be a positive integer/)
     assert.throws(() => limiter.refundSync('k', 5), /^ArgumentError: units exceeds the capacity 3 of policy "tokens": more than one call could have been charged/)
     const windows = new Limiter({ policies: [perMinute, per10s] })
-    await assert.rejects(windows.refund('k', 1), /refund needs token-bucket or police leaky-bucket policies, .* "minute" is sliding-log/)
+    await assert.rejects(windows.refund('k', 1), /refund needs token-bucket, police leaky-bucket or sliding-log policies, .* "ten-seconds" is fixed-window/)
+  })
+
+  it('a sliding log takes units back from its oldest entries in the window: the count exact, what stays counted leaving no sooner', () => {
+    let now = 0
+    const limiter = new Limiter({ policies: { algorithm: 'sliding-log', name: 'fails', limit: 3, windowMs: 1000 }, clock: () => now })
+    for (const t of [0, 100, 200]) {
+      now = t
+      assert.equal(limiter.limitSync('k').allowed, true)
+    }
+    now = 300
+    assert.equal(limiter.limitSync('k').allowed, false)
+    // The call of 200 gives its unit back; the log cannot tell which it was, so the oldest (0) goes.
+    const refunded = limiter.refundSync('k', 1)
+    assert.deepEqual([refunded.remaining, refunded.resetAfterMs], [1, 900])
+    assert.equal(limiter.limitSync('k').allowed, true)
+    // 100, 200 and 300 are counted now: one more is allowed at 1100, when 100 leaves, not at 1000.
+    now = 1099
+    assert.equal(limiter.limitSync('k').allowed, false)
+    now = 1100
+    assert.equal(limiter.limitSync('k').allowed, true)
+    // An entry that has left the window is not refunded: only the two in it, and never below zero.
+    now = 1250
+    assert.equal(limiter.refundSync('k', 3).remaining, 3)
+    assert.deepEqual([1, 2, 3, 4].map(() => limiter.limitSync('k').allowed), [true, true, true, false])
   })
 
   it('limitSync refuses a store that cannot decide synchronously', () => {

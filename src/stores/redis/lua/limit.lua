@@ -413,6 +413,32 @@ local REFUNDS = {
   ['leaky-bucket'] = leaky_bucket_refund,
 }
 
+-- Mirrors slidingLogRefund: `units` taken from the oldest entries still in the
+-- window. An entry keeps its running total, so the count below the oldest (the
+-- base) rises by what it gives back. Entries already out of the window stay
+-- until a charged call trims them.
+local function sliding_log_refund(key, now, units, window_ms)
+  if redis.call('TYPE', key).ok ~= 'zset' then return end
+  local after = '(' .. int(now - window_ms)
+  local left = units
+  while left > 0 do
+    local oldest = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if oldest[1] == nil then return end
+    local total, cost = log_entry(oldest[1])
+    if not total then
+      rewrite_log(key)
+    elseif cost > left then
+      -- The new member first: removing the last one first would drop the key and its expiry.
+      redis.call('ZADD', key, oldest[2], pair(total, cost - left))
+      redis.call('ZREM', key, oldest[1])
+      left = 0
+    else
+      redis.call('ZREM', key, oldest[1])
+      left = left - cost
+    end
+  end
+end
+
 -------------------------------------------------------------------- composite
 local ALGORITHMS = {
   ['fixed-window'] = fixed_window,
@@ -546,15 +572,22 @@ end
 local function decide(set, k0, now, cost, max_wait, ttl_slack)
   local n = #set
   if cost < 0 then
-    -- Refund: give -cost units back to every policy (buckets only), then show each.
+    -- Refund: give -cost units back to every policy (buckets and sliding logs), then show each.
     for i = 1, n do
       local policy = set[i]
       local key = KEYS[k0 + i]
-      local refunded = REFUNDS[policy[2]](string_at(key), now, -cost, policy[3], policy[4], policy[5], policy[6])
-      local d, state, ttl = policy[1](key, refunded, now, 0, policy[3], policy[4], policy[5], policy[6], 0, true)
-      -- Still in debt after the refund, the view refuses and returns no state:
-      -- the refunded state is then current already (no time has passed).
-      redis.call('SET', key, state or refunded, 'PX', int(max(1, ttl) + ttl_slack))
+      local d
+      if policy[2] == 'sliding-log' then
+        sliding_log_refund(key, now, -cost, policy[4])
+        d = policy[1](key, nil, now, 0, policy[3], policy[4], policy[5], policy[6], 0, true)
+      else
+        local refunded = REFUNDS[policy[2]](string_at(key), now, -cost, policy[3], policy[4], policy[5], policy[6])
+        local state, ttl
+        d, state, ttl = policy[1](key, refunded, now, 0, policy[3], policy[4], policy[5], policy[6], 0, true)
+        -- Still in debt after the refund, the view refuses and returns no state:
+        -- the refunded state is then current already (no time has passed).
+        redis.call('SET', key, state or refunded, 'PX', int(max(1, ttl) + ttl_slack))
+      end
       d[WAIT] = 0
       -- Units given back do not lift a block: only time does.
       local until_ms = blocked_until(set, k0, i)
