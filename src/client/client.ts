@@ -303,6 +303,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
 
   private trip(url: URL, request: RequestSummary, signal: AbortSignal, replayable: boolean, rateLimit: RequestLimitOptions | undefined, asRequest: () => Request | undefined): Trip {
     const perRequest = requestOptions(rateLimit)
+    const costOf = this.costOf
     const partitionKey = perRequest.partition ?? this.partitionOf(url, request)
     if (typeof partitionKey !== 'string' || partitionKey === '') throw new ArgumentError('partition', partitionKey, 'must return a non-empty string')
     return {
@@ -310,9 +311,9 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       priority: perRequest.priority ?? 0,
       maxWaitMs: perRequest.maxWaitMs ?? this.maxWaitMs,
       cost: perRequest.cost,
-      pricing: perRequest.cost !== undefined || this.costOf === undefined ? undefined : () => {
+      pricing: perRequest.cost !== undefined || costOf === undefined ? undefined : () => {
         const copy = asRequest()
-        return copy === undefined ? undefined : (this.costOf as (request: Request) => RequestCost | Promise<RequestCost>)(copy)
+        return copy === undefined ? undefined : costOf(copy)
       },
       signal,
       retryable: this.retry !== undefined && replayable &&
@@ -414,8 +415,9 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     const waited = (waitedMs: number, reason: WaitReason) => this.emit('waited', { partition: key, waitedMs, reason })
     if (this.pacing !== undefined) {
       const pacing = this.pacing
-      const units = pacing.policies.map((policy) => unitsOf(cost, policy.name))
       const paced = (ms: number) => waited(ms, 'pacing')
+      // Most requests take the same from every policy (nothing said: 1 each): one all-or-nothing call.
+      const units = typeof cost === 'object' ? pacing.policies.map((policy) => unitsOf(cost, policy.name)) : [cost ?? 1]
       if (units.every((each) => each === units[0])) {
         if ((units[0] as number) > 0) await take(pacing, key, signal, maxWaitMs, units[0] as number, paced)
       } else {

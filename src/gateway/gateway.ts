@@ -16,7 +16,7 @@ import { basename, dirname } from 'node:path'
 import { pino, type Logger } from 'pino'
 import type { Agent } from 'undici'
 import { Limiter } from '../limiter/limiter.ts'
-import { nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
+import { authorityOf, nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
 import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
@@ -819,8 +819,8 @@ function http2Listener(
 /** An HTTP/2 request whose Host field names another host than its `:authority`. */
 function differsFromAuthority(req: IncomingMessage): boolean {
   const host = req.headers.host
-  const authority = req.headers[':authority']
-  return host !== undefined && typeof authority === 'string' && host.toLowerCase() !== authority.toLowerCase()
+  const authority = authorityOf(req)
+  return host !== undefined && authority !== undefined && host.toLowerCase() !== authority.toLowerCase()
 }
 
 function listenOn(server: NetServer, host: string, port: number): Promise<void> {

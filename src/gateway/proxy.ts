@@ -10,6 +10,7 @@ import type { Http2ServerRequest } from 'node:http2'
 import type { Socket } from 'node:net'
 import { PassThrough, type Duplex } from 'node:stream'
 import { Agent, errors, type Dispatcher } from 'undici'
+import { authorityOf } from '../http/adapters/node.ts'
 import { problem, type HttpOutcome } from '../http/handler.ts'
 import { draft6, draft7, legacy, type HeaderLookup } from '../client/headers.ts'
 import { requestQuery } from '../http/path.ts'
@@ -560,12 +561,6 @@ function responseClosed(res: ServerResponse): boolean {
   if (res.closed) return !res.writableFinished
   const stream = (res as unknown as { stream?: { closed: boolean; destroyed: boolean } }).stream
   return stream !== undefined && (stream.closed || stream.destroyed)
-}
-
-/** An HTTP/2 request's `:authority`, its Host. */
-function authorityOf(req: IncomingMessage): string | undefined {
-  const authority = req.headers[':authority']
-  return typeof authority === 'string' ? authority : undefined
 }
 
 /** How long a tunnel's side is given to close after its other side has closed. */

@@ -51,7 +51,7 @@ function listenerRequest(req: NodeRequest): HttpRequest {
   return request
 }
 
-function authorityOf(req: NodeRequest): string | undefined {
+export function authorityOf(req: NodeRequest): string | undefined {
   const authority = req.headers[':authority']
   return typeof authority === 'string' ? authority : undefined
 }
