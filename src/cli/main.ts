@@ -421,12 +421,12 @@ export function tryIt(config: GatewayConfig, url: string): string[] {
   return lines
 }
 
-/** Requests one fresh client can send at once before a limit on `route` refuses one: undefined when none refuses (shadow, queued, counting failures only). */
+/** Requests one fresh client can send one after another before a limit on `route` refuses one: undefined when none refuses (shadow, queued, counting failures or requests in progress only). */
 function burstOf(config: GatewayConfig, route: string, request: HttpRequest): number | undefined {
   let burst: number | undefined
   for (const limit of config.limitsResolved) {
     if (limit.route !== undefined && limit.route !== route) continue
-    if (config.shadow || limit.config.shadow === true || limit.config.action === 'queue' || limit.config.count === 'failed') continue
+    if (config.shadow || limit.config.shadow === true || limit.config.action === 'queue' || limit.config.count === 'failed' || limit.config.count === 'in-flight') continue
     if (limit.config.match !== undefined && !compileMatch(limit.config.match, `limit "${limit.name}" match`, config.caseSensitive)(request)) continue
     const policies = limit.policies.get(config.tiers?.default ?? '') ?? limit.policies.get('') ?? []
     for (const policy of policies) {

@@ -41,6 +41,9 @@ const show = (value: unknown): string => {
   return text.length > 80 ? `${text.slice(0, 60)}... (${text.length} characters)` : text
 }
 
+/** A policy's name in a problem: no secret, and a derived one (`token-bucket:5@1/1s`) is no URL's credentials to mask. */
+const policyName = (name: string): string => JSON.stringify(name)
+
 /** What a value is, for problems with fields whose values are secrets: never the value itself. */
 const kindOf = (value: unknown): string =>
   value === null ? 'null' : Array.isArray(value) ? 'a list' : typeof value === 'object' ? 'an object' : `a ${typeof value} (not shown: a secret)`
@@ -133,8 +136,11 @@ const limit = z.strictObject({
   shadow: z.boolean().optional(),
   action: z.enum(['reject', 'queue'], { error: (issue) => `expected reject or queue, got ${show(issue.input)}` }).optional(),
   maxWaitMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
-  /** Which responses spend the limit: all, failed (status 400 and up) or succeeded; the others are refunded. */
-  count: z.enum(['all', 'failed', 'succeeded'], { error: (issue) => `expected all, failed or succeeded, got ${show(issue.input)}` }).optional(),
+  /**
+   * Which responses spend the limit: all, failed (status 400 and up) or succeeded; the others are refunded.
+   * in-flight: requests hold their units only while in progress (a concurrency limit).
+   */
+  count: z.enum(['all', 'failed', 'succeeded', 'in-flight'], { error: (issue) => `expected all, failed, succeeded or in-flight, got ${show(issue.input)}` }).optional(),
 }).superRefine((value, context) => {
   const scg = value.replenishRate !== undefined || value.burstCapacity !== undefined || value.requestedTokens !== undefined
   const forms = [value.policies !== undefined, value.tiers !== undefined, scg].filter(Boolean).length
@@ -700,14 +706,16 @@ function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
         checked.forEach((p, k) => {
           const other = policyNames.get(p.name)
           const policyPath = Array.isArray(raw) ? [...tierPath, k] : tierPath
-          if (other !== undefined) report(policyPath, `policy name ${show(p.name)} is also used by ${other}; give each policy its own name (it keys the state and the headers)`)
+          if (other !== undefined) report(policyPath, `policy name ${policyName(p.name)} is also used by ${other}; give each policy its own name (it keys the state and the headers)`)
           policyNames.set(p.name, formatPath(policyPath))
-          if (cost > limitOf(p)) report([...where, limit.requestedTokens !== undefined ? 'requestedTokens' : 'cost'], `${cost} exceeds the limit ${limitOf(p)} of policy ${show(p.name)}, so every request would be refused`)
-          if (limit.count !== undefined && limit.count !== 'all' && !REFUNDABLE(p)) {
-            report([...where, 'count'], `${limit.count} refunds the responses that do not count, which needs token-bucket, police leaky-bucket or sliding-log policies; ${show(p.name)} is ${p.algorithm}`)
+          if (cost > limitOf(p)) report([...where, limit.requestedTokens !== undefined ? 'requestedTokens' : 'cost'], `${cost} exceeds the limit ${limitOf(p)} of policy ${policyName(p.name)}, so every request would be refused`)
+          if (limit.count === 'in-flight' && p.algorithm !== 'sliding-log') {
+            report([...where, 'count'], `in-flight needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); ${policyName(p.name)} is ${p.algorithm}`)
+          } else if (limit.count !== undefined && limit.count !== 'all' && !REFUNDABLE(p)) {
+            report([...where, 'count'], `${limit.count} refunds the responses that do not count, which needs token-bucket, police leaky-bucket or sliding-log policies; ${policyName(p.name)} is ${p.algorithm}`)
           }
           if (limit.action === 'queue' && !['token-bucket', 'leaky-bucket', 'fixed-window'].includes(p.algorithm)) {
-            report([...where, 'action'], `queue needs token-bucket, leaky-bucket or fixed-window policies; ${show(p.name)} is ${p.algorithm}`)
+            report([...where, 'action'], `queue needs token-bucket, leaky-bucket or fixed-window policies; ${policyName(p.name)} is ${p.algorithm}`)
           }
         })
         policies.set(tier, named)

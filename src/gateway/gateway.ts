@@ -388,15 +388,21 @@ export class Gateway {
         },
         ...(upgrade !== undefined ? { upgrade } : {}),
       })
-      // A client gone before the answer counts as a failure (499), as in the middleware.
-      outcome?.settle?.(forwarded.status)
       if (forwarded.status === 101 && upgrade !== undefined) {
         // The tunnel lives on, outside the requests in flight: the request itself is done.
         upgradedStatus = 101
         done()
-        const closed = this.metrics.tunnelOpened(routeName)
+        const tunnelClosed = this.metrics.tunnelOpened(routeName)
+        // A WebSocket is in progress until its tunnel closes: a concurrency (in-flight) limit counts it till then.
+        const closed = () => {
+          tunnelClosed()
+          outcome?.settle?.(101)
+        }
         if (upgrade.socket.closed) closed()
         else upgrade.socket.once('close', closed)
+      } else {
+        // A client gone before the answer counts as a failure (499), as in the middleware.
+        outcome?.settle?.(forwarded.status)
       }
     } catch (error) {
       // Only a bug gets here: answer rather than leave the client hanging.

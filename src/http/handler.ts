@@ -15,7 +15,7 @@ import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from './client-ip.ts'
 import { anyReading, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
-import { checkHeaderOptions, rateLimitHeaders, retryAfterHeader, type HeaderList, type HeaderOptions } from './headers.ts'
+import { checkHeaderOptions, IN_FLIGHT_RETRY_MS, rateLimitHeaders, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
 export interface HttpRequest {
@@ -89,9 +89,22 @@ export interface RuleOptions {
    * exactly; one whose response does not count is refunded when it is sent.
    * Needs token-bucket, police leaky-bucket or sliding-log policies (the ones
    * that take units back: a sliding log gives back its oldest units).
+   *
+   * `in-flight` makes the rule a concurrency limit: a request holds its units
+   * from its arrival until its response is sent (or its client leaves), so
+   * `limit` is the number of requests a key may have in progress. Needs
+   * sliding-log policies, whose `windowMs` is the longest a request is
+   * counted: the bound on a unit whose release was lost (an instance that
+   * crashed mid-request) before it comes back. Its header items say
+   * `qu="concurrent-requests"`, with no window and no reset time (no one
+   * knows when a request in progress ends), and a refusal says `Retry-After: 1`.
    */
-  count?: 'all' | 'failed' | 'succeeded'
+  count?: Count
 }
+
+/** Which responses a rule counts; `in-flight` counts requests only while they are in progress. */
+export type Count = 'all' | 'failed' | 'succeeded' | 'in-flight'
+
 
 export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' | 'onStoreFailure' | 'expectedInstances' | 'circuit' | 'blockCache' | 'observer'> {
   /** Ordered rules; a request is subject to every rule that matches it. */
@@ -171,11 +184,17 @@ export interface HttpOutcome {
   /** The binding decision (the refusing one, else the one with the fewest units left); undefined when no rule applied. */
   decision?: Decision
   /**
-   * Set when a rule counts only some responses (`count`): call it with the
-   * response's status once it is sent (499 for a client that left first),
-   * and the requests that do not count are refunded.
+   * Set when a rule counts only some responses or requests in progress
+   * (`count`): call it with the response's status once it is sent (499 for a
+   * client that left first), and the units that do not stay counted are given back.
    */
   settle?: (status: number) => void
+  /**
+   * Set with `settle` when a concurrency rule (`count: 'in-flight'`) counts the
+   * request: it is in progress until the handler has ended its response, even
+   * when its client leaves first.
+   */
+  inProgressUntilEnded?: boolean
 }
 
 /**
@@ -230,7 +249,7 @@ interface CompiledRule {
   cost: (request: HttpRequest) => number
   shadow: boolean
   maxWaitMs: number
-  count: 'all' | 'failed' | 'succeeded'
+  count: Count
 }
 
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
@@ -323,6 +342,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   const headerOptions = options.headers ?? {}
   checkHeaderOptions(headerOptions)
   const seenPolicyNames = new Map<string, string>()
+  // Policies of concurrency (`in-flight`) rules: their header items and refusals say so. Names are unique across rules.
+  const inFlightPolicies = new Set<string>()
   const statePrefix = httpStatePrefix(checkPrefix(options.prefix ?? 'sluice', MAX_PREFIX_LENGTH - ':http'.length))
   // One store for every limiter here, the default one too: rules that share a key are decided by a
   // limiter over all their policies, which must see the state each rule's own limiter wrote.
@@ -427,8 +448,19 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     // Checked now against every limiter: a policy that cannot reserve is named at start-up.
     const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
     const count = rule.count ?? 'all'
-    if (count !== 'all' && count !== 'failed' && count !== 'succeeded') throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed' or 'succeeded'")
-    const unrefundable = count === 'all' ? undefined : limiters.flatMap((limiter) => limiter.policies).find((policy) => !REFUNDABLE(policy))
+    if (count !== 'all' && count !== 'failed' && count !== 'succeeded' && count !== 'in-flight') {
+      throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed', 'succeeded' or 'in-flight'")
+    }
+    const policies = limiters.flatMap((limiter) => limiter.policies)
+    if (count === 'in-flight') {
+      // A bucket would refill while requests are in progress, and a window would let a new one start as it turns.
+      const other = policies.find((policy) => policy.algorithm !== 'sliding-log')
+      if (other !== undefined) {
+        throw new ArgumentError(`rule "${name}" count`, count, `needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); "${other.name}" is ${other.algorithm}`)
+      }
+      for (const policy of policies) inFlightPolicies.add(policy.name)
+    }
+    const unrefundable = count === 'all' ? undefined : policies.find((policy) => !REFUNDABLE(policy))
     if (unrefundable !== undefined) {
       throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket, police leaky-bucket or sliding-log policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
     }
@@ -467,14 +499,16 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     return limiter
   }
 
-  const settler = (entries: Array<{ count: CompiledRule['count']; limiter: Limiter; key: string; cost: number; rules: string }>) => {
+  const settler = (entries: Array<{ count: Count; limiter: Limiter; key: string; cost: number; rules: string }>) => {
     let settled = false
     return (status: number) => {
       if (settled) return
       settled = true
       const failed = status >= 400
       for (const { count, limiter, key, cost, rules } of entries) {
-        if ((count === 'failed') === failed) continue
+        // A response that counts keeps its units; in-flight ones all come back, the request being over.
+        const counts = count === 'failed' ? failed : count === 'succeeded' && !failed
+        if (counts) continue
         const unrefunded = (error: unknown) => warn(`rule "${rules}": a response that does not count (${status}) could not be refunded: ${messageOf(error)}`)
         try {
           if (synchronous) limiter.refundSync(key, cost)
@@ -486,15 +520,29 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     }
   }
 
+  /**
+   * When a refused request could pass: a concurrency limit's log says when its units would expire were
+   * none released, but requests in progress give theirs back as they end, at any moment.
+   */
+  const refusalRetryMs = (decision: Decision): number => {
+    let retryMs = 0
+    for (const entry of decision.policies) {
+      if (!entry.allowed) retryMs = Math.max(retryMs, inFlightPolicies.has(entry.policy) ? IN_FLIGHT_RETRY_MS : entry.retryAfterMs)
+    }
+    return retryMs
+  }
+
   // Failing open, a decision the store could not make carries a fresh key's numbers: they describe nothing, so no fields.
   const fieldsOf = ({ limiter, decision, key, cost }: { limiter: Limiter; decision: Decision; key: string; cost: number }, style: HeaderOptions, now: number): HeaderList =>
-    failedAs(limiter, decision) === 'open' ? [] : rateLimitHeaders(decision, limiter.policies, style, key, now, cost)
+    failedAs(limiter, decision) === 'open' ? [] : rateLimitHeaders(decision, limiter.policies, style, key, now, cost, inFlightPolicies)
 
   // The pipeline runs synchronously as long as every step answers at once (in-process store,
   // synchronous resolvers): no promise, no microtask per request. A step that returns a
   // promise continues the rest of the pipeline from there, once it settles.
   type Matched = { rule: CompiledRule; limiter: Limiter; key: string; cost: number }
-  type Applied = { rules: string; shadow: boolean; count: CompiledRule['count']; limiter: Limiter; decision: Decision; key: string; cost: number }
+  type Applied = { rules: string; shadow: boolean; count: Count; limiter: Limiter; decision: Decision; key: string; cost: number }
+  /** Rules charged for a request whose response decides whether they keep the units (`count` other than all). */
+  const provisional = (applied: Applied[]) => applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && !entry.decision.degraded)
 
   const resolveRule = (request: HttpRequest, rule: CompiledRule): Matched | HttpOutcome | Promise<Matched | HttpOutcome> => {
     const resolved = rule.key(request)
@@ -608,26 +656,35 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       const outcome: HttpOutcome = { proceed: true, status: 200, headers, body: undefined, waitMs, decision: binding.decision }
       // Charged at once (a burst meets the limit exactly); given back once the response shows it does not count.
       if (counting) {
-        const provisional = applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && !entry.decision.degraded)
-        if (provisional.length > 0) outcome.settle = settler(provisional)
+        const charged = provisional(applied)
+        if (charged.length > 0) {
+          outcome.settle = settler(charged)
+          if (charged.some((entry) => entry.count === 'in-flight')) outcome.inProgressUntilEnded = true
+        }
       }
       return outcome
+    }
+    // Rules that charged this request before another refused it: its 429 is its response (it fails, and is not in progress).
+    if (counting) {
+      const charged = provisional(applied)
+      if (charged.length > 0) settler(charged)(429)
     }
     const { decision } = refused
     if (options.onLimited !== undefined) notify('onLimited', { rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
-    const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000))
+    const retryAfterMs = inFlightPolicies.size === 0 || decision.degraded ? decision.retryAfterMs : refusalRetryMs(decision)
+    const retryAfterSeconds = Math.max(1, Math.ceil(retryAfterMs / 1000))
     if (failedAs(refused.limiter, decision) === 'closed') {
       // Not over a limit: the limit could not be checked. A 429 would tell the client it sent too much,
       // and hide the outage from whoever watches error rates; its RateLimit numbers would be made up.
-      return problem(503, 'Service Unavailable', `The rate limit could not be checked (store ${decision.reason ?? 'unavailable'}) and fails closed. Retry after ${retryAfterSeconds} s.`, [retryAfterHeader(decision)], {
+      return problem(503, 'Service Unavailable', `The rate limit could not be checked (store ${decision.reason ?? 'unavailable'}) and fails closed. Retry after ${retryAfterSeconds} s.`, [['Retry-After', String(retryAfterSeconds)]], {
         'retry-after': retryAfterSeconds,
       })
     }
     const title = 'Too Many Requests'
     const detail = `Rate limit exceeded for policy "${decision.policy}". Retry after ${retryAfterSeconds} s.`
     const extra = { 'violated-policies': violated, limit: decision.limit, remaining: decision.remaining, 'retry-after': retryAfterSeconds }
-    const refusalHeaders: HeaderList = [...headers, retryAfterHeader(decision)]
+    const refusalHeaders: HeaderList = [...headers, ['Retry-After', String(retryAfterSeconds)]]
     const refusal = problem(429, title, detail, refusalHeaders, extra)
     if (options.limitedResponse === undefined) return refusal
     try {

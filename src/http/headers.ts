@@ -98,9 +98,20 @@ const SF_MAX_INTEGER = 999_999_999_999_999
 const sfInteger = (n: number) => Math.min(n, SF_MAX_INTEGER)
 
 /**
+ * When a client refused by a concurrency limit may ask again, in ms: a request
+ * in progress may end at any moment, and Retry-After cannot say less than a second.
+ */
+export const IN_FLIGHT_RETRY_MS = 1000
+
+const NO_NAMES: ReadonlySet<string> = new Set()
+
+/**
  * The header fields for a decision. `policies` are the resolved policies the
  * decision's entries come from (same order); `key` is the client's key, used
  * only for `pk`; `now` (epoch ms) only for the legacy Reset timestamp.
+ * `inFlight` names the policies that limit requests in progress (an HTTP
+ * rule's `count: 'in-flight'`): their quota unit is `concurrent-requests`,
+ * they have no window, and when more comes is not known.
  */
 export function rateLimitHeaders(
   decision: Decision,
@@ -109,6 +120,7 @@ export function rateLimitHeaders(
   key: string,
   now: number,
   cost = 1,
+  inFlight: ReadonlySet<string> = NO_NAMES,
 ): HeaderList {
   // Each list is made whole where it can be: an empty array's first push reserves room for 16 fields.
   let headers: HeaderList = NO_FIELDS
@@ -120,27 +132,30 @@ export function rateLimitHeaders(
     let left = ''
     for (let i = 0; i < decision.policies.length; i++) {
       const entry = decision.policies[i] as PolicyDecision
-      const { remainingStart, quotaItem } = itemsOf(policies[i] as ResolvedPolicy, entry.limit)
+      const concurrent = inFlight.size > 0 && inFlight.has(entry.policy)
+      const { remainingStart, quotaItem } = itemsOf(policies[i] as ResolvedPolicy, entry.limit, concurrent)
       const separator = i === 0 ? '' : ', '
       quota += `${separator}${quotaItem}${pk}`
       // Only r and t change per request (non-negative integers, so their text is their digits); the rest is cached.
-      left += `${separator}${remainingStart}${sfInteger(entry.remaining)};t=${sfInteger(seconds(untilMoreMs(entry)))}${pk}`
+      // t is optional: a concurrency limit's units come back when requests in progress end, which no one knows.
+      const until = concurrent ? '' : `;t=${sfInteger(seconds(untilMoreMs(entry)))}`
+      left += `${separator}${remainingStart}${sfInteger(entry.remaining)}${until}${pk}`
     }
     headers = [['RateLimit-Policy', quota], ['RateLimit', left]]
   } else if (standard === 'draft-7') {
     const binding = bindingOf(decision)
     headers = [
-      ['RateLimit-Policy', policyList(decision, policies)],
+      ['RateLimit-Policy', policyList(decision, policies, inFlight)],
       // A dictionary of three non-negative integers, whose text is their digits (the serializer's own output, tested).
-      ['RateLimit', `limit=${sfInteger(binding.limit)}, remaining=${sfInteger(binding.remaining)}, reset=${sfInteger(seconds(untilMoreMs(binding)))}`],
+      ['RateLimit', `limit=${sfInteger(binding.limit)}, remaining=${sfInteger(binding.remaining)}, reset=${sfInteger(seconds(untilMoreMs(binding, inFlight)))}`],
     ]
   } else if (standard === 'draft-6') {
     const binding = bindingOf(decision)
     headers = [
-      ['RateLimit-Policy', policyList(decision, policies)],
+      ['RateLimit-Policy', policyList(decision, policies, inFlight)],
       ['RateLimit-Limit', String(binding.limit)],
       ['RateLimit-Remaining', String(binding.remaining)],
-      ['RateLimit-Reset', String(seconds(untilMoreMs(binding)))],
+      ['RateLimit-Reset', String(seconds(untilMoreMs(binding, inFlight)))],
     ]
   }
   if (options.legacy === true || options.springCloudGateway === true) headers = [...headers]
@@ -149,7 +164,7 @@ export function rateLimitHeaders(
     headers.push(
       ['X-RateLimit-Limit', String(binding.limit)],
       ['X-RateLimit-Remaining', String(binding.remaining)],
-      ['X-RateLimit-Reset', String(Math.ceil((now + untilMoreMs(binding)) / 1000))],
+      ['X-RateLimit-Reset', String(Math.ceil((now + untilMoreMs(binding, inFlight)) / 1000))],
     )
   }
   if (options.springCloudGateway === true) {
@@ -176,7 +191,9 @@ export function rateLimitHeaders(
  * waits this long is not refused, and does not wait a whole refill or window
  * for one unit.
  */
-function untilMoreMs(entry: PolicyDecision): number {
+function untilMoreMs(entry: PolicyDecision, inFlight: ReadonlySet<string> = NO_NAMES): number {
+  // Fields where a reset is required: a concurrency limit's can only be the hint a refusal gives.
+  if (inFlight.size > 0 && inFlight.has(entry.policy)) return IN_FLIGHT_RETRY_MS
   return entry.allowed ? entry.moreAfterMs : entry.retryAfterMs
 }
 
@@ -199,6 +216,7 @@ function unitsPerSecond(policy: ResolvedPolicy): number {
 
 interface PolicyItems {
   limit: number
+  concurrent: boolean
   /** draft-10 / draft-8: its `RateLimit` item's start, `"name";r=`, and its `RateLimit-Policy` item `"name";q=100;w=60`. */
   remainingStart: string
   quotaItem: string
@@ -209,12 +227,14 @@ interface PolicyItems {
 const itemCache = new WeakMap<ResolvedPolicy, PolicyItems>()
 
 /** A policy's serialized name and `RateLimit-Policy` items, which never change: built once. */
-function itemsOf(policy: ResolvedPolicy, limit: number): PolicyItems {
+function itemsOf(policy: ResolvedPolicy, limit: number, concurrent: boolean): PolicyItems {
   let cached = itemCache.get(policy)
-  if (cached === undefined || cached.limit !== limit) {
-    const window = new Map([['w', sfInteger(windowSeconds(policy))]])
+  if (cached === undefined || cached.limit !== limit || cached.concurrent !== concurrent) {
+    // A concurrency limit's window only bounds how long a lost release is counted: not the quota's.
+    const window = new Map<string, number | string>(concurrent ? [['qu', 'concurrent-requests']] : [['w', sfInteger(windowSeconds(policy))]])
     cached = {
       limit,
+      concurrent,
       remainingStart: `${serializeString(policy.name)};r=`,
       quotaItem: serializeItem([policy.name, new Map([['q', sfInteger(limit)], ...window])]),
       unnamedQuotaItem: serializeItem([sfInteger(limit), window]),
@@ -230,10 +250,11 @@ export function retryAfterHeader(decision: Decision): [string, string] {
 }
 
 /** draft-6/7 `RateLimit-Policy`: `100;w=60, 1000;w=3600` (quota items, no names). */
-function policyList(decision: Decision, policies: readonly ResolvedPolicy[]): string {
+function policyList(decision: Decision, policies: readonly ResolvedPolicy[], inFlight: ReadonlySet<string>): string {
   let list = ''
   for (let i = 0; i < decision.policies.length; i++) {
-    list += `${i === 0 ? '' : ', '}${itemsOf(policies[i] as ResolvedPolicy, (decision.policies[i] as PolicyDecision).limit).unnamedQuotaItem}`
+    const entry = decision.policies[i] as PolicyDecision
+    list += `${i === 0 ? '' : ', '}${itemsOf(policies[i] as ResolvedPolicy, entry.limit, inFlight.has(entry.policy)).unnamedQuotaItem}`
   }
   return list
 }

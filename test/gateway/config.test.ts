@@ -212,10 +212,15 @@ routes:
         policies: { algorithm: token-bucket, name: tb, capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }
 `
     assert.deepEqual(await problems(text), [
-      'routes[0].limits[2].count: expected all, failed or succeeded, got "sometimes" (line 11)',
+      'routes[0].limits[2].count: expected all, failed, succeeded or in-flight, got "sometimes" (line 11)',
     ])
     assert.deepEqual(await problems(text.replace('count: sometimes', 'count: succeeded')), [
       'routes[0].limits[0].count: failed refunds the responses that do not count, which needs token-bucket, police leaky-bucket or sliding-log policies; "logins" is sliding-window (line 6)',
+    ])
+    // A concurrency limit counts a request until it ends: Spring Cloud Gateway's bucket refills meanwhile.
+    assert.deepEqual(await problems(text.replace('count: sometimes', 'count: succeeded').replaceAll('count: failed', 'count: in-flight')), [
+      'routes[0].limits[0].count: in-flight needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); "logins" is sliding-window (line 6)',
+      'routes[0].limits[1].count: in-flight needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); "login.token-bucket:5@1/1s" is token-bucket (line 8)',
     ])
   })
 

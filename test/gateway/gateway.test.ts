@@ -76,6 +76,14 @@ routes:
       - count: failed
         key: [ip]
         policies: { algorithm: token-bucket, name: failures, capacity: 2, refillTokens: 1, refillIntervalMs: 3600000 }
+  - name: reports
+    match: { path: /reports/** }
+    upstream: ${upstream}
+    stripPrefix: /reports
+    limits:
+      - count: in-flight
+        key: [ip]
+        policies: { algorithm: sliding-log, name: reports-in-progress, limit: 2, windowMs: 600000 }
 `
 }
 
@@ -162,7 +170,7 @@ describe('gateway (child process, real upstream)', () => {
     // /status reads the watched key without charging it.
     const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>>; routes: unknown[] }
     assert.equal(status.watched['apikey:alpha']?.['api-hour']?.remaining, 0)
-    assert.equal(status.routes.length, 7)
+    assert.equal(status.routes.length, 8)
   })
 
   it('tells the upstream the prefix it stripped (X-Forwarded-Prefix), and gives a redirect to the upstream\'s own URL back as the client\'s path', async () => {
@@ -267,6 +275,27 @@ describe('gateway (child process, real upstream)', () => {
     assert.deepEqual(await statuses('/hello', 5), [200, 200, 200, 200, 200])
     assert.deepEqual(await statuses('/missing', 3), [404, 404, 429])
     assert.deepEqual(await statuses('/hello', 1), [429])
+  })
+
+  it('count: in-flight limits requests in progress at the upstream; a client that leaves ends its request there and gives its unit back', async () => {
+    const slow = (ms: number, signal?: AbortSignal) => fetch(`${gateway.url}/reports/slow/${ms}`, signal === undefined ? {} : { signal })
+    const burst = await Promise.all(Array.from({ length: 4 }, () => slow(300)))
+    assert.deepEqual(burst.map((res) => res.status).sort(), [200, 200, 429, 429])
+    const refused = burst.find((res) => res.status === 429) as Response
+    assert.equal(refused.headers.get('retry-after'), '1')
+    assert.equal(refused.headers.get('ratelimit-policy'), '"reports-in-progress";q=2;qu="concurrent-requests"')
+    assert.equal(refused.headers.get('ratelimit'), '"reports-in-progress";r=0')
+    await Promise.all(burst.map((res) => res.arrayBuffer()))
+    // Given back as each ended: one after another, any number.
+    for (let i = 0; i < 3; i++) assert.equal((await slow(0)).status, 200)
+    // The gateway aborts the upstream request of a client that leaves: that request is over.
+    const leaving = new AbortController()
+    const left = slow(5_000, leaving.signal).catch((error: unknown) => error)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    leaving.abort()
+    await left
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    assert.deepEqual((await Promise.all([slow(200), slow(200)])).map((res) => res.status), [200, 200])
   })
 
   it('answers 502 when the upstream is down and 504 when it is too slow', async () => {

@@ -29,6 +29,13 @@ routes:
     stripPrefix: /chat
     limits:
       - policies: { algorithm: sliding-log, name: chat-connects, limit: 3, windowMs: 3600000 }
+  - name: live
+    match: { path: /live/** }
+    upstream: ${upstream}
+    stripPrefix: /live
+    limits:
+      - count: in-flight
+        policies: { algorithm: sliding-log, name: live-sockets, limit: 1, windowMs: 3600000 }
   - name: other
     match: { path: /** }
     upstream: ${upstream}
@@ -143,6 +150,29 @@ describe('gateway: WebSocket and other upgrades', () => {
     assert.deepEqual([code, String(reason)], [4001, 'bye'])
     for (let waited = 0; upstream.closed.length < 3 && waited < 2000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20))
     assert.deepEqual(upstream.closed.slice(-2).sort(), ['/room-2', '/room-3'])
+  })
+
+  it('count: in-flight limits the WebSockets a client has open: one is in progress until its tunnel closes', async () => {
+    const wsUrl = gateway.url.replace('http:', 'ws:')
+    const first = await open(`${wsUrl}/live/feed`)
+    assert.ok('ws' in first)
+    assert.equal(first.headers.ratelimit, '"live-sockets";r=0')
+    const second = await open(`${wsUrl}/live/feed`)
+    assert.ok('status' in second)
+    assert.equal(second.status, 429)
+    assert.equal(second.headers['retry-after'], '1')
+    assert.equal(await exchange(first.ws, 'on'), '/feed on')
+    first.ws.close()
+    await once(first.ws, 'close')
+    let again = await open(`${wsUrl}/live/feed`)
+    // The gateway sees the tunnel close a moment after the client does.
+    for (let tries = 0; 'status' in again && tries < 50; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      again = await open(`${wsUrl}/live/feed`)
+    }
+    assert.ok('ws' in again, 'a socket again once the first is closed')
+    again.ws.close()
+    await once(again.ws, 'close')
   })
 
   it('passes on the upstream\'s refusal of an upgrade (status, headers, body)', async () => {

@@ -82,6 +82,26 @@ describe('rate-limit header fields', () => {
     assert.equal(clock.at(10_000).allowed, true)
   })
 
+  it('a concurrency (in-flight) policy: quota unit concurrent-requests, no window; no t where it is optional, the refusal hint where a reset is required', () => {
+    const clock = onVirtualClock([
+      { algorithm: 'sliding-log', limit: 2, windowMs: 600_000, name: 'in-progress' },
+      { algorithm: 'fixed-window', limit: 100, windowMs: 60_000, name: 'minute' },
+    ], 30_000)
+    const inFlight = new Set(['in-progress'])
+    clock.at(30_000)
+    const last = clock.at(30_000)
+    const fields = (options: Parameters<typeof rateLimitHeaders>[2]) => new Map(rateLimitHeaders(last, clock.limiter.policies, options, 'k', 30_000, 1, inFlight))
+    assert.equal(fields({}).get('RateLimit-Policy'), '"in-progress";q=2;qu="concurrent-requests", "minute";q=100;w=60')
+    assert.equal(fields({}).get('RateLimit'), '"in-progress";r=0, "minute";r=98;t=30')
+    assert.deepEqual(parseList(fields({ standard: 'draft-8' }).get('RateLimit-Policy') as string)[0]?.[1].get('qu'), 'concurrent-requests')
+    // The single-valued shapes carry the binding policy (the one with nothing left), whose reset they must give.
+    assert.equal(fields({ standard: 'draft-7' }).get('RateLimit'), 'limit=2, remaining=0, reset=1')
+    assert.equal(fields({ standard: 'draft-7' }).get('RateLimit-Policy'), '2;qu="concurrent-requests", 100;w=60')
+    assert.equal(fields({ legacy: true }).get('X-RateLimit-Reset'), '31')
+    // Unnamed, the same policy is an ordinary sliding log of ten minutes.
+    assert.equal(new Map(rateLimitHeaders(last, clock.limiter.policies, {}, 'k', 30_000)).get('RateLimit'), '"in-progress";r=0;t=600, "minute";r=98;t=30')
+  })
+
   it('a limit beyond the 15 digits a structured-field integer holds is sent as the largest one, in every shape', () => {
     const largest = 999_999_999_999_999
     const huge: Policy[] = [

@@ -370,6 +370,68 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: count: 'in-flight' limits requests in progress: a burst is held to the limit, units come back as responses end (a streamed one when its body ends), and a refusal says when to ask again`, async () => {
+    const options = base([
+      { name: 'reports', match: { path: '/reports' }, count: 'in-flight', policies: { algorithm: 'sliding-log', name: 'reports-in-progress', limit: 2, windowMs: 3_600_000 } },
+      { name: 'api', policies: { algorithm: 'token-bucket', name: 'api', capacity: 100, refillTokens: 100, refillIntervalMs: 60_000 } },
+    ])
+    await withServer(start, options, async (url) => {
+      const report = (headers: Record<string, string> = {}) => get(`${url}/reports`, headers)
+      const burst = await Promise.all(Array.from({ length: 5 }, () => report({ 'x-delay-ms': '300' })))
+      assert.deepEqual(burst.map((res) => res.status).sort(), [200, 200, 429, 429, 429])
+      const allowed = burst.filter((res) => res.status === 200)
+      const item = (res: Response, name: string) => res.headers.get('ratelimit')?.split(', ').find((entry) => entry.startsWith(`"${name}"`))
+      assert.deepEqual(allowed.map((res) => item(res, 'reports-in-progress')).sort(), ['"reports-in-progress";r=0', '"reports-in-progress";r=1'])
+      // The quota unit says what it counts; it has no window, and no one knows when more comes: no t.
+      assert.equal(allowed[0]?.headers.get('ratelimit-policy'), '"reports-in-progress";q=2;qu="concurrent-requests", "api";q=100;w=60')
+      const refused = burst.find((res) => res.status === 429) as Response
+      assert.equal(refused.headers.get('retry-after'), '1', 'not the hour its log would keep the units were none given back')
+      assert.equal(item(refused, 'reports-in-progress'), '"reports-in-progress";r=0')
+      const problem = await refused.json() as Record<string, unknown>
+      assert.deepEqual(problem['violated-policies'], ['reports-in-progress'])
+      assert.equal(problem['retry-after'], 1)
+      // Each came back as its response ended: one after another, any number pass.
+      for (let i = 0; i < 4; i++) {
+        const res = await report()
+        assert.equal(res.status, 200)
+        assert.equal(item(res, 'reports-in-progress'), '"reports-in-progress";r=1')
+      }
+      // A streamed response is in progress until its body ends, not when its head is sent.
+      const streams = [await report({ 'x-stream-ms': '400' }), await report({ 'x-stream-ms': '400' })]
+      assert.deepEqual(streams.map((res) => res.status), [200, 200])
+      assert.equal((await report()).status, 429, 'two bodies still streaming')
+      assert.deepEqual(await Promise.all(streams.map((res) => res.text())), ['first last', 'first last'])
+      assert.equal((await report()).status, 200)
+    })
+  })
+
+  it(`${adapter}: count: 'in-flight': a client that leaves does not end its request while the handler still works on it; a request another rule refuses gives its unit back`, async () => {
+    const options = base([
+      { name: 'exports', match: { path: '/export/**' }, count: 'in-flight', policies: { algorithm: 'sliding-log', name: 'exports-in-progress', limit: 1, windowMs: 3_600_000 } },
+      { name: 'big-exports', match: { path: '/export/big' }, policies: { algorithm: 'fixed-window', name: 'big-exports-per-hour', limit: 2, windowMs: 3_600_000 } },
+    ])
+    await withServer(start, options, async (url) => {
+      const leaving = new AbortController()
+      const left = fetch(`${url}/export/small`, { headers: { 'x-delay-ms': '500' }, signal: leaving.signal }).catch((error: unknown) => error)
+      await new Promise((resolve) => setTimeout(resolve, 150))
+      leaving.abort()
+      await left
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      assert.equal((await get(`${url}/export/small`)).status, 429, 'its handler is still at work')
+      await new Promise((resolve) => setTimeout(resolve, 500))
+      // Ended by its handler: its unit is back.
+      assert.equal((await get(`${url}/export/small`)).status, 200)
+      assert.deepEqual([(await get(`${url}/export/big`)).status, (await get(`${url}/export/big`)).status], [200, 200])
+      // The next big one is refused by the hourly rule, after the in-flight rule charged it: that unit comes back at once.
+      const refused = await get(`${url}/export/big`)
+      assert.equal(refused.status, 429)
+      assert.deepEqual((await refused.json() as Record<string, unknown>)['violated-policies'], ['big-exports-per-hour'])
+      const small = await get(`${url}/export/small`)
+      assert.equal(small.status, 200, 'no unit held by the refused request')
+      assert.equal(small.headers.get('ratelimit'), '"exports-in-progress";r=0')
+    })
+  })
+
   it(`${adapter}: blockMs locks a client out after too many failed logins: Retry-After and the fields give the block, a correct password is refused too`, async () => {
     const lockout = { algorithm: 'token-bucket', name: 'failed-logins', capacity: 3, refillTokens: 3, refillIntervalMs: 60_000, blockMs: 900_000 } as const
     await withServer(start, base([{ name: 'login', match: { path: '/login' }, count: 'failed', policies: lockout }]), async (url) => {
@@ -442,7 +504,9 @@ describe('HTTP configuration', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['not-an-ip'] } }), /trustProxy/)
     // Counting only some responses refunds the others: only buckets take units back exactly.
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'login', policies, count: 'failed' }] }), /rule "login" count needs token-bucket, police leaky-bucket or sliding-log policies, .* "fixed-window:5\/1s" is fixed-window/)
-    assert.throws(() => createRateLimitHandler({ rules: [{ policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }, count: 'errors' as never }] }), /count must be 'all', 'failed' or 'succeeded'/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }, count: 'errors' as never }] }), /count must be 'all', 'failed', 'succeeded' or 'in-flight'/)
+    // A concurrency limit counts a request until it ends: a bucket or a window would hand units back by time too.
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'uploads', policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000, name: 'tb' }, count: 'in-flight' }] }), /^ArgumentError: rule "uploads" count needs sliding-log policies \(limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost\); "tb" is token-bucket \(got "in-flight"\)$/)
     // Rules that can never match: every path they name is excluded, by their own exclude or by skip.
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'health', policies, match: { path: '/health' } }], skip: ['/health', '/metrics'] }), /rule "health" match can never match: every path it names is excluded \(by its exclude or by skip\)/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { path: '/api/**', exclude: '/api/**' } }] }), /can never match/)

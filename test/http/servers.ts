@@ -1,5 +1,7 @@
 /** Real servers on loopback for the HTTP suite: one per adapter. */
 import { createServer, type Server } from 'node:http'
+import { Readable } from 'node:stream'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { AddressInfo } from 'node:net'
 import { rateLimitOf } from '../../src/http/handler.ts'
 import { withRateLimit as withNode, type RateLimitOptions } from '../../src/http/adapters/node.ts'
@@ -45,9 +47,29 @@ function delayAsked(header: string | string[] | undefined): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
+/**
+ * A streamed response a test asks for (`x-stream-ms`): its head and first chunk at once, its last
+ * chunk after that many ms (a server-sent events stream, a large download).
+ */
+function streamAsked(header: string | string[] | undefined): number | undefined {
+  return typeof header === 'string' ? Number(header) : undefined
+}
+
+async function* chunksOver(ms: number) {
+  yield Buffer.from('first ')
+  await sleep(ms)
+  yield Buffer.from('last')
+}
+
 /** node:http with the node adapter. */
 export const nodeServer: StartServer = (options) =>
   listen(createServer(withNode((req, res) => {
+    const streamMs = streamAsked(req.headers['x-stream-ms'])
+    if (streamMs !== undefined) {
+      res.setHeader('Content-Type', 'text/plain')
+      Readable.from(chunksOver(streamMs)).pipe(res)
+      return
+    }
     void delayAsked(req.headers['x-delay-ms']).then(() => {
       res.statusCode = statusAsked(req.headers['x-status'])
       res.setHeader('Content-Type', 'text/plain').setHeader('x-handler-saw', seen(req)).end(`ok ${req.url}`)
@@ -62,6 +84,8 @@ export const nodeServer: StartServer = (options) =>
 export const fetchServer: StartServer = (options) => {
   const app = new Hono<{ Bindings: HttpBindings }>()
   app.all('*', async (c) => {
+    const streamMs = streamAsked(c.req.header('x-stream-ms'))
+    if (streamMs !== undefined) return c.body(Readable.toWeb(Readable.from(chunksOver(streamMs))) as ReadableStream<Uint8Array>)
     await delayAsked(c.req.header('x-delay-ms'))
     return c.text(`ok ${c.req.path}`, statusAsked(c.req.header('x-status')) as ContentfulStatusCode, { 'x-handler-saw': seen(c.req.raw) })
   })
@@ -74,6 +98,8 @@ export const expressServer: StartServer = (options) => {
   const app = express()
   app.use(expressRateLimit(options))
   app.use(async (req, res) => {
+    const streamMs = streamAsked(req.headers['x-stream-ms'])
+    if (streamMs !== undefined) return void Readable.from(chunksOver(streamMs)).pipe(res.type('text/plain'))
     await delayAsked(req.headers['x-delay-ms'])
     res.status(statusAsked(req.headers['x-status'])).type('text/plain').set('x-handler-saw', seen(req)).send(`ok ${req.originalUrl}`)
   })
@@ -85,6 +111,8 @@ export const fastifyServer: StartServer = async (options) => {
   const app = Fastify({ logger: false })
   await app.register(sluiceFastify, options)
   app.all('/*', async (request, reply) => {
+    const streamMs = streamAsked(request.headers['x-stream-ms'])
+    if (streamMs !== undefined) return reply.type('text/plain').send(Readable.from(chunksOver(streamMs)))
     await delayAsked(request.headers['x-delay-ms'])
     return reply.code(statusAsked(request.headers['x-status'])).type('text/plain').header('x-handler-saw', seen(request)).send(`ok ${request.url}`)
   })

@@ -86,7 +86,7 @@ export const sluiceFastify = Object.assign(
     const decide = createRateLimitPipeline({ onWarning: (message) => fastify.log.warn(message), caseSensitive, ...options })
     const apply = (request: FastifyRequestLike, reply: FastifyReplyLike, outcome: HttpOutcome, done: (error?: Error) => void): void => {
       recordDecision(request, outcome)
-      settleWhenSent(reply.raw, outcome.settle)
+      settleWhenSent(reply.raw, outcome.settle, outcome.inProgressUntilEnded)
       for (const [name, value] of outcome.headers) reply.header(lowerCase(name), value)
       if (!outcome.proceed) {
         reply.code(outcome.status).send(outcome.body)

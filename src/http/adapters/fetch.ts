@@ -27,8 +27,9 @@ export function fetchRequest(request: Request, remoteAddress: string | undefined
 export interface FetchRateLimiter {
   /**
    * A refusal (429 / 403 response), or undefined with the headers to add to
-   * the handler's response, and `settle(status)` to call with its status when
-   * a rule counts only some responses (`count`).
+   * the handler's response, and `settle(status)` to call with its status once
+   * its body is sent (or its client has left) when a rule counts only some
+   * responses or requests in progress (`count`).
    */
   check(request: Request, remoteAddress?: string): Promise<{ response: Response | undefined; headers: Headers; settle?: (status: number) => void }>
 }
@@ -81,10 +82,21 @@ export function withRateLimit<Rest extends unknown[]>(
       settle?.(500)
       throw error
     }
-    settle?.(upstream.status)
     // No headers for a network error (status 0) or a protocol switch (101): Response cannot be rebuilt with
     // those statuses, and a WebSocket upgrade (Deno) must stay the very object the runtime handed out.
-    if (upstream.status < 200) return upstream
+    if (upstream.status < 200) {
+      settle?.(upstream.status)
+      return upstream
+    }
+    if (settle !== undefined) {
+      // Settled once the body is sent: a request streaming its response (server-sent events) is in progress until then.
+      const merged = new Headers(upstream.headers)
+      headers.forEach((value, name) => merged.set(name, value))
+      const status = upstream.status
+      const body = upstream.body === null ? null : settledAtEnd(upstream.body, (whole) => settle(whole ? status : 499))
+      if (body === null) settle(status)
+      return new Response(body, { status, statusText: upstream.statusText, headers: merged })
+    }
     try {
       headers.forEach((value, name) => upstream.headers.set(name, value))
       return upstream
@@ -99,3 +111,37 @@ export function withRateLimit<Rest extends unknown[]>(
 
 export { rateLimitOf } from '../handler.ts'
 export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'
+
+/**
+ * `body`, read through: `done` is called once, when it ends (whole), or fails or its reader cancels it (a client
+ * that left: not whole, as the node adapters count a response cut short).
+ */
+function settledAtEnd(body: ReadableStream<Uint8Array>, done: (whole: boolean) => void): ReadableStream<Uint8Array> {
+  const reader = body.getReader()
+  let ended = false
+  const end = (whole: boolean) => {
+    if (ended) return
+    ended = true
+    done(whole)
+  }
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const chunk = await reader.read()
+        if (chunk.done) {
+          controller.close()
+          end(true)
+        } else {
+          controller.enqueue(chunk.value)
+        }
+      } catch (error) {
+        end(false)
+        controller.error(error)
+      }
+    },
+    cancel(reason) {
+      end(false)
+      return reader.cancel(reason)
+    },
+  })
+}

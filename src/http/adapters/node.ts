@@ -83,7 +83,7 @@ export function nodeLimiter<Req extends NodeRequest>(
   const decide = createRateLimitPipeline(options)
   const apply = (req: Req, res: NodeResponse, outcome: HttpOutcome): boolean | Promise<boolean> => {
     recordDecision(req, outcome, keepDecisionAside)
-    settleWhenSent(res, outcome.settle)
+    settleWhenSent(res, outcome.settle, outcome.inProgressUntilEnded)
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
     if (outcome.proceed && outcome.waitMs > 0) return waitTurn(res, outcome.waitMs)
     if (outcome.proceed) return true
@@ -98,9 +98,25 @@ export function nodeLimiter<Req extends NodeRequest>(
   }
 }
 
-/** Tells a rule that counts only some responses (`count`) the status sent: 499 for a client gone first. */
-export function settleWhenSent(res: NodeResponse, settle: ((status: number) => void) | undefined): void {
-  if (settle !== undefined) res.once('close', () => settle(res.writableFinished ? res.statusCode : 499))
+/**
+ * Tells a rule that counts only some responses (`count`) the status sent: 499 for a client gone first.
+ * A request a concurrency rule counts (`untilEnded`) is in progress while its handler works: a client
+ * that leaves first does not end it, the handler ending the response does.
+ */
+export function settleWhenSent(res: NodeResponse, settle: ((status: number) => void) | undefined, untilEnded = false): void {
+  if (settle === undefined) return
+  res.once('close', () => {
+    if (res.writableFinished) return settle(res.statusCode)
+    if (!untilEnded || res.writableEnded) return settle(499)
+    // Otherwise a client could start requests and leave at once, to have any number of handlers at work.
+    const response = res as unknown as { end: (...args: unknown[]) => unknown }
+    const end = response.end
+    response.end = function endAndSettle(this: unknown, ...args: unknown[]) {
+      response.end = end
+      settle(499)
+      return end.apply(this, args)
+    }
+  })
 }
 
 /**
