@@ -41,4 +41,17 @@ describe('two server processes sharing one Redis', () => {
     }
     assert.deepEqual([ok, refused], [50, 50])
   })
+
+  it('hold a concurrency limit together: exactly the limit in progress at once across both, every unit back as its response ends', async () => {
+    // Three bursts of 10 requests of 500 ms, alternating servers, against 4 in progress at once.
+    const rounds: number[][] = []
+    for (let round = 0; round < 3; round++) {
+      const statuses = await Promise.all(Array.from({ length: 10 }, (_, i) => fetch(`http://127.0.0.1:${servers[i % 2]?.port}/slow`).then(async (r) => {
+        await r.arrayBuffer()
+        return r.status
+      })))
+      rounds.push([statuses.filter((s) => s === 200).length, statuses.filter((s) => s === 429).length])
+    }
+    assert.deepEqual(rounds, [[4, 6], [4, 6], [4, 6]])
+  })
 })

@@ -1,6 +1,7 @@
 /**
  * A separate HTTP server process for multi-process tests: a node:http server
  * with the sluice node adapter on a RedisStore; it reports its port over IPC.
+ * `/` is under a rate limit, `/slow` under a concurrency limit.
  */
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -10,8 +11,15 @@ import { withRateLimit } from '../../src/http/adapters/node.ts'
 
 const { url, prefix, policy } = JSON.parse(process.env.SLUICE_HTTP_WORKER ?? '{}') as { url: string; prefix: string; policy: Policy }
 const redis = new Redis(url, { maxRetriesPerRequest: 1 })
-const server = createServer(withRateLimit((_req, res) => { res.end(`ok from ${process.pid}`) }, {
-  rules: [{ name: 'shared', policies: policy }],
+const server = createServer(withRateLimit((req, res) => {
+  // /slow stays in progress a while, for the concurrency limit.
+  if (req.url === '/slow') setTimeout(() => res.end(`ok from ${process.pid}`), 500)
+  else res.end(`ok from ${process.pid}`)
+}, {
+  rules: [
+    { name: 'shared', match: { path: '/' }, policies: policy },
+    { name: 'in-progress', match: { path: '/slow' }, count: 'in-flight', policies: { algorithm: 'sliding-log', name: 'in-progress', limit: 4, windowMs: 3_600_000 } },
+  ],
   store: new RedisStore({ client: redis }),
   // Exact sharing is the point: a busy CI machine must not turn a slow Redis call into a local decision.
   storeTimeoutMs: 10_000,
