@@ -499,20 +499,20 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     return limiter
   }
 
-  const settler = (entries: Array<{ count: Count; limiter: Limiter; key: string; cost: number; rules: string }>) => {
+  const settler = (entries: Array<{ count: Count; limiter: Limiter; key: string; cost: number; rules: string; decision: Decision }>) => {
     let settled = false
     return (status: number) => {
       if (settled) return
       settled = true
       const failed = status >= 400
-      for (const { count, limiter, key, cost, rules } of entries) {
+      for (const { count, limiter, key, cost, rules, decision } of entries) {
         // A response that counts keeps its units; in-flight ones all come back, the request being over.
         const counts = count === 'failed' ? failed : count === 'succeeded' && !failed
         if (counts) continue
         const unrefunded = (error: unknown) => warn(`rule "${rules}": a response that does not count (${status}) could not be refunded: ${messageOf(error)}`)
         try {
-          if (synchronous) limiter.refundSync(key, cost)
-          else limiter.refund(key, cost).catch(unrefunded)
+          if (synchronous) limiter.refundSync(key, cost, decision)
+          else limiter.refund(key, cost, decision).catch(unrefunded)
         } catch (error) {
           unrefunded(error)
         }
@@ -542,7 +542,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   type Matched = { rule: CompiledRule; limiter: Limiter; key: string; cost: number }
   type Applied = { rules: string; shadow: boolean; count: Count; limiter: Limiter; decision: Decision; key: string; cost: number }
   /** Rules charged for a request whose response decides whether they keep the units (`count` other than all). */
-  const provisional = (applied: Applied[]) => applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && !entry.decision.degraded)
+  // A fallback's decision charged the local fallback store, and is refunded there; one failing open charged nothing.
+  const provisional = (applied: Applied[]) => applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && failedAs(entry.limiter, entry.decision) !== 'open')
 
   const resolveRule = (request: HttpRequest, rule: CompiledRule): Matched | HttpOutcome | Promise<Matched | HttpOutcome> => {
     const resolved = rule.key(request)

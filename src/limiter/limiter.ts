@@ -237,17 +237,34 @@ export class Limiter {
    * exactly) or a sliding log (from its oldest entries: the count is exact, and
    * what stays counted leaves no sooner). Resolves what a peek then shows; rejects with a
    * `SluiceError` (ERR_SLUICE_STORE) if the store fails.
+   *
+   * `charged`, the decision that took the units: one the fallback made while
+   * the store was out (`degraded`, under onStoreFailure 'fallback') is refunded
+   * where it was charged, to the local fallback store.
    */
-  async refund(key: string, units: number): Promise<Decision> {
+  async refund(key: string, units: number, charged?: Decision): Promise<Decision> {
     const call = this.refundCall(key, units)
     if (this.local !== undefined) return combine(this.local.consumeSync(call))
+    if (this.chargedLocally(charged)) return this.refundLocally(call)
     const outcome = await this.circuit.run(() => this.store.consume(call))
     if (!outcome.ok) throw new SluiceError('ERR_SLUICE_STORE', `refund to "${call.key}" failed: ${outcome.reason}`, { cause: outcome.error })
     return combine(outcome.value)
   }
 
-  refundSync(key: string, units: number): Decision {
-    return combine(this.syncStore().consumeSync(this.refundCall(key, units)))
+  refundSync(key: string, units: number, charged?: Decision): Decision {
+    const call = this.refundCall(key, units)
+    if (this.chargedLocally(charged)) return this.refundLocally(call)
+    return combine(this.syncStore().consumeSync(call))
+  }
+
+  /** Whether `charged` was a fallback's decision, whose units the local fallback store took. */
+  private chargedLocally(charged: Decision | undefined): boolean {
+    return charged?.degraded === true && this.onStoreFailure === 'fallback' && charged.allowed
+  }
+
+  private refundLocally(call: StoreCall): Decision {
+    // Given back to a key the fallback state may have dropped since (the store came back): a bucket stays full, a log empty.
+    return { ...combine(this.fallbackStore.consumeSync({ ...call, policies: this.fallbackPolicies, now: call.now ?? this.localNow() })), degraded: true }
   }
 
   /** The decision a call of cost 1 would get, without changing any state. */

@@ -693,6 +693,24 @@ describe('HTTP with a failing store', () => {
     })
   })
 
+  it('the fallback takes back what it charged: a concurrency limit still counts requests in progress, a login limit only failures, while the store is out', async () => {
+    const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
+    const rules = [
+      { name: 'exports', match: { path: '/export' }, count: 'in-flight' as const, policies: { algorithm: 'sliding-log' as const, limit: 1, windowMs: MINUTE, name: 'exports' } },
+      { name: 'login', match: { path: '/login' }, count: 'failed' as const, policies: { algorithm: 'token-bucket' as const, capacity: 2, refillTokens: 1, refillIntervalMs: MINUTE, name: 'failed-logins' } },
+    ]
+    await withServer(nodeServer, { rules, store: down, onStoreFailure: 'fallback', clock: fixedClock, onWarning: () => {} }, async (url) => {
+      const statuses: number[] = []
+      for (let i = 0; i < 4; i++) statuses.push((await get(`${url}/export`)).status)
+      assert.deepEqual(statuses, [200, 200, 200, 200], 'one at a time: each gave its unit back to the fallback')
+      const together = await Promise.all([get(`${url}/export`, { 'x-delay-ms': '200' }), get(`${url}/export`, { 'x-delay-ms': '200' })])
+      assert.deepEqual(together.map((res) => res.status).sort(), [200, 429])
+      const logins: number[] = []
+      for (const status of [200, 200, 200, 401, 401, 200]) logins.push((await get(`${url}/login`, { 'x-status': String(status) })).status)
+      assert.deepEqual(logins, [200, 200, 200, 401, 401, 429])
+    })
+  })
+
   it('falls back to one local count per policy, whichever rules a request meets', async () => {
     const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
     const rules = [
