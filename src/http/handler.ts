@@ -91,7 +91,8 @@ export interface RuleOptions {
    * that take units back: a sliding log gives back its oldest units).
    *
    * `in-flight` makes the rule a concurrency limit: a request holds its units
-   * from its arrival until its response is sent (or its client leaves), so
+   * from its arrival until its response is sent (a client that leaves first:
+   * until the handler ends the response), so
    * `limit` is the number of requests a key may have in progress. Needs
    * sliding-log policies, whose `windowMs` is the longest a request is
    * counted: the bound on a unit whose release was lost (an instance that
@@ -104,7 +105,6 @@ export interface RuleOptions {
 
 /** Which responses a rule counts; `in-flight` counts requests only while they are in progress. */
 export type Count = 'all' | 'failed' | 'succeeded' | 'in-flight'
-
 
 export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' | 'onStoreFailure' | 'expectedInstances' | 'circuit' | 'blockCache' | 'observer'> {
   /** Ordered rules; a request is subject to every rule that matches it. */
@@ -541,8 +541,10 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   // promise continues the rest of the pipeline from there, once it settles.
   type Matched = { rule: CompiledRule; limiter: Limiter; key: string; cost: number }
   type Applied = { rules: string; shadow: boolean; count: Count; limiter: Limiter; decision: Decision; key: string; cost: number }
-  /** Rules charged for a request whose response decides whether they keep the units (`count` other than all). */
-  // A fallback's decision charged the local fallback store, and is refunded there; one failing open charged nothing.
+  /**
+   * Rules charged for a request whose response decides whether they keep the units (`count` other than all).
+   * A fallback's decision charged the local fallback store, and is refunded there; one failing open charged nothing.
+   */
   const provisional = (applied: Applied[]) => applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && failedAs(entry.limiter, entry.decision) !== 'open')
 
   const resolveRule = (request: HttpRequest, rule: CompiledRule): Matched | HttpOutcome | Promise<Matched | HttpOutcome> => {
