@@ -15,7 +15,7 @@ import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from './client-ip.ts'
 import { anyReading, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
-import { checkHeaderOptions, IN_FLIGHT_RETRY_MS, rateLimitHeaders, type HeaderList, type HeaderOptions } from './headers.ts'
+import { checkHeaderOptions, rateLimitHeaders, refusalRetryMs, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
 export interface HttpRequest {
@@ -520,18 +520,6 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     }
   }
 
-  /**
-   * When a refused request could pass: a concurrency limit's log says when its units would expire were
-   * none released, but requests in progress give theirs back as they end, at any moment.
-   */
-  const refusalRetryMs = (decision: Decision): number => {
-    let retryMs = 0
-    for (const entry of decision.policies) {
-      if (!entry.allowed) retryMs = Math.max(retryMs, inFlightPolicies.has(entry.policy) ? IN_FLIGHT_RETRY_MS : entry.retryAfterMs)
-    }
-    return retryMs
-  }
-
   // Failing open, a decision the store could not make carries a fresh key's numbers: they describe nothing, so no fields.
   const fieldsOf = ({ limiter, decision, key, cost }: { limiter: Limiter; decision: Decision; key: string; cost: number }, style: HeaderOptions, now: number): HeaderList =>
     failedAs(limiter, decision) === 'open' ? [] : rateLimitHeaders(decision, limiter.policies, style, key, now, cost, inFlightPolicies)
@@ -675,7 +663,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     const { decision } = refused
     if (options.onLimited !== undefined) notify('onLimited', { rule: refused.rules, key: refused.key, decision, shadow: false, request })
     const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
-    const retryAfterMs = inFlightPolicies.size === 0 || decision.degraded ? decision.retryAfterMs : refusalRetryMs(decision)
+    const retryAfterMs = decision.degraded ? decision.retryAfterMs : refusalRetryMs(decision, inFlightPolicies)
     const retryAfterSeconds = Math.max(1, Math.ceil(retryAfterMs / 1000))
     if (failedAs(refused.limiter, decision) === 'closed') {
       // Not over a limit: the limit could not be checked. A 429 would tell the client it sent too much,

@@ -101,9 +101,12 @@ const sfInteger = (n: number) => Math.min(n, SF_MAX_INTEGER)
  * When a client refused by a concurrency limit may ask again, in ms: a request
  * in progress may end at any moment, and Retry-After cannot say less than a second.
  */
-export const IN_FLIGHT_RETRY_MS = 1000
+const IN_FLIGHT_RETRY_MS = 1000
 
 const NO_NAMES: ReadonlySet<string> = new Set()
+
+/** Whether a decision's entry is of a policy that limits requests in progress (named in `inFlight`). */
+const concurrent = (entry: PolicyDecision, inFlight: ReadonlySet<string>): boolean => inFlight.size > 0 && inFlight.has(entry.policy)
 
 /**
  * The header fields for a decision. `policies` are the resolved policies the
@@ -132,13 +135,13 @@ export function rateLimitHeaders(
     let left = ''
     for (let i = 0; i < decision.policies.length; i++) {
       const entry = decision.policies[i] as PolicyDecision
-      const concurrent = inFlight.size > 0 && inFlight.has(entry.policy)
-      const { remainingStart, quotaItem } = itemsOf(policies[i] as ResolvedPolicy, entry.limit, concurrent)
+      const inProgress = concurrent(entry, inFlight)
+      const { remainingStart, quotaItem } = itemsOf(policies[i] as ResolvedPolicy, entry.limit, inProgress)
       const separator = i === 0 ? '' : ', '
       quota += `${separator}${quotaItem}${pk}`
       // Only r and t change per request (non-negative integers, so their text is their digits); the rest is cached.
       // t is optional: a concurrency limit's units come back when requests in progress end, which no one knows.
-      const until = concurrent ? '' : `;t=${sfInteger(seconds(untilMoreMs(entry)))}`
+      const until = inProgress ? '' : `;t=${sfInteger(seconds(untilMoreMs(entry)))}`
       left += `${separator}${remainingStart}${sfInteger(entry.remaining)}${until}${pk}`
     }
     headers = [['RateLimit-Policy', quota], ['RateLimit', left]]
@@ -193,8 +196,20 @@ export function rateLimitHeaders(
  */
 function untilMoreMs(entry: PolicyDecision, inFlight: ReadonlySet<string> = NO_NAMES): number {
   // Fields where a reset is required: a concurrency limit's can only be the hint a refusal gives.
-  if (inFlight.size > 0 && inFlight.has(entry.policy)) return IN_FLIGHT_RETRY_MS
+  if (concurrent(entry, inFlight)) return IN_FLIGHT_RETRY_MS
   return entry.allowed ? entry.moreAfterMs : entry.retryAfterMs
+}
+
+/**
+ * When a refused call could pass, in ms: the decision's retryAfterMs, except that a concurrency
+ * limit's log says when its units would expire were none released, while requests in progress give
+ * theirs back as they end, at any moment (IN_FLIGHT_RETRY_MS).
+ */
+export function refusalRetryMs(decision: Decision, inFlight: ReadonlySet<string>): number {
+  if (inFlight.size === 0) return decision.retryAfterMs
+  let retryMs = 0
+  for (const entry of decision.policies) if (!entry.allowed) retryMs = Math.max(retryMs, untilMoreMs(entry, inFlight))
+  return retryMs
 }
 
 /** The policy whose numbers the single-valued fields carry: the decision's binding one. */
@@ -254,7 +269,7 @@ function policyList(decision: Decision, policies: readonly ResolvedPolicy[], inF
   let list = ''
   for (let i = 0; i < decision.policies.length; i++) {
     const entry = decision.policies[i] as PolicyDecision
-    list += `${i === 0 ? '' : ', '}${itemsOf(policies[i] as ResolvedPolicy, entry.limit, inFlight.has(entry.policy)).unnamedQuotaItem}`
+    list += `${i === 0 ? '' : ', '}${itemsOf(policies[i] as ResolvedPolicy, entry.limit, concurrent(entry, inFlight)).unnamedQuotaItem}`
   }
   return list
 }

@@ -90,23 +90,25 @@ export function withRateLimit<Rest extends unknown[]>(
     }
     if (settle !== undefined) {
       // Settled once the body is sent: a request streaming its response (server-sent events) is in progress until then.
-      const merged = new Headers(upstream.headers)
-      headers.forEach((value, name) => merged.set(name, value))
       const status = upstream.status
-      const body = upstream.body === null ? null : settledAtEnd(upstream.body, (whole) => settle(whole ? status : 499))
-      if (body === null) settle(status)
-      return new Response(body, { status, statusText: upstream.statusText, headers: merged })
+      if (upstream.body === null) settle(status)
+      return rebuilt(upstream, headers, upstream.body === null ? null : settledAtEnd(upstream.body, (whole) => settle(whole ? status : 499)))
     }
     try {
       headers.forEach((value, name) => upstream.headers.set(name, value))
       return upstream
     } catch {
-      // Immutable headers (fetch() results, Response.redirect): copied below.
+      // Immutable headers (fetch() results, Response.redirect): copied into a new response.
+      return rebuilt(upstream, headers, upstream.body)
     }
-    const merged = new Headers(upstream.headers)
-    headers.forEach((value, name) => merged.set(name, value))
-    return new Response(upstream.body, { status: upstream.status, statusText: upstream.statusText, headers: merged })
   }
+}
+
+/** `upstream` as a new response with `body`, its header fields and the rate-limit ones. */
+function rebuilt(upstream: Response, headers: Headers, body: ReadableStream<Uint8Array> | null): Response {
+  const merged = new Headers(upstream.headers)
+  headers.forEach((value, name) => merged.set(name, value))
+  return new Response(body, { status: upstream.status, statusText: upstream.statusText, headers: merged })
 }
 
 export { rateLimitOf } from '../handler.ts'
