@@ -19,9 +19,10 @@ import { StoreCallFailures, type StoreCallFailure } from '../limiter/store-failu
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import type { Store } from '../stores/store.ts'
 import { readAnnouncement, type Announcement, type HeaderLookup } from './headers.ts'
-import { PartitionQuota, unitsOf, type RequestCost } from './quota.ts'
+import { PartitionQuota, unitsOf, type Held, type RequestCost, type Settlement } from './quota.ts'
 import { InterceptedRequest } from './interceptor.ts'
 import { abortReason, MAX_TIMER_MS, sleep, unlessAborted } from './sleep.ts'
+import { readThrough } from '../core/streams.ts'
 
 export interface RetryOptions {
   /** Retries after the first attempt. Default 5. */
@@ -164,6 +165,8 @@ export interface Trip {
   attempt: number
   /** The shared store learning from the last response, if any. */
   learning: Promise<void> | undefined
+  /** What the last response holds of the server's concurrency quotas until its body ends. */
+  held: Held | undefined
 }
 
 interface ResolvedRetry {
@@ -263,8 +266,9 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       }
       const delayMs = this.arrive(trip, partition, response.status, lookup(response.headers))
       await trip.learning
-      if (delayMs === undefined) return response
+      if (delayMs === undefined) return heldUntilEnd(response, partition, trip.held)
       await response.body?.cancel().catch(() => undefined)
+      partition.release(trip.held)
       await sleep(delayMs, trip.signal)
     }
   }
@@ -321,6 +325,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       place: undefined,
       attempt: 0,
       learning: undefined,
+      held: undefined,
     }
   }
 
@@ -349,7 +354,8 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
   private arrive(trip: Trip, partition: Partition, status: number, header: HeaderLookup): number | undefined {
     const now = Date.now()
     const announcement = readAnnouncement(header, now)
-    const retryAt = partition.settle(announcement, status, now, trip.cost)
+    const { retryAt, held } = partition.settle(announcement, status, now, trip.cost)
+    trip.held = held
     trip.learning = this.shared?.learn(trip.partition, announcement).catch(() => undefined)
     if (!this.retry?.statuses.has(status)) return undefined
 
@@ -506,11 +512,18 @@ class Partition {
     })
   }
 
-  settle(announcement: Announcement, status: number, now: number, cost: RequestCost): number | undefined {
-    const retryAt = this.quota.settle(announcement, status, now, cost)
+  settle(announcement: Announcement, status: number, now: number, cost: RequestCost): Settlement {
+    const settlement = this.quota.settle(announcement, status, now, cost)
     this.active--
     this.pump()
-    return retryAt
+    return settlement
+  }
+
+  /** A response's body has ended: what it held of the server's concurrency quotas comes back. */
+  release(held: Held | undefined): void {
+    if (held === undefined) return
+    this.quota.release(held)
+    this.pump()
   }
 
   abandon(cost: RequestCost): void {
@@ -519,9 +532,9 @@ class Partition {
     this.pump()
   }
 
-  /** Nothing queued or in flight: forgetting it loses only what it learned. */
+  /** Nothing queued, in flight or holding a server's concurrency quota: forgetting it loses only what it learned. */
   get unused(): boolean {
-    return this.queue.length === 0 && this.active === 0
+    return this.queue.length === 0 && this.active === 0 && !this.quota.holds
   }
 
   idle(now: number): boolean {
@@ -672,6 +685,31 @@ async function take(limiter: Limiter, key: string, signal: AbortSignal, budgetMs
     await sleep(decision.retryAfterMs, signal)
     spent += decision.retryAfterMs
   }
+}
+
+/**
+ * Bytes of a body read before the caller asks, where its response holds a server's concurrency
+ * quota: the server counts the request until it has sent the last byte, which a socket's buffers
+ * take in whether or not anyone reads them, so a caller that never reads a short body must not
+ * hold the unit for ever. A longer body unread holds it, at the server too.
+ */
+const READ_AHEAD_BYTES = 256 * 1024
+
+/**
+ * The response handed back, its body read through so that what it holds of the server's
+ * concurrency quotas comes back when the body ends (or fails, or is cancelled). A rebuilt
+ * response keeps the original's `url`, `redirected` and `type`.
+ */
+function heldUntilEnd(response: Response, partition: Partition, held: Held | undefined): Response {
+  if (held === undefined) return response
+  if (response.body === null) {
+    partition.release(held)
+    return response
+  }
+  const body = readThrough(response.body, () => partition.release(held), READ_AHEAD_BYTES)
+  const rebuilt = new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers })
+  const kept = (name: 'url' | 'redirected' | 'type') => ({ value: response[name], enumerable: true })
+  return Object.defineProperties(rebuilt, { url: kept('url'), redirected: kept('redirected'), type: kept('type') })
 }
 
 function lookup(headers: Headers): HeaderLookup {

@@ -2,7 +2,8 @@
  * Reading the limits a server announces, in every dialect real APIs send:
  *
  * - IETF draft-8 and later: `RateLimit-Policy: "minute";q=100;w=60` and
- *   `RateLimit: "minute";r=42;t=18`, one named item per policy;
+ *   `RateLimit: "minute";r=42;t=18`, one named item per policy, a quota of
+ *   requests in progress at once marked `qu="concurrent-requests"`;
  * - draft-7: `RateLimit: limit=100, remaining=42, reset=18` with
  *   `RateLimit-Policy: 100;w=60`;
  * - draft-6 and earlier: `RateLimit-Limit` (`100` or `100, 100;w=60`),
@@ -42,6 +43,12 @@ export interface AnnouncedQuota {
    * unit, so a request costing several units knows how long they take to come.
    */
   unitMs?: number
+  /**
+   * The quota counts requests in progress at once, not requests per window
+   * (draft-10's `qu="concurrent-requests"`): `limit` may be in progress,
+   * `remaining` more may start, and a unit comes back when a response ends.
+   */
+  concurrent?: boolean
 }
 
 export interface Announcement {
@@ -121,13 +128,18 @@ function dateOf(value: string | undefined): number | undefined {
 function namedItems(header: HeaderLookup): AnnouncedQuota[] | undefined {
   const current = listOf(header('ratelimit'))?.map(([name, params]) => [nameOf(name), params] as const)
   if (current === undefined || current.length === 0 || !current.every(([name]) => name !== undefined)) return undefined
-  const windows = new Map<string, { limit?: number; windowMs?: number }>()
+  const windows = new Map<string, { limit?: number; windowMs?: number; concurrent?: boolean }>()
   for (const [item, params] of listOf(header('ratelimit-policy')) ?? []) {
     const name = nameOf(item)
     if (name === undefined) continue
     const limit = count(params.get('q'))
     const window = count(params.get('w'))
-    windows.set(name, { ...(limit !== undefined && { limit }), ...(window !== undefined && window > 0 && { windowMs: window * 1000 }) })
+    // A quota of requests in progress has no window: a `w` beside it would describe none.
+    const concurrent = params.get('qu') === 'concurrent-requests'
+    windows.set(name, {
+      ...(limit !== undefined && { limit }),
+      ...(concurrent ? { concurrent } : window !== undefined && window > 0 && { windowMs: window * 1000 }),
+    })
   }
   // A server that announces more policies than any API has is not believed past the first few.
   return current.slice(0, MAX_POLICIES).map(([name, params]) => {
@@ -135,7 +147,8 @@ function namedItems(header: HeaderLookup): AnnouncedQuota[] | undefined {
     const remaining = count(params.get('r'))
     const reset = count(params.get('t'))
     if (remaining !== undefined) quota.remaining = remaining
-    if (reset !== undefined) quota.resetAfterMs = reset * 1000
+    // No one knows when requests in progress end: a `t` on such a quota is a guess, never waited for.
+    if (reset !== undefined && quota.concurrent !== true) quota.resetAfterMs = reset * 1000
     return quota
   })
 }

@@ -7,12 +7,18 @@
 import type { Dispatcher } from 'undici'
 import type { HeaderLookup } from './headers.ts'
 import type { Trip } from './client.ts'
-import type { RequestCost } from './quota.ts'
+import type { Held, RequestCost } from './quota.ts'
 import { asError } from '../core/errors.ts'
 import { sleep } from './sleep.ts'
 
+/** A partition as the interceptor sees it: a request it sent came to nothing, or a response it handed on ended. */
+export interface Settles {
+  abandon(cost: RequestCost): void
+  release(held: Held | undefined): void
+}
+
 /** What the client lends the interceptor: the two halves of a trip. */
-export interface TripSteps<P extends { abandon(cost: RequestCost): void }> {
+export interface TripSteps<P extends Settles> {
   depart(trip: Trip): Promise<P>
   arrive(trip: Trip, partition: P, status: number, header: HeaderLookup): number | undefined
 }
@@ -59,7 +65,7 @@ class StableController implements Dispatcher.DispatchController {
   }
 }
 
-export class InterceptedRequest<P extends { abandon(cost: RequestCost): void }> {
+export class InterceptedRequest<P extends Settles> {
   private readonly controller = new StableController()
   private finished = false
 
@@ -110,6 +116,7 @@ export class InterceptedRequest<P extends { abandon(cost: RequestCost): void }> 
         if (retryInMs === undefined) forward.onResponseData?.(stable, chunk)
       },
       onResponseEnd: (_controller, trailers) => {
+        partition.release(trip.held)
         if (retryInMs === undefined) {
           this.finished = true
           forward.onResponseEnd?.(stable, trailers)
@@ -120,6 +127,7 @@ export class InterceptedRequest<P extends { abandon(cost: RequestCost): void }> 
       },
       onResponseError: (_controller, error) => {
         if (!settled) partition.abandon(trip.cost)
+        else partition.release(trip.held)
         this.fail(error)
       },
     }

@@ -12,8 +12,16 @@
  * in flight are charged when sent, and a response's `remaining` is read as
  * "after this request, and possibly before the others still in flight", so the
  * estimate errs toward waiting, never toward a refusal.
+ *
+ * A quota of requests in progress at once (draft-10's
+ * `qu="concurrent-requests"`) has no reset: a unit comes back when a response
+ * ends. A request then holds its units from when it is sent until its
+ * response's body has arrived (`Settlement.held`, given back by `release`), as
+ * the server holds them until it has sent the last byte. What the server counts
+ * beyond this partition's own (other callers) is believed for a second, the
+ * wait a server refusing such a request asks for.
  */
-import type { Announcement } from './headers.ts'
+import type { AnnouncedQuota, Announcement } from './headers.ts'
 
 /**
  * What one request takes from each policy: a number takes that many units from
@@ -37,6 +45,16 @@ export type Admission =
   /** Only a response in flight can tell when to send next. */
   | { kind: 'response'; reason: 'probe' | 'quota' }
 
+/** Units of the server's concurrency quotas a response holds until its body ends, by policy. */
+export type Held = ReadonlyArray<readonly [policy: string, units: number]>
+
+export interface Settlement {
+  /** When the server wants to hear from this partition again (epoch ms), if it said, for a refused (429/503) response. */
+  retryAt: number | undefined
+  /** What the response holds of the server's concurrency quotas until its body ends: for `release`. */
+  held: Held | undefined
+}
+
 interface Tracked {
   limit: number | undefined
   remaining: number | undefined
@@ -47,7 +65,18 @@ interface Tracked {
   unitMs: number | undefined
   /** Its reset has passed and no response has said since how much is back. */
   unknownSinceReset: boolean
+  /** A quota of requests in progress at once: `limit` is how many, and `remaining`, `resetAt` stay undefined. */
+  concurrent: boolean
+  /** Of a concurrency quota: units the server counted beyond this partition's own, at the last answer... */
+  othersHeld: number
+  /** ...believed until this time (epoch ms). */
+  othersUntil: number
 }
+
+const rateQuota = (announced: AnnouncedQuota, remaining: number | undefined, resetAt: number | undefined): Tracked => ({
+  limit: announced.limit, remaining, resetAt, windowMs: announced.windowMs, unitMs: announced.unitMs, unknownSinceReset: false,
+  concurrent: false, othersHeld: 0, othersUntil: 0,
+})
 
 /** Nothing left of it, as far as the partition can tell. */
 const spent = (quota: Tracked): boolean => quota.remaining !== undefined && quota.remaining <= 0
@@ -78,6 +107,8 @@ export class PartitionQuota {
   private readonly namedExtraInFlight = new Map<string, number>()
   /** Whether any response has come back: until one has, one request at a time finds out what the server says. */
   private answered = false
+  /** Units of concurrency quotas held by answered requests whose bodies have not ended, per policy name. */
+  private readonly holding = new Map<string, number>()
 
   constructor(private readonly probeMs: number) {}
 
@@ -88,7 +119,15 @@ export class PartitionQuota {
     let until = 0
     let unknownReset = false
     let unknownSinceReset = false
+    let oursToEnd = false
     for (const [name, quota] of this.tracked) {
+      if (quota.concurrent) {
+        const room = this.roomInProgress(quota, name, unitsOf(cost, name), now)
+        if (room === 'never') return { kind: 'never', policy: name, units: unitsOf(cost, name), limit: quota.limit as number }
+        if (room === 'ours') oursToEnd = true
+        else if (room === 'others') until = Math.max(until, quota.othersUntil)
+        continue
+      }
       if (quota.resetAt !== undefined && now >= quota.resetAt) this.passReset(quota, now)
       if (quota.unknownSinceReset) unknownSinceReset = true
       const units = unitsOf(cost, name)
@@ -102,12 +141,30 @@ export class PartitionQuota {
     }
     if (until > 0) return { kind: 'wait', until, reason: 'quota' }
     // Spent, and no reset known, or reset and not yet told how much is back: the next response
-    // will say; with none coming, send one to ask.
-    if ((unknownReset || unknownSinceReset) && this.inFlight > 0) return { kind: 'response', reason: 'quota' }
+    // will say; with none coming, send one to ask. Requests of ours in progress end by themselves.
+    if (oursToEnd || ((unknownReset || unknownSinceReset) && this.inFlight > 0)) return { kind: 'response', reason: 'quota' }
     for (const [name, quota] of this.tracked) if (quota.remaining !== undefined) quota.remaining -= unitsOf(cost, name)
     this.inFlight += 1
     this.countExtra(cost, 1)
     return { kind: 'go' }
+  }
+
+  /**
+   * Whether a request taking `units` of a concurrency quota may start: 'go', 'never' (more than
+   * the whole quota), 'ours' (once a request of this partition ends or is answered) or 'others'
+   * (once what other callers held is a second old).
+   */
+  private roomInProgress(quota: Tracked, name: string, units: number, now: number): 'go' | 'never' | 'ours' | 'others' {
+    if (quota.limit === undefined || units === 0) return 'go'
+    if (quota.limit > 0 && units > quota.limit) return 'never'
+    const ours = this.unitsInFlight(name) + (this.holding.get(name) ?? 0)
+    if (now < quota.othersUntil) {
+      if (ours + units + quota.othersHeld <= quota.limit) return 'go'
+      return ours > 0 && ours + units > quota.limit ? 'ours' : 'others'
+    }
+    // Other callers held some a second ago: one request asks whether they still do, the rest wait for its answer.
+    if (ours + units <= quota.limit) return quota.othersHeld > 0 && this.inFlight > 0 ? 'ours' : 'go'
+    return ours > 0 ? 'ours' : 'go'
   }
 
   private passReset(quota: Tracked, now: number): void {
@@ -147,22 +204,24 @@ export class PartitionQuota {
   }
 
   /**
-   * Learns from a response to an admitted request. Returns when the server
-   * wants to hear from this partition again (epoch ms) if it said, for a
-   * refused (429/503) response.
+   * Learns from a response to an admitted request: when the server wants to
+   * hear from this partition again, and what the response holds until its body
+   * ends (to `release` then).
    */
-  settle(announcement: Announcement, status: number, now: number, cost?: RequestCost): number | undefined {
+  settle(announcement: Announcement, status: number, now: number, cost?: RequestCost): Settlement {
     this.leave(cost)
     this.answered = true
+    const held: Array<readonly [string, number]> = []
     for (const announced of announcement.quotas) {
+      if (announced.concurrent === true) {
+        this.hold(announced, announcement, now, unitsOf(cost, announced.name), held)
+        continue
+      }
       const resetAt = announced.resetAfterMs === undefined ? undefined : now + announced.resetAfterMs
       const estimate = announced.remaining === undefined ? undefined : announced.remaining - this.unitsInFlight(announced.name)
       const quota = this.tracked.get(announced.name)
-      if (quota === undefined) {
-        this.tracked.set(announced.name, {
-          limit: announced.limit, remaining: estimate, resetAt, windowMs: announced.windowMs, unitMs: announced.unitMs, unknownSinceReset: false,
-        })
-        if (this.tracked.size > MAX_TRACKED) this.forgetLeastRecentlyAnnounced(announcement)
+      if (quota === undefined || quota.concurrent) {
+        this.track(announced.name, rateQuota(announced, estimate, resetAt), announcement)
       } else {
         // Map order is announcement order: the policy goes to the end, the last to be forgotten.
         this.tracked.delete(announced.name)
@@ -201,7 +260,8 @@ export class PartitionQuota {
       }
     }
     if (announcement.quotas.length > 0) this.probingUntil = 0
-    if (status !== 429 && status !== 503) return undefined
+    const settlement: Settlement = { retryAt: undefined, held: held.length === 0 ? undefined : held }
+    if (status !== 429 && status !== 503) return settlement
 
     let retryAt: number | undefined
     if (announcement.retryAfterMs !== undefined) {
@@ -219,7 +279,51 @@ export class PartitionQuota {
     }
     if (retryAt !== undefined && status === 429) this.blockedUntil = Math.max(this.blockedUntil, retryAt)
     if (status === 429 && announcement.quotas.length === 0 && this.tracked.size === 0) this.probingUntil = now + this.probeMs
-    return retryAt
+    settlement.retryAt = retryAt
+    return settlement
+  }
+
+  /** A concurrency quota's answer: the request holds its units, and the rest the server counted are other callers'. */
+  private hold(announced: AnnouncedQuota, announcement: Announcement, now: number, units: number, held: Array<readonly [string, number]>): void {
+    let quota = this.tracked.get(announced.name)
+    if (quota === undefined || !quota.concurrent) {
+      quota = { ...rateQuota(announced, undefined, undefined), windowMs: undefined, unitMs: undefined, concurrent: true }
+      this.track(announced.name, quota, announcement)
+    } else {
+      this.tracked.delete(announced.name)
+      this.tracked.set(announced.name, quota)
+    }
+    quota.limit = announced.limit ?? quota.limit
+    if (units > 0) {
+      this.holding.set(announced.name, (this.holding.get(announced.name) ?? 0) + units)
+      held.push([announced.name, units])
+    }
+    if (announced.remaining === undefined || quota.limit === undefined) return
+    // The server's count includes this request and the others of ours it has seen; those it has
+    // not seen yet make the others' share look smaller, which the server's refusal corrects.
+    const ours = this.unitsInFlight(announced.name) + (this.holding.get(announced.name) ?? 0)
+    quota.othersHeld = Math.max(0, quota.limit - announced.remaining - ours)
+    quota.othersUntil = now + SECOND
+  }
+
+  /** The units a response held come back: its body has ended, failed or been cancelled. */
+  release(held: Held | undefined): void {
+    for (const [name, units] of held ?? []) {
+      const left = (this.holding.get(name) ?? 0) - units
+      if (left > 0) this.holding.set(name, left)
+      else this.holding.delete(name)
+    }
+  }
+
+  /** Whether responses hold units of a concurrency quota. */
+  get holds(): boolean {
+    return this.holding.size > 0
+  }
+
+  private track(name: string, quota: Tracked, announcement: Announcement): void {
+    this.tracked.delete(name)
+    this.tracked.set(name, quota)
+    if (this.tracked.size > MAX_TRACKED) this.forgetLeastRecentlyAnnounced(announcement)
   }
 
   /** Makes room for a newly announced policy, never forgetting one the same response announced. */
@@ -259,7 +363,7 @@ export class PartitionQuota {
 
   /** True when this partition holds nothing worth keeping. */
   idle(now: number): boolean {
-    return this.inFlight === 0 && now >= this.blockedUntil && now >= this.probingUntil &&
+    return this.inFlight === 0 && this.holding.size === 0 && now >= this.blockedUntil && now >= this.probingUntil &&
       [...this.tracked.values()].every((quota) => quota.resetAt === undefined || now >= quota.resetAt)
   }
 }

@@ -730,3 +730,94 @@ describe('hostile servers', () => {
     await assert.rejects(waiting, { name: 'AbortError' })
   })
 })
+
+describe('against a concurrency limit (sluice\'s count: \'in-flight\', announced as qu="concurrent-requests")', () => {
+  /** A sluice server allowing `limit` exports in progress per client, each streaming for `streamMs`. */
+  async function exportServer(limit: number, streamMs: number, bytes = 4) {
+    const state = { refused: 0, inProgress: 0, peak: 0, url: '', close: async () => {} }
+    const server = createServer(withRateLimit((_request, response) => {
+      state.inProgress++
+      state.peak = Math.max(state.peak, state.inProgress)
+      response.on('close', () => { state.inProgress-- })
+      response.write('x'.repeat(bytes))
+      if (streamMs === 0) response.end('.')
+      else setTimeout(() => response.end('.'), streamMs)
+    }, {
+      rules: [{ name: 'exports', count: 'in-flight', policies: { algorithm: 'sliding-log', name: 'exports-in-progress', limit, windowMs: 3_600_000 } }],
+      onLimited: () => { state.refused++ },
+    }))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/export`
+    state.close = async () => {
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+    return state
+  }
+
+  // Exports stream for longer than the second a refusal asks the client to wait (Retry-After: 1):
+  // a client that took that second for a reset would send while both are still in progress.
+  it('a burst of 4 exports streaming 1.2 s against 2 in progress: each waits for one to end, none refused, each body whole', async () => {
+    const server = await exportServer(2, 1_200)
+    try {
+      const client = createClient()
+      const reasons = new Set<string>()
+      client.on('waited', (event) => reasons.add(event.reason))
+      const bodies = await Promise.all(Array.from({ length: 4 }, async () => {
+        const response = await client.fetch(server.url, { signal: AbortSignal.timeout(10_000) })
+        assert.equal(response.status, 200)
+        assert.equal(response.url, server.url, 'the response handed back keeps its url')
+        return response.text()
+      }))
+      assert.deepEqual(new Set(bodies), new Set(['xxxx.']))
+      assert.equal(server.refused, 0)
+      assert.equal(server.peak, 2)
+      assert.ok(reasons.has('quota'), `waited for: ${[...reasons].join(', ')}`)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('short bodies never read do not hold the quota (they have arrived), a long one unread does, until cancelled', async () => {
+    const short = await exportServer(1, 0)
+    const long = await exportServer(1, 0, 1024 * 1024)
+    try {
+      const client = createClient({ retry: false })
+      for (let i = 0; i < 5; i++) {
+        const response = await client.fetch(short.url, { signal: AbortSignal.timeout(5_000) })
+        assert.equal(response.status, 200, `export ${i}`)
+      }
+      assert.equal(short.refused, 0)
+      // A megabyte unread: the server cannot have sent it all, so the export is still in progress there too.
+      const big = await client.fetch(long.url, { signal: AbortSignal.timeout(5_000) })
+      await assert.rejects(client.fetch(long.url, { signal: AbortSignal.timeout(300) }), { name: 'TimeoutError' })
+      await big.body?.cancel()
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      const next = await client.fetch(long.url, { signal: AbortSignal.timeout(5_000) })
+      assert.equal(next.status, 200)
+      assert.equal((await next.arrayBuffer()).byteLength, 1024 * 1024 + 1)
+      assert.equal(long.refused, 0)
+    } finally {
+      await Promise.all([short.close(), long.close()])
+    }
+  })
+
+  it('through the undici interceptor: the unit comes back when the last byte has arrived', async () => {
+    const server = await exportServer(2, 1_200)
+    const client = createClient()
+    const agent = new Agent().compose(client.interceptor())
+    try {
+      const bodies = await Promise.all(Array.from({ length: 4 }, async () => {
+        const response = await request(server.url, { dispatcher: agent, signal: AbortSignal.timeout(10_000) })
+        assert.equal(response.statusCode, 200)
+        return response.body.text()
+      }))
+      assert.deepEqual(new Set(bodies), new Set(['xxxx.']))
+      assert.equal(server.refused, 0)
+      assert.equal(server.peak, 2)
+    } finally {
+      await agent.close()
+      await server.close()
+    }
+  })
+})

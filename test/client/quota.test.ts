@@ -104,7 +104,7 @@ describe('the learned quota of one partition', () => {
   it('a 429 blocks the partition until Retry-After, which wins over the RateLimit fields', () => {
     const quota = new PartitionQuota(60_000)
     quota.admit(0)
-    const retryAt = quota.settle(told(0, 2_000, { retryAfterMs: 7_000 }), 429, 100)
+    const { retryAt } = quota.settle(told(0, 2_000, { retryAfterMs: 7_000 }), 429, 100)
     assert.equal(retryAt, 7_100)
     assert.deepEqual(quota.admit(200), { kind: 'wait', until: 7_100, reason: 'retry-after' })
     assert.equal(quota.admit(7_100).kind, 'go')
@@ -139,7 +139,7 @@ describe('the learned quota of one partition', () => {
   it('a 429 without Retry-After waits for the announced reset', () => {
     const quota = new PartitionQuota(60_000)
     quota.admit(0)
-    assert.equal(quota.settle(told(0, 3_000), 429, 0), 3_000)
+    assert.equal(quota.settle(told(0, 3_000), 429, 0).retryAt, 3_000)
   })
 
   it('"t=0" with nothing left still waits up to a second (servers that round down)', () => {
@@ -162,7 +162,7 @@ describe('the learned quota of one partition', () => {
     quota.settle(nothing, 200, 0)
     quota.admit(0)
     quota.admit(0)
-    assert.equal(quota.settle({ quotas: [], retryAfterMs: 1000 }, 429, 0), 1000)
+    assert.equal(quota.settle({ quotas: [], retryAfterMs: 1000 }, 429, 0).retryAt, 1000)
     assert.equal(quota.admit(1000).kind, 'response', 'the other request is still in flight')
     quota.settle(nothing, 200, 1001)
     assert.equal(quota.admit(1002).kind, 'go')
@@ -175,7 +175,7 @@ describe('the learned quota of one partition', () => {
   it('a 503 without Retry-After does not block the partition', () => {
     const quota = new PartitionQuota(60_000)
     quota.admit(0)
-    assert.equal(quota.settle(nothing, 503, 0), undefined)
+    assert.equal(quota.settle(nothing, 503, 0).retryAt, undefined)
     assert.equal(quota.admit(1).kind, 'go')
   })
 
@@ -259,6 +259,77 @@ describe('the learned quota of one partition', () => {
       assert.equal(quota.admit(10_001, 4).kind, 'go')
       assert.deepEqual(quota.admit(10_001, 1), { kind: 'response', reason: 'quota' })
     })
+  })
+})
+
+describe('a quota of requests in progress at once (qu="concurrent-requests")', () => {
+  const inProgress = (remaining: number, limit = 2): Announcement => ({ quotas: [{ name: 'exports', limit, remaining, concurrent: true }] })
+
+  it('holds each request from its sending to the end of its body: at the limit, the next waits for one of them to end', () => {
+    const quota = new PartitionQuota(60_000)
+    assert.equal(quota.admit(0).kind, 'go')
+    const first = quota.settle(inProgress(1), 200, 10)
+    assert.deepEqual(first, { retryAt: undefined, held: [['exports', 1]] })
+    assert.equal(quota.admit(11).kind, 'go')
+    // Two in progress (one answered, its body still coming; one on its way): a third would be refused.
+    assert.deepEqual(quota.admit(12), { kind: 'response', reason: 'quota' })
+    const second = quota.settle(inProgress(0), 200, 20)
+    assert.deepEqual(quota.admit(21), { kind: 'response', reason: 'quota' }, 'an answer is not the end of its body')
+    quota.release(first.held)
+    assert.equal(quota.admit(22).kind, 'go')
+    assert.deepEqual(quota.admit(23), { kind: 'response', reason: 'quota' })
+    assert.equal(quota.idle(23), false)
+    quota.release(second.held)
+    quota.release(quota.settle(inProgress(1), 200, 30).held)
+    assert.equal(quota.holds, false)
+    assert.equal(quota.idle(31), true)
+    quota.admit(31)
+    quota.settle(inProgress(1), 200, 32)
+    assert.equal(quota.holds, true)
+    assert.equal(quota.idle(33), false, 'a partition whose responses hold units is not forgotten')
+  })
+
+  it('a request the quota does not count (cost 0) goes; one taking more than the whole quota never would', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    const held = quota.settle(inProgress(1, 1), 200, 10).held
+    assert.equal(quota.admit(11, { exports: 0 }).kind, 'go')
+    quota.settle(inProgress(0, 1), 200, 12, { exports: 0 })
+    assert.deepEqual(quota.admit(13, { exports: 2 }), { kind: 'never', policy: 'exports', units: 2, limit: 1 })
+    quota.release(held)
+    assert.equal(quota.holds, false)
+    assert.equal(quota.admit(14).kind, 'go')
+  })
+
+  it('what the server counts beyond this partition\'s own (other callers) is believed for a second, then one request asks', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    // Limit 2, none left with this one in progress: the other is someone else's.
+    const held = quota.settle(inProgress(0), 200, 100).held
+    assert.deepEqual(quota.admit(200), { kind: 'wait', until: 1_100, reason: 'quota' })
+    quota.release(held)
+    assert.equal(quota.admit(300).kind, 'go')
+    assert.deepEqual(quota.admit(301), { kind: 'wait', until: 1_100, reason: 'quota' })
+    // A second on, the answer on its way says whether theirs has ended: the rest wait for it.
+    assert.deepEqual(quota.admit(1_100), { kind: 'response', reason: 'quota' })
+    quota.release(quota.settle(inProgress(1), 200, 1_200).held)
+    assert.equal(quota.admit(1_201).kind, 'go')
+    assert.equal(quota.admit(1_201).kind, 'go')
+    assert.deepEqual(quota.admit(1_202), { kind: 'response', reason: 'quota' })
+  })
+
+  it('beside a rate quota: each is kept by its own rule, and a wait for the rate wins over a wait for requests to end', () => {
+    const quota = new PartitionQuota(60_000)
+    quota.admit(0)
+    const both = (inProgressLeft: number, rateLeft: number): Announcement => ({
+      quotas: [{ name: 'exports', limit: 1, remaining: inProgressLeft, concurrent: true }, { name: 'hour', limit: 2, remaining: rateLeft, resetAfterMs: 5_000, windowMs: 3_600_000 }],
+    })
+    const held = quota.settle(both(0, 1), 200, 10).held
+    assert.deepEqual(quota.admit(11), { kind: 'response', reason: 'quota' })
+    quota.release(held)
+    assert.equal(quota.admit(12).kind, 'go')
+    quota.release(quota.settle(both(0, 0), 200, 20).held)
+    assert.deepEqual(quota.admit(21), { kind: 'wait', until: 5_020, reason: 'quota' })
   })
 })
 

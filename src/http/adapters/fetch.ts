@@ -5,6 +5,7 @@
  */
 import { createRateLimitHandler, recordDecision, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { ArgumentError } from '../../core/errors.ts'
+import { readThrough } from '../../core/streams.ts'
 import { normalizePath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
@@ -92,7 +93,7 @@ export function withRateLimit<Rest extends unknown[]>(
       // Settled once the body is sent: a request streaming its response (server-sent events) is in progress until then.
       const status = upstream.status
       if (upstream.body === null) settle(status)
-      return rebuilt(upstream, headers, upstream.body === null ? null : settledAtEnd(upstream.body, (whole) => settle(whole ? status : 499)))
+      return rebuilt(upstream, headers, upstream.body === null ? null : readThrough(upstream.body, (whole) => settle(whole ? status : 499)))
     }
     try {
       headers.forEach((value, name) => upstream.headers.set(name, value))
@@ -113,37 +114,3 @@ function rebuilt(upstream: Response, headers: Headers, body: ReadableStream<Uint
 
 export { rateLimitOf } from '../handler.ts'
 export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'
-
-/**
- * `body`, read through: `done` is called once, when it ends (whole), or fails or its reader cancels it (a client
- * that left: not whole, as the node adapters count a response cut short).
- */
-function settledAtEnd(body: ReadableStream<Uint8Array>, done: (whole: boolean) => void): ReadableStream<Uint8Array> {
-  const reader = body.getReader()
-  let ended = false
-  const end = (whole: boolean) => {
-    if (ended) return
-    ended = true
-    done(whole)
-  }
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      try {
-        const chunk = await reader.read()
-        if (chunk.done) {
-          controller.close()
-          end(true)
-        } else {
-          controller.enqueue(chunk.value)
-        }
-      } catch (error) {
-        end(false)
-        controller.error(error)
-      }
-    },
-    cancel(reason) {
-      end(false)
-      return reader.cancel(reason)
-    },
-  })
-}
