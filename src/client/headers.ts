@@ -62,6 +62,9 @@ export interface Announcement {
 
 const MAX_POLICIES = 16
 
+/** draft-10's quota unit for requests in progress, and `concurrency`, its name in the working group's first text of the registry. */
+const CONCURRENT_UNITS = new Set<BareItem | undefined>(['concurrent-requests', 'concurrency'])
+
 /**
  * The longest wait believed from a `Retry-After`, or from a reset announced
  * without a window: a day, the longest quota period APIs commonly announce.
@@ -135,7 +138,7 @@ function namedItems(header: HeaderLookup): AnnouncedQuota[] | undefined {
     const limit = count(params.get('q'))
     const window = count(params.get('w'))
     // A quota of requests in progress has no window: a `w` beside it would describe none.
-    const concurrent = params.get('qu') === 'concurrent-requests'
+    const concurrent = CONCURRENT_UNITS.has(params.get('qu'))
     windows.set(name, {
       ...(limit !== undefined && { limit }),
       ...(concurrent ? { concurrent } : window !== undefined && window > 0 && { windowMs: window * 1000 }),

@@ -37,6 +37,8 @@ describe('reading announced limits', () => {
       { name: 'hour', limit: 100, windowMs: 3_600_000, remaining: 99, resetAfterMs: 3_000_000 },
       { name: 'bytes', limit: 5000, windowMs: 60_000, remaining: 4000, resetAfterMs: 30_000 },
     ])
+    // The unit's name in the working group's first registry text.
+    assert.deepEqual(read({ 'RateLimit-Policy': '"jobs";q=3;qu="concurrency"', RateLimit: '"jobs";r=3' }).quotas, [{ name: 'jobs', limit: 3, concurrent: true, remaining: 3 }])
   })
 
   it('draft-7: a dictionary, with the window from RateLimit-Policy', () => {
