@@ -365,15 +365,26 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       userObserver?.storeCall?.(durationMs, outcome, error)
     },
   }
-  const makeLimiter = (policies: Policy | Policy[], prefix: string) => new Limiter({
-    policies,
-    prefix,
-    observer,
-    store,
-    fallbackStore,
-    ...(options.clock !== undefined ? { clock: options.clock } : {}),
-    ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
-  })
+  /**
+   * Limiters of rules that count only some requests. Their units come back when responses end, in
+   * any instance, which a refusal remembered here (the block cache) would not see: the key would stay
+   * refused until the retry time, an hour for a concurrency limit's log, however many came back.
+   */
+  const refunded = new Set<Limiter>()
+  const makeLimiter = (policies: Policy | Policy[], prefix: string, refundable: boolean) => {
+    const limiter = new Limiter({
+      policies,
+      prefix,
+      observer,
+      store,
+      fallbackStore,
+      ...(options.clock !== undefined ? { clock: options.clock } : {}),
+      ...pick(options, ['storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache']),
+      ...(refundable && { blockCache: false }),
+    })
+    if (refundable) refunded.add(limiter)
+    return limiter
+  }
 
   // A tier name the rule has no policies for (a claim's "Pro" for "pro") is decided as the default tier: said, for the first few names.
   const unknownTiers = new Set<string>()
@@ -402,6 +413,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     // One prefix for every rule: rules that share a key are decided in one store call,
     // which needs their state under one prefix; policy names keep it apart.
     const base = statePrefix
+    const refundable = (rule.count ?? 'all') !== 'all'
     let limiters: Limiter[]
     let limiterFor: CompiledRule['limiter']
     if ((rule.policies === undefined) === (rule.tiers === undefined)) {
@@ -410,7 +422,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     if (rule.tiers !== undefined) {
       const { of, policies, default: fallback } = rule.tiers
       if (typeof of !== 'function') throw new ArgumentError(`rule "${name}" tiers.of`, of, 'must be a function of the request')
-      const byTier = new Map(Object.entries(policies ?? {}).map(([tier, p]) => [tier, inContext(`rule "${name}" tier "${tier}"`, () => makeLimiter(p, base))]))
+      const byTier = new Map(Object.entries(policies ?? {}).map(([tier, p]) => [tier, inContext(`rule "${name}" tier "${tier}"`, () => makeLimiter(p, base, refundable))]))
       const fallbackLimiter = byTier.get(fallback)
       if (fallbackLimiter === undefined) throw new ArgumentError(`rule "${name}" tiers.default`, fallback, `must name one of the tiers (${[...byTier.keys()].join(', ')})`)
       limiters = [...byTier.values()]
@@ -422,7 +434,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
         return fallbackLimiter
       }
     } else {
-      const limiter = inContext(`rule "${name}"`, () => makeLimiter(rule.policies as Policy | Policy[], base))
+      const limiter = inContext(`rule "${name}"`, () => makeLimiter(rule.policies as Policy | Policy[], base, refundable))
       limiters = [limiter]
       limiterFor = () => limiter
     }
@@ -493,7 +505,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     const id = limiters.map((limiter) => ids.get(limiter) ?? ids.set(limiter, ids.size).get(limiter)).join(',')
     let limiter = combinations.get(id)
     if (limiter === undefined) {
-      limiter = makeLimiter(limiters.flatMap((l) => [...l.policies]), statePrefix)
+      limiter = makeLimiter(limiters.flatMap((l) => [...l.policies]), statePrefix, limiters.some((l) => refunded.has(l)))
       combinations.set(id, limiter)
     }
     return limiter

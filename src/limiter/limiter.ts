@@ -58,7 +58,8 @@ export interface LimiterOptions {
   /**
    * Remember refused keys in this process until their retry time and refuse
    * them again without a round trip (for stores outside the process). Default
-   * on, 10,000 keys; `false` turns it off.
+   * on, 10,000 keys; `false` turns it off, as it must be where other processes
+   * `refund` units: a refusal remembered here would outlive them.
    */
   blockCache?: boolean | { maxKeys: number }
   /**

@@ -54,4 +54,22 @@ describe('two server processes sharing one Redis', () => {
     }
     assert.deepEqual(rounds, [[4, 6], [4, 6], [4, 6]])
   })
+
+  it('a concurrency refusal in one process does not outlive the units the other gives back', async () => {
+    const slow = (server: number) => fetch(`http://127.0.0.1:${servers[server]?.port}/slow`).then(async (r) => {
+      await r.arrayBuffer()
+      return r.status
+    })
+    const held = Array.from({ length: 4 }, () => slow(0))
+    // The second process refuses once the first holds all four (it remembered refusals until their
+    // retry time, an hour for this log, though units come back as responses end).
+    let refusedThere = false
+    for (let attempt = 0; attempt < 20 && !refusedThere; attempt++) {
+      refusedThere = (await slow(1)) === 429
+      if (!refusedThere) await new Promise((resolve) => setTimeout(resolve, 25))
+    }
+    assert.ok(refusedThere, 'the second process refused while the first held every unit')
+    assert.deepEqual(await Promise.all(held), [200, 200, 200, 200])
+    assert.equal(await slow(1), 200)
+  })
 })
