@@ -78,6 +78,11 @@ const rateQuota = (announced: AnnouncedQuota, remaining: number | undefined, res
   concurrent: false, othersHeld: 0, othersUntil: 0,
 })
 
+const concurrencyQuota = (announced: AnnouncedQuota): Tracked => ({
+  limit: announced.limit, remaining: undefined, resetAt: undefined, windowMs: undefined, unitMs: undefined, unknownSinceReset: false,
+  concurrent: true, othersHeld: 0, othersUntil: 0,
+})
+
 /** Nothing left of it, as far as the partition can tell. */
 const spent = (quota: Tracked): boolean => quota.remaining !== undefined && quota.remaining <= 0
 
@@ -122,8 +127,9 @@ export class PartitionQuota {
     let oursToEnd = false
     for (const [name, quota] of this.tracked) {
       if (quota.concurrent) {
-        const room = this.roomInProgress(quota, name, unitsOf(cost, name), now)
-        if (room === 'never') return { kind: 'never', policy: name, units: unitsOf(cost, name), limit: quota.limit as number }
+        const units = unitsOf(cost, name)
+        const room = this.roomInProgress(quota, name, units, now)
+        if (room === 'never') return { kind: 'never', policy: name, units, limit: quota.limit as number }
         if (room === 'ours') oursToEnd = true
         else if (room === 'others') until = Math.max(until, quota.othersUntil)
         continue
@@ -287,7 +293,7 @@ export class PartitionQuota {
   private hold(announced: AnnouncedQuota, announcement: Announcement, now: number, units: number, held: Array<readonly [string, number]>): void {
     let quota = this.tracked.get(announced.name)
     if (quota === undefined || !quota.concurrent) {
-      quota = { ...rateQuota(announced, undefined, undefined), windowMs: undefined, unitMs: undefined, concurrent: true }
+      quota = concurrencyQuota(announced)
       this.track(announced.name, quota, announcement)
     } else {
       this.tracked.delete(announced.name)
