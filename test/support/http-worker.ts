@@ -12,9 +12,15 @@ import { withRateLimit } from '../../src/http/adapters/node.ts'
 const { url, prefix, policy } = JSON.parse(process.env.SLUICE_HTTP_WORKER ?? '{}') as { url: string; prefix: string; policy: Policy }
 const redis = new Redis(url, { maxRetriesPerRequest: 1 })
 const server = createServer(withRateLimit((req, res) => {
-  // /slow stays in progress a while, for the concurrency limit.
-  if (req.url === '/slow') setTimeout(() => res.end(`ok from ${process.pid}`), 500)
-  else res.end(`ok from ${process.pid}`)
+  // /slow stays in progress a while (500 ms, or x-hold-ms), for the concurrency limit: its head at
+  // once, so a client knows it was admitted, and its body's end then, which ends the request.
+  if (req.url === '/slow') {
+    res.writeHead(200)
+    res.flushHeaders()
+    setTimeout(() => res.end(`ok from ${process.pid}`), Number(req.headers['x-hold-ms'] ?? 500))
+  } else {
+    res.end(`ok from ${process.pid}`)
+  }
 }, {
   rules: [
     { name: 'shared', match: { path: '/' }, policies: policy },
