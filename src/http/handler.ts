@@ -3,7 +3,7 @@
  * -> decision -> status, headers and body. Adapters (node, fetch, ...) only
  * translate their request into `HttpRequest` and apply the `HttpOutcome`.
  */
-import type { Clock } from '../core/clock.ts'
+import { monotonicClock, type Clock } from '../core/clock.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { checkBoolean, rejectUnknown } from '../core/options.ts'
@@ -339,6 +339,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   const emptyKey = options.emptyKey ?? 'anonymous'
   if (emptyKey !== 'anonymous' && emptyKey !== 'forbid') throw new ArgumentError('emptyKey', emptyKey, "must be 'anonymous' or 'forbid'")
   const clock = options.clock ?? Date.now
+  // Durations (how long a request held its units) must not jump with the wall clock.
+  const elapsedClock = options.clock ?? monotonicClock
   const headerOptions = options.headers ?? {}
   checkHeaderOptions(headerOptions)
   const seenPolicyNames = new Map<string, string>()
@@ -513,18 +515,21 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
 
   const settler = (entries: Array<{ count: Count; limiter: Limiter; key: string; cost: number; rules: string; decision: Decision }>) => {
     let settled = false
+    // A sliding log lets a unit go after its window: a request held longer gives back none (another's would go).
+    const chargedAt = elapsedClock()
     return (status: number) => {
       if (settled) return
       settled = true
       const failed = status >= 400
+      const heldMs = Math.max(0, elapsedClock() - chargedAt)
       for (const { count, limiter, key, cost, rules, decision } of entries) {
         // A response that counts keeps its units; in-flight ones all come back, the request being over.
         const counts = count === 'failed' ? failed : count === 'succeeded' && !failed
         if (counts) continue
         const unrefunded = (error: unknown) => warn(`rule "${rules}": a response that does not count (${status}) could not be refunded: ${messageOf(error)}`)
         try {
-          if (synchronous) limiter.refundSync(key, cost, decision)
-          else limiter.refund(key, cost, decision).catch(unrefunded)
+          if (synchronous) limiter.refundSync(key, cost, decision, heldMs)
+          else limiter.refund(key, cost, decision, heldMs).catch(unrefunded)
         } catch (error) {
           unrefunded(error)
         }

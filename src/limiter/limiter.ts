@@ -135,6 +135,8 @@ export class Limiter {
   private readonly shardPolicies: readonly ResolvedPolicy[]
   private readonly lease: { units: number; maxAgeMs: number; book: LeaseBook; taking: Map<string, Promise<unknown>> } | undefined
   private readonly observer: LimiterObserver | undefined
+  private readonly owed: OwedRefund[] = []
+  private paying = false
 
   constructor(options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -182,8 +184,11 @@ export class Limiter {
       { failures, probeIntervalMs: this.probeIntervalMs },
       () => this.localNow(),
       () => (this.store.ping ? this.store.ping() : this.store.consume(this.peekCall('sluice-probe'))),
-      // Back on the store: what was counted locally during the outage is dropped.
-      () => this.fallbackStore.clear(),
+      // Back on the store: what was counted locally during the outage is dropped, and what it was owed is given.
+      () => {
+        this.fallbackStore.clear()
+        this.payOwed()
+      },
     )
     const cache = options.blockCache ?? true
     if (cache !== true && cache !== false && !(typeof cache === 'object' && cache !== null && Number.isSafeInteger(cache.maxKeys) && cache.maxKeys >= 2)) {
@@ -242,20 +247,85 @@ export class Limiter {
    * `charged`, the decision that took the units: one the fallback made while
    * the store was out (`degraded`, under onStoreFailure 'fallback') is refunded
    * where it was charged, to the local fallback store.
+   *
+   * `heldMs`, how long ago they were charged: a sliding log lets a unit go
+   * `windowMs` after it took it, and a refund after that would give back
+   * another call's instead (a job that ran past the window would free a slot
+   * of one still running), so it gives nothing back and resolves a peek.
+   *
+   * A refund the store could not take because it never reached it (store
+   * down, circuit open) is owed: given again, in the background, once the
+   * store answers, while it still matters (for a sliding log, with `heldMs`
+   * given, until the unit would have left the window). One whose answer timed out may
+   * have been taken, and is not given twice.
    */
-  async refund(key: string, units: number, charged?: Decision): Promise<Decision> {
-    const call = this.refundCall(key, units)
+  async refund(key: string, units: number, charged?: Decision, heldMs?: number): Promise<Decision> {
+    const call = this.refundCall(key, units, heldMs)
+    if (call === undefined) return this.peek(key)
     if (this.local !== undefined) return combine(this.local.consumeSync(call))
     if (this.chargedLocally(charged)) return this.refundLocally(call)
     const outcome = await this.circuit.run(() => this.store.consume(call))
-    if (!outcome.ok) throw new SluiceError('ERR_SLUICE_STORE', `refund to "${call.key}" failed: ${outcome.reason}`, { cause: outcome.error })
+    if (!outcome.ok) {
+      const then = outcome.reason === 'timeout' ? 'not given again: the store may have taken it' : this.owe(call, heldMs)
+      throw new SluiceError('ERR_SLUICE_STORE', `refund to "${call.key}" failed (${outcome.reason}); ${then}`, { cause: outcome.error })
+    }
+    this.payOwed()
     return combine(outcome.value)
   }
 
-  refundSync(key: string, units: number, charged?: Decision): Decision {
-    const call = this.refundCall(key, units)
+  refundSync(key: string, units: number, charged?: Decision, heldMs?: number): Decision {
+    const call = this.refundCall(key, units, heldMs)
+    if (call === undefined) return this.peekSync(key)
     if (this.chargedLocally(charged)) return this.refundLocally(call)
     return combine(this.syncStore().consumeSync(call))
+  }
+
+  /** Refunds owed to the store (`refund` above), how many. */
+  get refundsOwed(): number {
+    return this.owed.length
+  }
+
+  /** Keeps a refund that never reached the store, to give once it answers, if it can; says what becomes of it. */
+  private owe(call: StoreCall, heldMs: number | undefined): string {
+    const now = this.localNow()
+    let until = now + MAX_OWED_MS
+    for (const policy of this.policies) {
+      if (policy.algorithm === 'sliding-log') {
+        // Not knowing when the unit was taken, a late refund could free another call's.
+        if (heldMs === undefined) return `not given again: without heldMs, given late it could free another call's unit of "${policy.name}"`
+        until = Math.min(until, now + policy.windowMs - heldMs - this.storeClockMarginMs())
+      } else {
+        // A bucket full again has no use for it.
+        until = Math.min(until, now + fullAfterMs(policy))
+      }
+    }
+    if (until <= now) return 'not given again: the units would be back by now'
+    if (this.owed.length >= MAX_OWED) this.owed.shift()
+    this.owed.push({ call, until })
+    return `given again once the store answers, until ${new Date(until).toISOString()}`
+  }
+
+  /** Gives the owed refunds still worth giving, one after the other, in the background; stops at the first the store cannot take. */
+  private payOwed(): void {
+    if (this.owed.length === 0 || this.paying) return
+    this.paying = true
+    void (async () => {
+      try {
+        while (this.owed.length > 0) {
+          const { call, until } = this.owed[0] as OwedRefund
+          if (this.localNow() >= until) {
+            this.owed.shift()
+            continue
+          }
+          const outcome = await this.circuit.run(() => this.store.consume({ ...call, now: this.now() }))
+          if (!outcome.ok && outcome.reason !== 'timeout') return
+          this.owed.shift()
+          this.blocked?.forget(call.key)
+        }
+      } finally {
+        this.paying = false
+      }
+    })()
   }
 
   /** Whether `charged` was a fallback's decision, whose units the local fallback store took. */
@@ -346,6 +416,8 @@ export class Limiter {
       else observed(durationMs, 'store-error', asError(outcome.error))
     }
     if (!outcome.ok) return this.degrade(logical, outcome.reason, now)
+    // The store answers again after failures the circuit did not open for.
+    if (this.owed.length > 0) this.payOwed()
     const decision = combine(outcome.value)
     if (cacheable && !decision.allowed) this.blocked?.remember(call.key, call.cost, decision, now)
     return decision
@@ -480,7 +552,11 @@ export class Limiter {
     return cost
   }
 
-  private refundCall(key: string, units: number): StoreCall {
+  /** The store call giving `units` back; undefined when a sliding log has let them go already (`heldMs`). */
+  private refundCall(key: string, units: number, heldMs: number | undefined): StoreCall | undefined {
+    if (heldMs !== undefined && !(typeof heldMs === 'number' && Number.isFinite(heldMs) && heldMs >= 0)) {
+      throw new ArgumentError('heldMs', heldMs, 'must be a finite number of milliseconds, 0 or more')
+    }
     for (const policy of this.policies) {
       if (!REFUNDABLE(policy)) {
         throw new ArgumentError('refund', policy.name, `needs token-bucket, police leaky-bucket or sliding-log policies, whose units can be given back; "${policy.name}" is ${policy.algorithm}`)
@@ -492,10 +568,23 @@ export class Limiter {
       const limit = limitOf(policy)
       if (units > limit) throw new ArgumentError('units', units, `exceeds the capacity ${limit} of policy "${policy.name}": more than one call could have been charged`)
     }
+    if (heldMs !== undefined) {
+      const margin = this.storeClockMarginMs()
+      if (this.policies.some((policy) => policy.algorithm === 'sliding-log' && heldMs + margin >= policy.windowMs)) return undefined
+    }
     const call: StoreCall = { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost: -units, maxWaitMs: 0, now: this.now() }
     // A refund can free a key the cache holds as blocked.
     this.blocked?.forget(call.key)
     return call
+  }
+
+  /**
+   * How far a remote store's clock may run from this process's over one
+   * request: `heldMs` is measured here, the log's window there. Nearer its end
+   * than this, a unit is taken as gone (the safe side: one refund not given).
+   */
+  private storeClockMarginMs(): number {
+    return this.local === undefined && this.clock === undefined ? STORE_CLOCK_MARGIN_MS : 0
   }
 
   private peekCall(key: string): StoreCall {
@@ -534,6 +623,26 @@ export function checkObserver(observer: unknown): LimiterObserver | undefined {
 
 /** decide()'s marker for a peek (cost 0), as opposed to a limit call's options. */
 const PEEK = Symbol('peek')
+
+/** A refund that never reached the store, and until when (the limiter's time) it is worth giving. */
+interface OwedRefund {
+  call: StoreCall
+  until: number
+}
+
+/** Owed refunds kept at most (the oldest go first), and for at most a day. */
+const MAX_OWED = 10_000
+const MAX_OWED_MS = 86_400_000
+
+/** See Limiter.storeClockMarginMs. */
+const STORE_CLOCK_MARGIN_MS = 100
+
+/** How long a bucket takes from empty to full: after that, a refund to it changes nothing. */
+function fullAfterMs(policy: ResolvedPolicy): number {
+  if (policy.algorithm === 'token-bucket') return Math.ceil(policy.capacity / policy.refillTokens) * policy.refillIntervalMs
+  if (policy.algorithm === 'leaky-bucket') return Math.ceil(policy.capacity / policy.leakTokens) * policy.leakIntervalMs
+  return 0
+}
 
 /**
  * The latest time a clock may give. Far past it, arithmetic on windows and

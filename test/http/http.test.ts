@@ -7,6 +7,7 @@ import { IncomingMessage, METHODS, request as httpRequest, ServerResponse } from
 import http2 from 'node:http2'
 import { Socket, type AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { createRateLimitHandler, MemoryStore, RedisStore, type Store } from '../../src/index.ts'
 import { withRateLimit as withNodeRateLimit, type RateLimitOptions } from '../../src/http/adapters/node.ts'
 import { rateLimit } from '../../src/http/adapters/express.ts'
@@ -14,6 +15,7 @@ import { withRateLimit as withFetchRateLimit } from '../../src/http/adapters/fet
 import { createRateLimitPipeline, type HttpOutcome } from '../../src/http/handler.ts'
 import { NODE_METHODS } from '../../src/http/match.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
+import { partitionable } from '../support/partition.ts'
 import { expressServer, fastifyServer, fetchServer, nodeServer, type StartServer } from './servers.ts'
 
 const MINUTE = 60_000
@@ -622,6 +624,25 @@ describe('HTTP pipeline', () => {
     const redisLike = createRateLimitPipeline({ rules: [{ policies }], clock: fixedClock, store: { consume: (call) => Promise.resolve(new MemoryStore().consumeSync(call)), reset: () => Promise.resolve() } })
     assert.ok(redisLike(request) instanceof Promise, 'a store that answers later is awaited')
   })
+
+  it("count: 'in-flight': a request held past its log's window gives nothing back when it ends, so it cannot free the unit of one still in progress", () => {
+    let now = 0
+    const request = { method: 'GET', path: '/events', host: 'localhost', header: () => undefined, remoteAddress: '127.0.0.1' }
+    const policies = { algorithm: 'sliding-log' as const, name: 'streams', limit: 1, windowMs: MINUTE }
+    const decide = createRateLimitPipeline({ rules: [{ name: 'streams', count: 'in-flight', policies }], clock: () => now })
+    const open = () => decide(request) as HttpOutcome
+    const first = open()
+    assert.equal(first.proceed, true)
+    // The first stream outlives the window: the log has let its unit go, so a second one starts.
+    now = MINUTE + 1000
+    const second = open()
+    assert.deepEqual([second.proceed, open().status], [true, 429])
+    first.settle?.(200)
+    assert.equal(open().status, 429, "the first stream's end gives back nothing: the unit is the second's")
+    now += 1000
+    second.settle?.(200)
+    assert.equal(open().proceed, true)
+  })
 })
 
 describe('HTTP queueing and aborts', () => {
@@ -1003,4 +1024,37 @@ describe('HTTP adapters (Redis store)', () => {
   suite('fetch', fetchServer, () => new RedisStore({ client: redis.client() }))
   suite('express', expressServer, () => new RedisStore({ client: redis.client() }))
   suite('fastify', fastifyServer, () => new RedisStore({ client: redis.client() }))
+
+  it("count: 'in-flight': a request that ends while Redis is cut off gives its unit back once Redis answers again", async () => {
+    const partition = await partitionable(redis.port)
+    const store = new RedisStore({ url: `redis://127.0.0.1:${partition.port}` })
+    const warnings: string[] = []
+    const rules = [{ name: 'exports', match: { path: '/export' }, count: 'in-flight' as const, policies: { algorithm: 'sliding-log' as const, name: 'exports', limit: 1, windowMs: 600_000 } }]
+    const options = { rules, store, prefix: 'partitioned', onStoreFailure: 'closed' as const, storeTimeoutMs: 150, circuit: { failures: 1, probeIntervalMs: 100 }, onWarning: (message: string) => warnings.push(message) }
+    try {
+      await withServer(nodeServer, options, async (url) => {
+        // The export starts on Redis, and Redis is cut off before it ends.
+        const running = get(`${url}/export`, { 'x-delay-ms': '600' })
+        await sleep(150)
+        assert.equal((await get(`${url}/export`)).status, 429, 'one export at a time')
+        partition.cut()
+        const ended = await running
+        assert.equal(ended.status, 200)
+        await partition.heal()
+        // Once Redis answers, the owed unit is given back: an export is admitted again (a refusal meanwhile says 1 s).
+        const statuses: number[] = []
+        const deadline = performance.now() + 5000
+        while (statuses.at(-1) !== 200 && performance.now() < deadline) {
+          statuses.push((await get(`${url}/export`)).status)
+          if (statuses.at(-1) !== 200) await sleep(100)
+        }
+        assert.equal(statuses.at(-1), 200, `statuses: ${statuses.join(', ')}`)
+        assert.ok(statuses.every((status) => status === 503 || status === 429 || status === 200), `statuses: ${statuses.join(', ')}`)
+        assert.ok(warnings.some((warning) => /could not be refunded: refund to "ip:127\.0\.0\.1" failed \((store-error|circuit-open)\); given again once the store answers/.test(warning)), warnings.join('\n'))
+      })
+    } finally {
+      await store.close()
+      partition.cut()
+    }
+  })
 })

@@ -178,6 +178,27 @@ describe('Limiter', () => {
     assert.deepEqual([1, 2, 3, 4].map(() => limiter.limitSync('k').allowed), [true, true, true, false])
   })
 
+  it('a refund of units held longer than a sliding log counts them gives nothing back: the log let them go, and another call\'s would go instead', async () => {
+    let now = 0
+    const limiter = new Limiter({ policies: { algorithm: 'sliding-log', name: 'jobs-running', limit: 2, windowMs: 1000 }, clock: () => now })
+    const a = limiter.limitSync('k')
+    now = 500
+    const b = limiter.limitSync('k')
+    // At 1200, a's unit has left the log (a runs on); c takes it.
+    now = 1200
+    assert.deepEqual([a.allowed, b.allowed, limiter.limitSync('k').allowed, limiter.limitSync('k').allowed], [true, true, true, false])
+    now = 1300
+    assert.equal(limiter.refundSync('k', 1, a, 1300).remaining, 0, 'b and c are still running')
+    assert.equal((await limiter.refund('k', 1, a, 1300)).remaining, 0)
+    assert.equal(limiter.limitSync('k').allowed, false)
+    // b ends within the window: its unit comes back.
+    assert.equal(limiter.refundSync('k', 1, b, 800).remaining, 1)
+    assert.equal(limiter.limitSync('k').allowed, true)
+    for (const heldMs of [-1, Number.NaN, Infinity, '5']) {
+      assert.throws(() => limiter.refundSync('k', 1, undefined, heldMs as number), /^ArgumentError: heldMs must be a finite number of milliseconds, 0 or more/)
+    }
+  })
+
   it('limitSync refuses a store that cannot decide synchronously', () => {
     const asyncOnly = { consume: new MemoryStore().consume, reset: () => Promise.resolve() }
     const limiter = new Limiter({ policies: per10s, store: asyncOnly })

@@ -10,6 +10,7 @@ import { after, before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Limiter, MemoryStore, RedisStore, type Decision, type Store } from '../../src/index.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
+import { partitionable } from '../support/partition.ts'
 
 const TIMEOUT_MS = 150
 const PROBE_MS = 200
@@ -185,6 +186,59 @@ describe('store failures under load (real redis-server)', () => {
     assert.equal(decisions[4]?.reason, 'circuit-open')
     await assert.rejects(limiter.reset('k'), /ERR_SLUICE_STORE|reset of "k" failed/)
     await store.close()
+  })
+
+  it('a refund that never reached Redis (a partition) is given once Redis answers again: an outage loses no slot of a concurrency limit; one that timed out is not given twice', async () => {
+    const partition = await partitionable(redis.port)
+    const store = new RedisStore({ url: `redis://127.0.0.1:${partition.port}` })
+    const limiter = new Limiter({
+      store,
+      prefix: 'owed',
+      blockCache: false,
+      onStoreFailure: 'closed',
+      storeTimeoutMs: TIMEOUT_MS,
+      circuit: { failures: 1, probeIntervalMs: PROBE_MS },
+      policies: { algorithm: 'sliding-log', name: 'jobs-running', limit: 1, windowMs: 600_000 },
+    })
+    // Waits, bounded, for Redis to say the tenant's slot is free (the owed refund given).
+    const slotFreed = async () => {
+      const deadline = performance.now() + 5000
+      for (;;) {
+        const decision = await limiter.peek('tenant')
+        if ((!decision.degraded && decision.remaining === 1) || performance.now() > deadline) return decision
+        await sleep(50)
+      }
+    }
+    try {
+      const job = await limiter.limit('tenant')
+      assert.deepEqual([job.allowed, job.degraded ?? false], [true, false])
+      partition.cut()
+      // The job ends while the partition lasts (one in flight as it began could have reached Redis: below).
+      for (let i = 0; i < 20 && !(await limiter.peek('tenant')).degraded; i++) await sleep(25)
+      await assert.rejects(limiter.refund('tenant', 1, job, 2000), /^SluiceError: refund to "tenant" failed \((store-error|circuit-open)\); given again once the store answers, until /)
+      assert.equal(limiter.refundsOwed, 1)
+      // Without knowing how long the unit was held, a late refund could free another job's unit: not kept.
+      await assert.rejects(limiter.refund('tenant', 1), /failed \(circuit-open\); not given again: without heldMs/)
+      assert.equal(limiter.refundsOwed, 1)
+      await partition.heal()
+      const freed = await slotFreed()
+      assert.deepEqual([freed.degraded ?? false, freed.remaining, limiter.refundsOwed], [false, 1, 0])
+      // Given once: the slot holds one job again.
+      assert.deepEqual([(await limiter.limit('tenant')).allowed, (await limiter.limit('tenant')).allowed], [true, false])
+      // A refund whose answer timed out may have been taken (here it is, late): it is not owed as well.
+      redis.signal('SIGSTOP')
+      try {
+        await assert.rejects(limiter.refund('tenant', 1, job, 2000), /failed \(timeout\); not given again: the store may have taken it/)
+        assert.equal(limiter.refundsOwed, 0)
+      } finally {
+        redis.signal('SIGCONT')
+      }
+      const late = await slotFreed()
+      assert.deepEqual([late.degraded ?? false, late.remaining], [false, 1])
+    } finally {
+      await store.close()
+      partition.cut()
+    }
   })
 
   it('limiters given one fallbackStore count one local share together', async () => {
