@@ -897,26 +897,93 @@ export function jwtOptions(config: RawConfig, publicKey: string | undefined): Jw
   }
 }
 
-/** `${NAME}` and `${NAME:-default}` in string values, replaced in place; an unset variable without a default is a problem. */
+/**
+ * `${NAME}` and `${NAME:-default}` in string values, replaced in place; a
+ * default may hold references itself (`${A:-${B:-x}}`, as a shell and Compose
+ * read it), and `$${` is a literal `${`. An unset variable without a default
+ * is a problem, and so is a `${` that starts no reference: kept as written it
+ * would become the value (a secret `${FALLBACK_SECRET}` anyone can read in the
+ * file). Problems say where, never what: the string may be a secret.
+ */
 function substituteEnv(doc: Document, env: NodeJS.ProcessEnv, report: (path: PropertyKey[], message: string, offset: number | undefined) => void): void {
   visit(doc, {
     Scalar(_key, node, ancestors) {
       if (typeof node.value !== 'string' || !node.value.includes('${')) return
       const path = pathOf(ancestors)
-      const whole = /^\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}$/.exec(node.value)
-      const substituted = node.value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_match, variable: string, fallback: string | undefined) => {
-        const value = env[variable]
-        if (value !== undefined && value !== '') return value
-        if (fallback !== undefined) return fallback
-        report(path, `environment variable ${variable} is not set`, node.range?.[0])
-        return ''
-      })
+      const expanded = expand(node.value, 0, env, false)
+      for (const problem of [...expanded.malformed, ...expanded.unset]) report(path, problem, node.range?.[0])
+      const { text } = expanded
       // A value that is nothing but one reference may stand for a number or a boolean (`port: ${PORT}`).
-      if (whole !== null && /^-?\d+$/.test(substituted)) node.value = Number(substituted)
-      else if (whole !== null && (substituted === 'true' || substituted === 'false')) node.value = substituted === 'true'
-      else node.value = substituted
+      if (expanded.whole && /^-?\d+$/.test(text)) node.value = Number(text)
+      else if (expanded.whole && (text === 'true' || text === 'false')) node.value = text === 'true'
+      else node.value = text
     },
   })
+}
+
+interface Expanded {
+  text: string
+  /** Where the text from `at` ended: its end, or the `}` closing the reference whose default it is. */
+  end: number
+  /** One reference and nothing else. */
+  whole: boolean
+  malformed: string[]
+  /** Variables the text needed that are not set. */
+  unset: string[]
+}
+
+function expand(source: string, at: number, env: NodeJS.ProcessEnv, inDefault: boolean): Expanded {
+  const expanded: Expanded = { text: '', end: source.length, whole: false, malformed: [], unset: [] }
+  let i = at
+  let references = 0
+  let literal = false
+  while (i < source.length) {
+    if (inDefault && source[i] === '}') break
+    if (source.startsWith('$${', i)) {
+      expanded.text += '${'
+      literal = true
+      i += 3
+      continue
+    }
+    if (!source.startsWith('${', i)) {
+      expanded.text += source[i]
+      literal = true
+      i++
+      continue
+    }
+    const name = /^[A-Za-z_][A-Za-z0-9_]*/.exec(source.slice(i + 2))?.[0]
+    const after = i + 2 + (name?.length ?? 0)
+    if (name === undefined || (source[after] !== '}' && !source.startsWith(':-', after))) {
+      expanded.malformed.push(`the \${ at character ${i + 1} starts no environment reference: write \${NAME} or \${NAME:-default}, or $\${ for a literal \${`)
+      return expanded
+    }
+    let next = after + 1
+    let value = env[name]
+    if (value === undefined || value === '') {
+      value = undefined
+      if (source[after] === '}') expanded.unset.push(`environment variable ${name} is not set`)
+    }
+    if (source[after] !== '}') {
+      const fallback = expand(source, after + 2, env, true)
+      expanded.malformed.push(...fallback.malformed)
+      if (fallback.malformed.length > 0) return expanded
+      if (source[fallback.end] !== '}') {
+        expanded.malformed.push(`the \${${name}:- at character ${i + 1} is not closed by a }`)
+        return expanded
+      }
+      if (value === undefined) {
+        value = fallback.text
+        expanded.unset.push(...fallback.unset)
+      }
+      next = fallback.end + 1
+    }
+    expanded.text += value ?? ''
+    references++
+    i = next
+  }
+  expanded.end = i
+  expanded.whole = references === 1 && !literal
+  return expanded
 }
 
 /** The YAML path of a node from its ancestors (documents, maps, pairs, sequences). */

@@ -571,6 +571,25 @@ identity:
     ])
   })
 
+  it('reads a reference in a default (${A:-${B}}) as a shell does, takes $${ for a literal ${, and refuses a ${ that starts no reference without quoting the value', async () => {
+    const secret = (value: string) => minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `identity:\n  jwt: { algorithms: [HS256], secret: "${value}" }`)
+    const long = 'x'.repeat(40)
+    const secretOf = async (value: string, env: NodeJS.ProcessEnv) => (await parseConfig(secret(value), 't.yaml', env)).identity.jwt?.secret
+    assert.equal(await secretOf('${JWT_SECRET:-${FALLBACK_SECRET}}', { FALLBACK_SECRET: `fallback-${long}` }), `fallback-${long}`)
+    assert.equal(await secretOf('${JWT_SECRET:-${FALLBACK_SECRET}}', { JWT_SECRET: `primary-${long}`, FALLBACK_SECRET: 'unused' }), `primary-${long}`)
+    assert.equal(await secretOf(`\${A:-\${B:-default-\${C:-${long}}}}`, {}), `default-${long}`)
+    assert.equal(await secretOf(`${long}$\${NOT_A_REFERENCE}`, {}), `${long}\${NOT_A_REFERENCE}`)
+    assert.deepEqual(await problems(secret('${JWT_SECRET:-${FALLBACK_SECRET}}'), {}), ['identity.jwt.secret: environment variable FALLBACK_SECRET is not set (line 3)'])
+    // Kept as written, these became the secret itself; the messages say where, not what.
+    assert.deepEqual(await problems(secret(`hunter2\${${long}`), {}), [
+      'identity.jwt.secret: the ${ at character 8 starts no environment reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${ (line 3)',
+    ])
+    assert.deepEqual(await problems(secret(`\${JWT_SECRET:-hunter2${long}`), {}), ['identity.jwt.secret: the ${JWT_SECRET:- at character 1 is not closed by a } (line 3)'])
+    assert.deepEqual(await problems(secret(`\${1SECRET}hunter2${long}`), {}), [
+      'identity.jwt.secret: the ${ at character 1 starts no environment reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${ (line 3)',
+    ])
+  })
+
   it('takes blockMs on a limit\'s policy, and names a bad one with its line', async () => {
     const text = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 900000, blockMs: 3600000, name: login }')
     const config = await parseConfig(text, 't.yaml', {})
