@@ -137,6 +137,8 @@ export class Limiter {
   private readonly observer: LimiterObserver | undefined
   private readonly owed: OwedRefund[] = []
   private paying = false
+  /** Pays owed refunds on a limiter no call reaches any more (a gateway's old config, an idle rule). */
+  private payTimer: NodeJS.Timeout | undefined
 
   constructor(options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -302,7 +304,18 @@ export class Limiter {
     if (until <= now) return 'not given again: the units would be back by now'
     if (this.owed.length >= MAX_OWED) this.owed.shift()
     this.owed.push({ call, until })
+    this.schedulePayment()
     return `given again once the store answers, until ${new Date(until).toISOString()}`
+  }
+
+  /** Tries the owed refunds again after probeIntervalMs, unless calls get there first; never keeps the process alive. */
+  private schedulePayment(): void {
+    if (this.payTimer !== undefined || this.owed.length === 0) return
+    this.payTimer = setTimeout(() => {
+      this.payTimer = undefined
+      this.payOwed()
+    }, this.probeIntervalMs)
+    this.payTimer.unref()
   }
 
   /** Gives the owed refunds still worth giving, one after the other, in the background; stops at the first the store cannot take. */
@@ -324,6 +337,7 @@ export class Limiter {
         }
       } finally {
         this.paying = false
+        this.schedulePayment()
       }
     })()
   }

@@ -221,8 +221,11 @@ describe('store failures under load (real redis-server)', () => {
       await assert.rejects(limiter.refund('tenant', 1), /failed \(circuit-open\); not given again: without heldMs/)
       assert.equal(limiter.refundsOwed, 1)
       await partition.heal()
+      // Given with no call to carry it (nothing else reaches this limiter), within a few probe intervals.
+      for (let i = 0; i < 100 && limiter.refundsOwed > 0; i++) await sleep(50)
+      assert.equal(limiter.refundsOwed, 0)
       const freed = await slotFreed()
-      assert.deepEqual([freed.degraded ?? false, freed.remaining, limiter.refundsOwed], [false, 1, 0])
+      assert.deepEqual([freed.degraded ?? false, freed.remaining], [false, 1])
       // Given once: the slot holds one job again.
       assert.deepEqual([(await limiter.limit('tenant')).allowed, (await limiter.limit('tenant')).allowed], [true, false])
       // A refund whose answer timed out may have been taken (here it is, late): it is not owed as well.
