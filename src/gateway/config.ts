@@ -910,7 +910,7 @@ function substituteEnv(doc: Document, env: NodeJS.ProcessEnv, report: (path: Pro
     Scalar(_key, node, ancestors) {
       if (typeof node.value !== 'string' || !node.value.includes('${')) return
       const path = pathOf(ancestors)
-      const expanded = expand(node.value, 0, env, false)
+      const expanded = expand(node.value, 0, env, 0)
       for (const problem of [...expanded.malformed, ...expanded.unset]) report(path, problem, node.range?.[0])
       const { text } = expanded
       // A value that is nothing but one reference may stand for a number or a boolean (`port: ${PORT}`).
@@ -932,7 +932,12 @@ interface Expanded {
   unset: string[]
 }
 
-function expand(source: string, at: number, env: NodeJS.ProcessEnv, inDefault: boolean): Expanded {
+/** Defaults within defaults, at most: deeper is no config anyone writes, and would exhaust the stack. */
+const MAX_REFERENCE_DEPTH = 8
+const VARIABLE_NAME = /[A-Za-z_][A-Za-z0-9_]*/y
+
+function expand(source: string, at: number, env: NodeJS.ProcessEnv, depth: number): Expanded {
+  const inDefault = depth > 0
   const expanded: Expanded = { text: '', end: source.length, whole: false, malformed: [], unset: [] }
   let i = at
   let references = 0
@@ -951,7 +956,8 @@ function expand(source: string, at: number, env: NodeJS.ProcessEnv, inDefault: b
       i++
       continue
     }
-    const name = /^[A-Za-z_][A-Za-z0-9_]*/.exec(source.slice(i + 2))?.[0]
+    VARIABLE_NAME.lastIndex = i + 2
+    const name = VARIABLE_NAME.exec(source)?.[0]
     const after = i + 2 + (name?.length ?? 0)
     if (name === undefined || (source[after] !== '}' && !source.startsWith(':-', after))) {
       expanded.malformed.push(`the \${ at character ${i + 1} starts no environment reference: write \${NAME} or \${NAME:-default}, or $\${ for a literal \${`)
@@ -964,7 +970,11 @@ function expand(source: string, at: number, env: NodeJS.ProcessEnv, inDefault: b
       if (source[after] === '}') expanded.unset.push(`environment variable ${name} is not set`)
     }
     if (source[after] !== '}') {
-      const fallback = expand(source, after + 2, env, true)
+      if (depth === MAX_REFERENCE_DEPTH) {
+        expanded.malformed.push(`the \${${name}:- at character ${i + 1} nests defaults more than ${MAX_REFERENCE_DEPTH} deep`)
+        return expanded
+      }
+      const fallback = expand(source, after + 2, env, depth + 1)
       expanded.malformed.push(...fallback.malformed)
       if (fallback.malformed.length > 0) return expanded
       if (source[fallback.end] !== '}') {

@@ -585,6 +585,7 @@ identity:
       'identity.jwt.secret: the ${ at character 8 starts no environment reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${ (line 3)',
     ])
     assert.deepEqual(await problems(secret(`\${JWT_SECRET:-hunter2${long}`), {}), ['identity.jwt.secret: the ${JWT_SECRET:- at character 1 is not closed by a } (line 3)'])
+    assert.deepEqual(await problems(secret(`${'${A:-'.repeat(50_000)}x${'}'.repeat(50_000)}`), {}), ['identity.jwt.secret: the ${A:- at character 41 nests defaults more than 8 deep (line 3)'])
     assert.deepEqual(await problems(secret(`\${1SECRET}hunter2${long}`), {}), [
       'identity.jwt.secret: the ${ at character 1 starts no environment reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${ (line 3)',
     ])
