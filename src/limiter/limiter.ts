@@ -295,7 +295,7 @@ export class Limiter {
       if (policy.algorithm === 'sliding-log') {
         // Not knowing when the unit was taken, a late refund could free another call's.
         if (heldMs === undefined) return `not given again: without heldMs, given late it could free another call's unit of "${policy.name}"`
-        until = Math.min(until, now + policy.windowMs - heldMs - this.storeClockMarginMs())
+        until = Math.min(until, now + this.countedForMs(policy.windowMs, heldMs))
       } else {
         // A bucket full again has no use for it.
         until = Math.min(until, now + fullAfterMs(policy))
@@ -582,10 +582,7 @@ export class Limiter {
       const limit = limitOf(policy)
       if (units > limit) throw new ArgumentError('units', units, `exceeds the capacity ${limit} of policy "${policy.name}": more than one call could have been charged`)
     }
-    if (heldMs !== undefined) {
-      const margin = this.storeClockMarginMs()
-      if (this.policies.some((policy) => policy.algorithm === 'sliding-log' && heldMs + margin >= policy.windowMs)) return undefined
-    }
+    if (heldMs !== undefined && this.policies.some((policy) => policy.algorithm === 'sliding-log' && this.countedForMs(policy.windowMs, heldMs) <= 0)) return undefined
     const call: StoreCall = { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost: -units, maxWaitMs: 0, now: this.now() }
     // A refund can free a key the cache holds as blocked.
     this.blocked?.forget(call.key)
@@ -593,12 +590,14 @@ export class Limiter {
   }
 
   /**
-   * How far a remote store's clock may run from this process's over one
-   * request: `heldMs` is measured here, the log's window there. Nearer its end
-   * than this, a unit is taken as gone (the safe side: one refund not given).
+   * How much longer a sliding log of `windowMs` counts a unit charged `heldMs`
+   * ago (0 or less: it has let it go). `heldMs` is measured here, the window
+   * on a remote store's own clock: nearer the end than STORE_CLOCK_MARGIN_MS,
+   * the unit is taken as gone (the safe side: one refund not given).
    */
-  private storeClockMarginMs(): number {
-    return this.local === undefined && this.clock === undefined ? STORE_CLOCK_MARGIN_MS : 0
+  private countedForMs(windowMs: number, heldMs: number): number {
+    const margin = this.local === undefined && this.clock === undefined ? STORE_CLOCK_MARGIN_MS : 0
+    return windowMs - heldMs - margin
   }
 
   private peekCall(key: string): StoreCall {
@@ -648,7 +647,7 @@ interface OwedRefund {
 const MAX_OWED = 10_000
 const MAX_OWED_MS = 86_400_000
 
-/** See Limiter.storeClockMarginMs. */
+/** See Limiter.countedForMs. */
 const STORE_CLOCK_MARGIN_MS = 100
 
 /** How long a bucket takes from empty to full: after that, a refund to it changes nothing. */
