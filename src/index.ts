@@ -14,7 +14,7 @@ export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory-sto
 export type { Store, SyncStore, StoreCall } from './stores/store.ts'
 export { RedisStore, redisKey, type RedisStoreOptions, type RedisClient, type IoredisClient, type NodeRedisClient } from './stores/redis/redis-store.ts'
 export { resolvePolicy, resolvePolicies, limitOf, formatDuration, RESERVABLE, MAX_WAIT_MS } from './core/policy.ts'
-export { SluiceError, PolicyError, ArgumentError, RateLimitedError, QuotaExhaustedError, QueueFullError } from './core/errors.ts'
+export { SluiceError, PolicyError, ArgumentError, RateLimitedError, QuotaExhaustedError, QueueFullError, StoreNotAppliedError } from './core/errors.ts'
 export { monotonicClock, type Clock } from './core/clock.ts'
 export type {
   Policy,

@@ -79,6 +79,20 @@ export class RateLimitedError extends SluiceError {
 }
 
 /**
+ * A store's rejection for a call it knows did nothing: never sent (no
+ * connection, the client refused to queue it) or refused by the server before
+ * it ran (a replica's READONLY after a failover, LOADING, BUSY). The limiter
+ * gives a refund that met it again once the store answers; any other failure
+ * may have been applied before it failed, and a refund is never given twice.
+ * A custom store may reject with it where it knows as much.
+ */
+export class StoreNotAppliedError extends SluiceError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('ERR_SLUICE_STORE_NOT_APPLIED', message, options)
+  }
+}
+
+/**
  * Thrown by the client (`sluice/client`) when a request would have to wait
  * longer than its `maxWaitMs` for the server's quota (or its own pacing), or
  * takes more of a policy than its whole announced quota (`retryAfterMs` Infinity).

@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto'
 import { evaluate, NO_WAIT, REFUNDABLE } from '../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../core/clock.ts'
-import { ArgumentError, asError, SluiceError } from '../core/errors.ts'
+import { ArgumentError, asError, SluiceError, StoreNotAppliedError } from '../core/errors.ts'
 import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
@@ -13,7 +13,7 @@ import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isRedisClient } from '../stores/redis/detect.ts'
 import { isSyncStore, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
 import { BlockCache } from './block-cache.ts'
-import { Circuit, withTimeout, type CircuitOptions, type FailureReason } from './circuit.ts'
+import { Circuit, withTimeout, type CircuitOptions, type FailureReason, type Outcome } from './circuit.ts'
 import { combine } from './decision.ts'
 import { scalePolicies } from './fallback.ts'
 import { LeaseBook } from './lease.ts'
@@ -255,11 +255,13 @@ export class Limiter {
    * another call's instead (a job that ran past the window would free a slot
    * of one still running), so it gives nothing back and resolves a peek.
    *
-   * A refund the store could not take because it never reached it (store
-   * down, circuit open) is owed: given again, in the background, once the
-   * store answers, while it still matters (for a sliding log, with `heldMs`
-   * given, until the unit would have left the window). One whose answer timed out may
-   * have been taken, and is not given twice.
+   * A refund the store did not apply (the circuit open, or a store error that
+   * says so: a `StoreNotAppliedError`, such as a disconnected Redis's or a
+   * demoted primary's READONLY) is owed: given again, in the background, once
+   * the store answers, while it still matters (for a sliding log, with
+   * `heldMs` given, until the unit would have left the window). One that timed
+   * out, or whose connection dropped before the answer, may have been taken,
+   * and is not given twice.
    */
   async refund(key: string, units: number, charged?: Decision, heldMs?: number): Promise<Decision> {
     const call = this.refundCall(key, units, heldMs)
@@ -268,7 +270,7 @@ export class Limiter {
     if (this.chargedLocally(charged)) return this.refundLocally(call)
     const outcome = await this.circuit.run(() => this.store.consume(call))
     if (!outcome.ok) {
-      const then = outcome.reason === 'timeout' ? 'not given again: the store may have taken it' : this.owe(call, heldMs)
+      const then = notApplied(outcome) ? this.owe(call, heldMs) : 'not given again: the store may have taken it'
       throw new SluiceError('ERR_SLUICE_STORE', `refund to "${call.key}" failed (${outcome.reason}); ${then}`, { cause: outcome.error })
     }
     this.payOwed()
@@ -331,7 +333,7 @@ export class Limiter {
             continue
           }
           const outcome = await this.circuit.run(() => this.store.consume({ ...call, now: this.now() }))
-          if (!outcome.ok && outcome.reason !== 'timeout') return
+          if (!outcome.ok && notApplied(outcome)) return
           this.owed.shift()
           this.blocked?.forget(call.key)
         }
@@ -641,6 +643,11 @@ const PEEK = Symbol('peek')
 interface OwedRefund {
   call: StoreCall
   until: number
+}
+
+/** Whether a failed store call is known to have done nothing: the circuit kept it from the store, or the store says so. */
+function notApplied(outcome: Outcome<unknown> & { ok: false }): boolean {
+  return outcome.reason === 'circuit-open' || (outcome.reason === 'store-error' && outcome.error instanceof StoreNotAppliedError)
 }
 
 /** Owed refunds kept at most (the oldest go first), and for at most a day. */

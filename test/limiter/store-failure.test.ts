@@ -9,7 +9,7 @@ import assert from 'node:assert/strict'
 import { after, before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Limiter, MemoryStore, RedisStore, type Decision, type Store } from '../../src/index.ts'
-import { startRedis, type RedisServer } from '../support/redis.ts'
+import { freePort, startRedis, type RedisServer } from '../support/redis.ts'
 import { partitionable } from '../support/partition.ts'
 
 const TIMEOUT_MS = 150
@@ -241,6 +241,79 @@ describe('store failures under load (real redis-server)', () => {
     } finally {
       await store.close()
       partition.cut()
+    }
+  })
+
+  it('a refund Redis ran but whose answer was lost with the connection is not owed: given once, never twice', async () => {
+    const partition = await partitionable(redis.port)
+    const store = new RedisStore({ url: `redis://127.0.0.1:${partition.port}` })
+    const watching = new RedisStore({ url: redis.url })
+    const policies = { algorithm: 'sliding-log', name: 'jobs-running', limit: 2, windowMs: 600_000 } as const
+    // A store timeout longer than the reconnect: the refund fails with the dropped connection, not a timeout.
+    const limiter = new Limiter({ store, prefix: 'dropped', blockCache: false, onStoreFailure: 'closed', storeTimeoutMs: 5000, circuit: { failures: 1, probeIntervalMs: PROBE_MS }, policies })
+    const watcher = new Limiter({ store: watching, prefix: 'dropped', blockCache: false, policies })
+    const freeSlots = async (expected: number) => {
+      let remaining = -1
+      for (let i = 0; i < 100 && remaining !== expected; i++) {
+        remaining = (await watcher.peek('tenant')).remaining
+        if (remaining !== expected) await sleep(20)
+      }
+      return remaining
+    }
+    try {
+      const first = await limiter.limit('tenant')
+      const second = await limiter.limit('tenant')
+      assert.deepEqual([first.allowed, second.allowed], [true, true])
+      partition.holdReplies()
+      const refunding = limiter.refund('tenant', 1, first, 1000)
+      // Redis gives the unit back; its answer never arrives, and the connection drops.
+      assert.equal(await freeSlots(1), 1)
+      partition.cut()
+      await assert.rejects(refunding, /^SluiceError: refund to "tenant" failed \(store-error\); not given again: the store may have taken it$/)
+      assert.equal(limiter.refundsOwed, 0)
+      await partition.heal()
+      for (let i = 0; i < 100 && (await limiter.peek('tenant')).degraded; i++) await sleep(50)
+      await sleep(PROBE_MS * 2)
+      // Given once: the second job still holds its unit (owed and given again, both would be free).
+      assert.equal((await watcher.peek('tenant')).remaining, 1)
+      assert.deepEqual([(await limiter.limit('tenant')).allowed, (await limiter.limit('tenant')).allowed], [true, false])
+    } finally {
+      await store.close()
+      await watching.close()
+      partition.cut()
+    }
+  })
+
+  it('a refund a demoted primary refuses (READONLY) is owed, and given once it is promoted again', async () => {
+    const node = await startRedis()
+    const store = new RedisStore({ url: node.url })
+    const admin = node.client()
+    const limiter = new Limiter({
+      store,
+      prefix: 'demoted',
+      blockCache: false,
+      onStoreFailure: 'closed',
+      storeTimeoutMs: 1000,
+      circuit: { failures: 1, probeIntervalMs: PROBE_MS },
+      policies: { algorithm: 'sliding-log', name: 'jobs-running', limit: 1, windowMs: 600_000 },
+    })
+    try {
+      const job = await limiter.limit('tenant')
+      assert.equal(job.allowed, true)
+      // A replica of a primary it cannot reach keeps its data and refuses writes, as a demoted primary does.
+      await admin.call('REPLICAOF', '127.0.0.1', String(await freePort()))
+      await assert.rejects(limiter.refund('tenant', 1, job, 1000), /^SluiceError: refund to "tenant" failed \(store-error\); given again once the store answers, until /)
+      assert.equal(limiter.refundsOwed, 1)
+      // Still refused while it is a replica: kept, not dropped.
+      await sleep(PROBE_MS * 3)
+      assert.equal(limiter.refundsOwed, 1)
+      await admin.call('REPLICAOF', 'NO', 'ONE')
+      for (let i = 0; i < 100 && limiter.refundsOwed > 0; i++) await sleep(50)
+      assert.equal(limiter.refundsOwed, 0)
+      assert.deepEqual([(await limiter.limit('tenant')).allowed, (await limiter.limit('tenant')).allowed], [true, false])
+    } finally {
+      await store.close()
+      await node.stop()
     }
   })
 

@@ -7,6 +7,8 @@ import { connect, createServer, type Server, type Socket } from 'node:net'
 export interface Partitionable {
   /** The relay's port: connect here instead of to the server. */
   port: number
+  /** Passes on what clients send but nothing the server answers: a call the server runs whose answer is lost. */
+  holdReplies(): void
   /** Drops every connection and refuses new ones. */
   cut(): void
   /** Accepts connections again, on the same port. */
@@ -16,6 +18,7 @@ export interface Partitionable {
 export async function partitionable(serverPort: number): Promise<Partitionable> {
   const sockets = new Set<Socket>()
   let server: Server | undefined
+  let holding = false
   const track = (socket: Socket) => {
     sockets.add(socket)
     socket.on('close', () => sockets.delete(socket))
@@ -28,7 +31,8 @@ export async function partitionable(serverPort: number): Promise<Partitionable> 
       track(upstream)
       client.on('close', () => upstream.destroy())
       upstream.on('close', () => client.destroy())
-      client.pipe(upstream).pipe(client)
+      client.pipe(upstream)
+      upstream.on('data', (chunk: Buffer) => { if (!holding) client.write(chunk) })
     })
     listening.once('error', reject)
     listening.listen(port, '127.0.0.1', () => resolve((listening.address() as { port: number }).port))
@@ -37,12 +41,16 @@ export async function partitionable(serverPort: number): Promise<Partitionable> 
   const port = await listen(0)
   return {
     port,
+    holdReplies() {
+      holding = true
+    },
     cut() {
       server?.close()
       server = undefined
       for (const socket of sockets) socket.destroy()
     },
     async heal() {
+      holding = false
       await listen(port)
     },
   }

@@ -2,7 +2,7 @@
  * One narrow interface over the Redis clients sluice accepts, and a small shim
  * per driver. The store never looks at a driver again after this.
  */
-import { describe, SluiceError } from '../../core/errors.ts'
+import { describe, SluiceError, StoreNotAppliedError } from '../../core/errors.ts'
 import { isIoredis, isNodeRedis } from './detect.ts'
 import { LIMIT_SCRIPT, LIMIT_SHA } from './script.ts'
 
@@ -89,6 +89,37 @@ function explainingFailures(runner: ScriptRunner, connectionError: () => string 
     info: (section) => runner.info(section).catch(explained),
     quit: () => runner.quit(),
   }
+}
+
+/**
+ * What a client says when it never sent a command: ioredis with its offline
+ * queue off while disconnected; node-redis closed, or offline with its queue
+ * off. A connection that drops with a command in flight gives other words
+ * ("Connection is closed.", "Reached the max retries per request limit",
+ * "Socket closed unexpectedly", ECONNRESET): Redis may have run it.
+ */
+const NEVER_SENT = ["Stream isn't writeable and enableOfflineQueue options is false", 'The client is closed', 'The client is offline']
+
+/**
+ * Redis's refusals of a command it did not run: a replica's READONLY (a primary
+ * demoted by a failover), LOADING, BUSY (another script running), MASTERDOWN,
+ * CLUSTERDOWN, TRYAGAIN, MOVED, ASK, NOAUTH. The script writes only after all
+ * its reads and checks, so a refused first write leaves nothing behind either.
+ */
+const REFUSED = /^(READONLY|LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|MOVED|ASK|NOAUTH) /
+
+/**
+ * The error a failed call rejects with: a `StoreNotAppliedError` where the
+ * client or Redis says the call did nothing (a refund that met it can safely
+ * be given again), else the client's own error.
+ */
+export function asStoreFailure(error: unknown): unknown {
+  for (let cause = error, depth = 0; cause instanceof Error && depth < 4; cause = cause.cause, depth++) {
+    if (NEVER_SENT.some((words) => cause instanceof Error && cause.message.startsWith(words)) || REFUSED.test(cause.message)) {
+      return error instanceof StoreNotAppliedError ? error : new StoreNotAppliedError((error as Error).message, { cause: error })
+    }
+  }
+  return error
 }
 
 /**

@@ -9,7 +9,7 @@ import { rejectUnknown } from '../../core/options.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import type { Store, StoreCall } from '../store.ts'
-import { resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type ScriptRunner } from './clients.ts'
+import { asStoreFailure, resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type ScriptRunner } from './clients.ts'
 import { isRedisClient } from './detect.ts'
 
 export type { RedisClient, IoredisClient, NodeRedisClient } from './clients.ts'
@@ -214,7 +214,8 @@ export class RedisStore implements Store {
         this.checkEviction().catch(() => {})
       }
     } catch (error) {
-      for (const pending of batch) pending.reject(error)
+      const failure = asStoreFailure(error)
+      for (const pending of batch) pending.reject(failure)
     }
   }
 
