@@ -96,6 +96,12 @@ export interface LimiterObserver {
   storeCall?: (durationMs: number, outcome: 'ok' | 'timeout' | 'store-error', error?: Error) => void
   /** A refusal answered from the block cache, with no store call. */
   blockCacheHit?: () => void
+  /**
+   * A refund the store did not take is owed (`refund`); later it is given,
+   * or dropped: it stopped mattering (or more were owed than are kept) before
+   * the store answered, or the store failed in a way that may have taken it.
+   */
+  refundOwed?: (event: 'owed' | 'given' | 'dropped') => void
 }
 
 export interface LimitOptions {
@@ -304,8 +310,12 @@ export class Limiter {
       }
     }
     if (until <= now) return 'not given again: the units would be back by now'
-    if (this.owed.length >= MAX_OWED) this.owed.shift()
+    if (this.owed.length >= MAX_OWED) {
+      this.owed.shift()
+      this.observer?.refundOwed?.('dropped')
+    }
     this.owed.push({ call, until })
+    this.observer?.refundOwed?.('owed')
     this.schedulePayment()
     return `given again once the store answers, until ${new Date(until).toISOString()}`
   }
@@ -330,11 +340,13 @@ export class Limiter {
           const { call, until } = this.owed[0] as OwedRefund
           if (this.localNow() >= until) {
             this.owed.shift()
+            this.observer?.refundOwed?.('dropped')
             continue
           }
           const outcome = await this.circuit.run(() => this.store.consume({ ...call, now: this.now() }))
           if (!outcome.ok && notApplied(outcome)) return
           this.owed.shift()
+          this.observer?.refundOwed?.(outcome.ok ? 'given' : 'dropped')
           this.blocked?.forget(call.key)
         }
       } finally {
@@ -627,9 +639,9 @@ export class Limiter {
 export function checkObserver(observer: unknown): LimiterObserver | undefined {
   if (observer === undefined) return undefined
   if (typeof observer !== 'object' || observer === null) {
-    throw new ArgumentError('observer', observer, 'must be an object of callbacks (storeCall, blockCacheHit)')
+    throw new ArgumentError('observer', observer, 'must be an object of callbacks (storeCall, blockCacheHit, refundOwed)')
   }
-  rejectUnknown('an observer callback', observer, new Set(['storeCall', 'blockCacheHit']))
+  rejectUnknown('an observer callback', observer, new Set(['storeCall', 'blockCacheHit', 'refundOwed']))
   for (const [name, callback] of Object.entries(observer)) {
     if (callback !== undefined && typeof callback !== 'function') throw new ArgumentError(`observer.${name}`, callback, 'must be a function')
   }

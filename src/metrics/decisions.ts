@@ -18,7 +18,7 @@ const NEAR_LIMIT = OUTCOMES.length
 const NEAR_LIMIT_SHARE = 0.2
 
 /** The metric names, after the prefix, that DecisionMetrics registers. */
-export const DECISION_METRIC_NAMES = ['decisions_total', 'near_limit_total', 'store_latency_seconds', 'store_errors_total', 'store_fallback_active', 'block_cache_hits_total'] as const
+export const DECISION_METRIC_NAMES = ['decisions_total', 'near_limit_total', 'store_latency_seconds', 'store_errors_total', 'store_fallback_active', 'block_cache_hits_total', 'refunds_owed', 'refunds_dropped_total'] as const
 
 /**
  * Per-request counts, kept as plain numbers under two keys and added to their
@@ -63,6 +63,8 @@ export class DecisionMetrics<Subject extends string> {
   readonly observer: LimiterObserver
   /** Whether the latest decision was degraded: the fallback gauge reads it when scraped, not per decision. */
   private lastDegraded = false
+  /** Refunds the store did not take, owed by the limiters observed (a reloaded config's too) and not yet given or dropped. */
+  private owed = 0
   private readonly decisions: Counter
   private readonly decisionsName: string
   /** Decisions by subject and policy: a count per outcome, then the near-limit count. */
@@ -108,13 +110,36 @@ export class DecisionMetrics<Subject extends string> {
       },
     })
     const blockCacheHits = new Counter({ name: `${prefix}block_cache_hits_total`, help: 'Refusals answered from the local cache of blocked keys, without a store call.', registers })
+    const owed = () => this.owed
+    new Gauge({
+      name: `${prefix}refunds_owed`,
+      help: 'Refunds the store did not take (down, cut off), to be given once it answers: units of concurrency and other counting limits held meanwhile.',
+      registers,
+      collect() {
+        this.set(owed())
+      },
+    })
+    const refundsDropped = new Counter({
+      name: `${prefix}refunds_dropped_total`,
+      help: 'Owed refunds never given: they stopped mattering before the store answered, more were owed than are kept, or the store failed in a way that may have taken them.',
+      registers,
+    })
     this.observer = {
       storeCall: (durationMs, outcome) => {
         storeLatency.observe({ outcome }, durationMs / 1000)
         if (outcome !== 'ok') storeErrors.inc({ reason: outcome })
       },
       blockCacheHit: () => blockCacheHits.inc(),
+      refundOwed: (event) => {
+        this.owed += event === 'owed' ? 1 : -1
+        if (event === 'dropped') refundsDropped.inc()
+      },
     }
+  }
+
+  /** Refunds owed now by the limiters this observes. */
+  get refundsOwed(): number {
+    return this.owed
   }
 
   /** False once the registry has let them go (`registry.clear()`, as test suites do between tests). */

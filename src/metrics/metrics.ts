@@ -61,6 +61,11 @@ export class GatewayMetrics {
     return this.decisions.observer
   }
 
+  /** Refunds the store did not take, owed by every limiter of this gateway (a reloaded config's too). */
+  get refundsOwed(): number {
+    return this.decisions.refundsOwed
+  }
+
   decision(route: string, decision: Decision, shadow: boolean): void {
     this.decisions.decision(route, decision, shadow)
   }

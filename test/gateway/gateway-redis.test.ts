@@ -34,6 +34,11 @@ routes:
   - name: api
     upstream: ${upstream}
     limits:
+      - name: slow-at-once
+        key: [ip]
+        match: { path: /slow/** }
+        count: in-flight
+        policies: { algorithm: sliding-log, name: slow-at-once, limit: 1, windowMs: 600000 }
       - name: shared
         key: [ip]
         match: { path: /hello/shared }
@@ -154,11 +159,16 @@ describe('gateways on a shared Redis (real redis-server)', () => {
   it('says why decisions fail on a Redis that answers PING but refuses every script (a read-only replica), and when they succeed again', async () => {
     const admin = redis.client()
     const readOnly = await startGateway(config_(), { env: { JWT_SECRET: SECRET } })
-    const storeStatus = async () => (await (await fetch(`${readOnly.adminUrl}/status`)).json() as { store: { up: boolean; failing?: { reason: string; error: string } } }).store
+    const storeStatus = async () => (await (await fetch(`${readOnly.adminUrl}/status`)).json() as { store: { up: boolean; failing?: { reason: string; error: string }; refundsOwed: number } }).store
     const hello = async () => (await fetch(`${readOnly.url}/hello`, { headers: { authorization: `Bearer ${await token('frank')}` } })).status
     try {
+      // A slow request holds the one slot of its in-flight limit; it ends after Redis stops taking writes.
+      const slow = fetch(`${readOnly.url}/slow/600`, { headers: { authorization: `Bearer ${await token('frank', 'pro')}` } })
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      assert.equal((await storeStatus()).refundsOwed, 0)
       // A replica of a master that is not there: reads and PING work, writes are refused.
       await admin.call('REPLICAOF', '127.0.0.1', '1')
+      assert.equal((await slow).status, 200)
       for (let i = 0; i < 3; i++) assert.equal(await hello(), 503)
       const logged = await readOnly.waitForLog((line) => line.msg === 'store call failed; the failure policy decides')
       assert.equal(logged.level, 40)
@@ -169,6 +179,8 @@ describe('gateways on a shared Redis (real redis-server)', () => {
       const failing = await storeStatus()
       assert.equal(failing.up, true)
       assert.match(failing.failing?.error ?? '', /^READONLY /)
+      // The slot it held is owed back, and given once Redis takes writes again.
+      assert.equal(failing.refundsOwed, 1)
       await admin.call('REPLICAOF', 'NO', 'ONE')
       // The circuit lets a trial call through within a second; then decisions are Redis's again.
       const deadline = Date.now() + 5000
@@ -179,6 +191,8 @@ describe('gateways on a shared Redis (real redis-server)', () => {
       }
       assert.equal(status, 200)
       assert.equal((await storeStatus()).failing, undefined)
+      for (let i = 0; i < 50 && (await storeStatus()).refundsOwed > 0; i++) await new Promise((resolve) => setTimeout(resolve, 100))
+      assert.equal((await storeStatus()).refundsOwed, 0)
     } finally {
       await admin.call('REPLICAOF', 'NO', 'ONE')
       await readOnly.stop()

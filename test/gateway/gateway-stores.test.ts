@@ -63,7 +63,7 @@ ${route(upstream.url)}`)
       try {
         assert.deepEqual(await statuses(`${gateway.url}/hello`, 7), [200, 200, 200, 200, 200, 429, 429])
         const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { store: { type: string; up: boolean } }
-        assert.deepEqual(status.store, { type: 'redis-cluster (3 seed nodes)', up: true })
+        assert.deepEqual(status.store, { type: 'redis-cluster (3 seed nodes)', up: true, refundsOwed: 0 })
       } finally {
         await gateway.stop()
       }

@@ -5,12 +5,14 @@
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import parsePrometheus from 'parse-prometheus-text-format'
 import { Counter, Registry } from 'prom-client'
 import { Limiter, RedisStore } from '../../src/index.ts'
 import { rateLimitMetrics } from '../../src/metrics/index.ts'
 import type { RateLimitOptions } from '../../src/http/handler.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
+import { partitionable } from '../support/partition.ts'
 import { expressServer, fastifyServer, fetchServer, nodeServer, type StartServer } from './servers.ts'
 
 interface Family { name: string; metrics: Array<{ labels?: Record<string, string>; value?: string }> }
@@ -166,6 +168,41 @@ describe('sluice/metrics with a Redis store that stops answering', () => {
       assert.equal(status, 'recovered')
     } finally {
       await server.close()
+    }
+  })
+
+  it('refunds Redis could not take count as owed until given; one that stopped mattering first counts as dropped', async () => {
+    const partition = await partitionable(redis.port)
+    const store = new RedisStore({ url: `redis://127.0.0.1:${partition.port}` })
+    const registry = new Registry()
+    const metrics = rateLimitMetrics({ registry })
+    const common = { store, blockCache: false, onStoreFailure: 'closed', storeTimeoutMs: 150, circuit: { failures: 1, probeIntervalMs: 100 }, observer: metrics.observer } as const
+    const jobs = new Limiter({ ...common, prefix: `owed-jobs-${Date.now()}`, policies: { algorithm: 'sliding-log', name: 'jobs', limit: 1, windowMs: MINUTE } })
+    // Full again 200 ms after its last unit went: a refund owed longer than that has no use.
+    const burst = new Limiter({ ...common, prefix: `owed-burst-${Date.now()}`, policies: { algorithm: 'token-bucket', name: 'burst', capacity: 1, refillTokens: 1, refillIntervalMs: 200 } })
+    try {
+      const job = await jobs.limit('t')
+      const call = await burst.limit('t')
+      assert.deepEqual([job.allowed, call.allowed], [true, true])
+      partition.cut()
+      // Each circuit opens before its refund, which then never reaches Redis.
+      for (const limiter of [jobs, burst]) {
+        for (let i = 0; i < 20 && !(await limiter.peek('t')).degraded; i++) await sleep(25)
+        await assert.rejects(limiter.refund('t', 1, limiter === jobs ? job : call, 10), /failed \(circuit-open\); given again once the store answers/)
+      }
+      let families = await scrape(registry)
+      assert.equal(sample(families, 'sluice_refunds_owed'), 2)
+      assert.equal(sample(families, 'sluice_refunds_dropped_total'), 0)
+      await sleep(400)
+      await partition.heal()
+      for (let i = 0; i < 100 && jobs.refundsOwed + burst.refundsOwed > 0; i++) await sleep(50)
+      families = await scrape(registry)
+      assert.equal(sample(families, 'sluice_refunds_owed'), 0)
+      assert.equal(sample(families, 'sluice_refunds_dropped_total'), 1)
+      assert.equal((await jobs.peek('t')).remaining, 1)
+    } finally {
+      await store.close()
+      partition.cut()
     }
   })
 
