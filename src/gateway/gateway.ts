@@ -166,8 +166,8 @@ export class Gateway {
    * `up` and `error`: the health probe (PING). `failing`: what the latest
    * decision's store call failed with, undefined once one succeeds; a Redis can
    * answer PING and still refuse every decision (a read-only replica).
-   * `refundsOwed`: units (of concurrency limits, `count` rules) given back
-   * while the store could not take them, held until it can.
+   * `refundsOwed`: refunds (of concurrency limits, `count` rules) the store
+   * could not take; their units stay held until it can.
    */
   get store(): { type: string; up: boolean; error: string | undefined; failing: LatestStoreFailure | undefined; refundsOwed: number } {
     return { type: this.runtime.store.description, up: this.storeUp, error: this.storeError, failing: this.storeCalls.current, refundsOwed: this.metrics.refundsOwed }

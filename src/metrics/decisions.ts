@@ -113,7 +113,7 @@ export class DecisionMetrics<Subject extends string> {
     const owed = () => this.owed
     new Gauge({
       name: `${prefix}refunds_owed`,
-      help: 'Refunds the store did not take (down, cut off), to be given once it answers: units of concurrency and other counting limits held meanwhile.',
+      help: 'Refunds the store did not take (down, cut off), to be given once it answers: the units they give back (of concurrency and other counting limits) stay held meanwhile.',
       registers,
       collect() {
         this.set(owed())
