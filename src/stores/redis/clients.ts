@@ -115,9 +115,8 @@ const REFUSED = /^(READONLY|LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|MOVED|A
  */
 export function asStoreFailure(error: unknown): unknown {
   for (let cause = error, depth = 0; cause instanceof Error && depth < 4; cause = cause.cause, depth++) {
-    if (NEVER_SENT.some((words) => cause instanceof Error && cause.message.startsWith(words)) || REFUSED.test(cause.message)) {
-      return error instanceof StoreNotAppliedError ? error : new StoreNotAppliedError((error as Error).message, { cause: error })
-    }
+    const { message } = cause
+    if (NEVER_SENT.some((words) => message.startsWith(words)) || REFUSED.test(message)) return new StoreNotAppliedError((error as Error).message, { cause: error })
   }
   return error
 }
