@@ -66,8 +66,15 @@ describe('two server processes sharing one Redis', () => {
     assert.equal(refused.status, 429)
     await refused.arrayBuffer()
     await Promise.all(held.map((res) => res.arrayBuffer()))
-    const admitted = await slow(1)
-    assert.equal(admitted.status, 200)
-    await admitted.arrayBuffer()
+    // The first process gives the units back once each response has ended, a Redis call that may land
+    // after the client has read the last byte: asked again within a second, not refused for an hour.
+    const statuses: number[] = []
+    for (let i = 0; i < 20 && statuses.at(-1) !== 200; i++) {
+      const answer = await slow(1, 0)
+      statuses.push(answer.status)
+      await answer.arrayBuffer()
+      if (answer.status !== 200) await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    assert.equal(statuses.at(-1), 200, `statuses: ${statuses.join(', ')}`)
   })
 })
