@@ -28,6 +28,86 @@ describe('MemoryStore', () => {
     assert.equal(limiter.limitSync('b').allowed, true, 'b was forgotten')
   })
 
+  it('a flood of new keys under one policy forgets its own kind, not another policy\'s state', () => {
+    const store = new MemoryStore({ maxKeys: 1000 })
+    const clock = () => 0
+    const daily = new Limiter({ policies: { algorithm: 'fixed-window', limit: 3, windowMs: 86_400_000, name: 'day' }, store, clock, prefix: 'tenant' })
+    const login = new Limiter({ policies: { algorithm: 'fixed-window', limit: 5, windowMs: 900_000, name: 'login', blockMs: 3_600_000 }, store, clock, prefix: 'login' })
+    const perIp = new Limiter({ policies: { algorithm: 'fixed-window', limit: 100, windowMs: 60_000, name: 'ip' }, store, clock, prefix: 'ip' })
+    for (let i = 0; i < 3; i++) daily.limitSync('acme')
+    for (let i = 0; i < 6; i++) login.limitSync('alice') // the sixth is refused and blocks alice for an hour
+    for (let i = 0; i < 20; i++) daily.limitSync(`tenant-${i}`)
+    assert.equal(daily.limitSync('acme').allowed, false)
+    assert.equal(login.limitSync('alice').allowed, false)
+    // An attacker rotating addresses: ten times the store's size in new per-IP keys, acme and alice not called meanwhile.
+    for (let i = 0; i < 10_000; i++) perIp.limitSync(`2001:db8:${i.toString(16)}::/56`)
+    assert.ok(store.size <= 1000, `size ${store.size}`)
+    assert.equal(daily.limitSync('acme').allowed, false, 'the day\'s quota is still spent')
+    assert.equal(login.limitSync('alice').allowed, false, 'the block still holds')
+    assert.equal(daily.peekSync('tenant-0').remaining, 2, 'the other tenants are still counted')
+    // Within the flooded policy, the least recently used went first.
+    assert.equal(perIp.peekSync('2001:db8:0::/56').remaining, 100, 'the first flooded key was forgotten')
+    assert.equal(perIp.peekSync('2001:db8:270f::/56').remaining, 99, 'the last is remembered')
+  })
+
+  it('once the policy that flooded is no larger than the others, each gives up its least recently used', () => {
+    const store = new MemoryStore({ maxKeys: 10 })
+    const clock = () => 0
+    const a = new Limiter({ policies: { ...oneBySecond, name: 'a' }, store, clock })
+    const b = new Limiter({ policies: { ...oneBySecond, name: 'b' }, store, clock })
+    for (let i = 0; i < 5; i++) a.limitSync(`a${i}`)
+    for (let i = 0; i < 5; i++) b.limitSync(`b${i}`)
+    b.limitSync('b5') // b holds 6: its oldest, b0, goes
+    assert.equal(store.size, 10)
+    assert.equal(b.peekSync('b0').remaining, 1)
+    assert.equal(a.peekSync('a4').remaining, 0, 'a kept all five')
+    a.limitSync('a5') // a and b both hold 5 before it: a now holds 6, and gives up a0
+    assert.equal(a.peekSync('a0').remaining, 1)
+    assert.equal(b.peekSync('b1').remaining, 0)
+    assert.equal(store.size, 10)
+  })
+
+  it('never holds more than maxKeys across several policies, a limiter with two of them among them', () => {
+    const store = new MemoryStore({ maxKeys: 5000 })
+    const clock = () => 0
+    const limiters = [
+      new Limiter({ policies: [{ ...oneBySecond, name: 'x' }, { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 60_000, name: 'y' }], store, clock }),
+      new Limiter({ policies: { ...oneBySecond, name: 'z' }, store, clock }),
+      new Limiter({ policies: { algorithm: 'sliding-log', limit: 3, windowMs: 60_000, name: 'w' }, store, clock }),
+    ]
+    let largest = 0
+    for (let i = 0; i < 60_000; i++) {
+      ;(limiters[i % 7 === 0 ? 0 : i % 2 === 0 ? 1 : 2] as Limiter).limitSync(`k${i}`)
+      largest = Math.max(largest, store.size)
+    }
+    assert.equal(largest, 5000)
+    // The last key of each is remembered whole (both policies of the first limiter).
+    assert.equal((limiters[0] as Limiter).peekSync('k59997').remaining, 0)
+    assert.equal((limiters[1] as Limiter).peekSync('k59998').remaining, 0)
+    assert.equal((limiters[2] as Limiter).peekSync('k59999').remaining, 2)
+  })
+
+  it('reclaims the expired keys of a policy no longer called, and forgets policies left with no keys', () => {
+    let now = 0
+    const store = new MemoryStore()
+    const spaces = () => (store as unknown as { spaces: Map<string, unknown> }).spaces.size
+    const old = new Limiter({ policies: { ...oneBySecond, name: 'old' }, store, clock: () => now })
+    for (let i = 0; i < 1000; i++) old.limitSync(`idle-${i}`)
+    now = 10_000
+    const current = new Limiter({ policies: { ...oneBySecond, name: 'current' }, store, clock: () => now })
+    for (let i = 0; i < 2500; i++) current.limitSync(`fresh-${i}`)
+    assert.equal(store.size, 2500, 'the old policy\'s 1000 expired keys were swept')
+    // A policy name per call (a server naming a new policy in each response, read by a client): each key
+    // expires after a second, and neither the keys nor the names pile up.
+    for (let i = 0; i < 20_000; i++) {
+      now += 10
+      new Limiter({ policies: { ...oneBySecond, name: `p${i}` }, store, clock: () => now }).limitSync('k')
+      if (i % 2 === 0) void current.peekSync(`never-${i}`)
+    }
+    assert.ok(store.size < 2700, `size ${store.size}`)
+    assert.ok(spaces() < 700, `${spaces()} policies held`)
+  })
+
   it('drops expired state: an idle key decides as new, and the sweeper reclaims idle keys', () => {
     let now = 0
     const store = new MemoryStore()
