@@ -1016,6 +1016,35 @@ describe('HTTP adapters without a store option (the default memory store)', () =
   }
 })
 
+describe('HTTP with a full memory store', () => {
+  it('node: a flood of new client addresses through a trusted proxy forgets its own kind, not a tenant\'s day quota or a login block', async () => {
+    const options: RateLimitOptions = {
+      rules: [
+        { name: 'api', match: { path: '/api/**' }, policies: { algorithm: 'fixed-window', limit: 100, windowMs: MINUTE, name: 'api' } },
+        { name: 'reports', match: { path: '/reports/**' }, key: (request) => request.header('x-tenant'), policies: { algorithm: 'fixed-window', limit: 5, windowMs: 86_400_000, name: 'day' } },
+        { name: 'login', match: { path: '/login' }, key: (request) => request.header('x-user'), count: 'failed', policies: { algorithm: 'sliding-log', limit: 2, windowMs: 900_000, name: 'login', blockMs: 3_600_000 } },
+      ],
+      store: new MemoryStore({ maxKeys: 200 }),
+      clientIp: { trustProxy: ['127.0.0.1', '::1'] },
+      clock: fixedClock,
+    }
+    await withServer(nodeServer, options, async (url) => {
+      for (let i = 0; i < 4; i++) assert.equal((await get(`${url}/reports/x`, { 'x-tenant': 'acme' })).status, 200)
+      for (let i = 0; i < 2; i++) assert.equal((await get(`${url}/login`, { 'x-user': 'alice', 'x-status': '401' })).status, 401)
+      assert.equal((await get(`${url}/login`, { 'x-user': 'alice' })).status, 429, 'alice is blocked')
+      // Five times the store's size in new addresses, each an IPv6 /56 of its own.
+      for (let i = 0; i < 1000; i++) {
+        const response = await get(`${url}/api/x`, { 'x-forwarded-for': `2001:db8:${i.toString(16)}::1` })
+        assert.equal(response.status, 200)
+      }
+      assert.equal((await get(`${url}/login`, { 'x-user': 'alice' })).status, 429, 'the block holds')
+      const statuses: number[] = []
+      for (let i = 0; i < 3; i++) statuses.push((await get(`${url}/reports/x`, { 'x-tenant': 'acme' })).status)
+      assert.deepEqual(statuses, [200, 429, 429], 'acme has one request of its day left, not a fresh quota')
+    })
+  })
+})
+
 describe('HTTP adapters (Redis store)', () => {
   let redis: RedisServer
   before(async () => { redis = await startRedis() })
