@@ -90,6 +90,7 @@ describe('MemoryStore', () => {
   it('reclaims the expired keys of a policy no longer called, and forgets policies left with no keys', () => {
     let now = 0
     const store = new MemoryStore()
+    // How many policies the store holds is not public; heap figures would be too coarse to see it.
     const spaces = () => (store as unknown as { spaces: Map<string, unknown> }).spaces.size
     const old = new Limiter({ policies: { ...oneBySecond, name: 'old' }, store, clock: () => now })
     for (let i = 0; i < 1000; i++) old.limitSync(`idle-${i}`)
