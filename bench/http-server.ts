@@ -9,6 +9,7 @@ import express from 'express'
 import Fastify from 'fastify'
 import { rateLimit as expressRateLimit } from 'express-rate-limit'
 import fastifyRateLimit from '@fastify/rate-limit'
+import { RedisStore as ExpressRateLimitRedisStore, type RedisReply } from 'rate-limit-redis'
 import { RedisStore, type Store } from 'sluice'
 import { rateLimit } from 'sluice/express'
 import { sluiceFastify } from 'sluice/fastify'
@@ -19,6 +20,8 @@ const HUGE = 1_000_000_000
 const rules = [{ name: 'api', policies: { algorithm: 'fixed-window' as const, limit: HUGE, windowMs: 60_000, name: 'api' } }]
 const store: Store | undefined = limiter === 'sluice-redis' ? new RedisStore({ client: new Redis(redisUrl as string, { autoResendUnfulfilledCommands: false }) }) : undefined
 const sluiceOptions = { rules, onWarning: () => {}, ...(store ? { store } : {}) }
+// The peers on the same Redis, each with its own store: rate-limit-redis for express-rate-limit, the built-in one for @fastify/rate-limit.
+const peerRedis = limiter === 'peer-redis' ? new Redis(redisUrl as string) : undefined
 
 if (framework === 'express') {
   const app = express()
@@ -26,6 +29,10 @@ if (framework === 'express') {
   // The floor any middleware pays: one more layer that calls next().
   if (limiter === 'noop') app.use((_req, _res, next) => { next() })
   if (limiter === 'peer') app.use(expressRateLimit({ windowMs: 60_000, limit: HUGE, standardHeaders: 'draft-8', legacyHeaders: false }))
+  if (peerRedis) {
+    const redisStore = new ExpressRateLimitRedisStore({ sendCommand: (command: string, ...args: string[]) => peerRedis.call(command, ...args) as Promise<RedisReply> })
+    app.use(expressRateLimit({ windowMs: 60_000, limit: HUGE, standardHeaders: 'draft-8', legacyHeaders: false, store: redisStore }))
+  }
   app.get('/', (_req, res) => { res.send('ok') })
   const server = createServer(app).listen(0, '127.0.0.1', () => console.log((server.address() as AddressInfo).port))
 } else {
@@ -34,6 +41,7 @@ if (framework === 'express') {
   // The floor any limiter that may await a store pays: one async onRequest hook.
   if (limiter === 'noop') app.addHook('onRequest', async () => {})
   if (limiter === 'peer') await app.register(fastifyRateLimit, { max: HUGE, timeWindow: 60_000 })
+  if (peerRedis) await app.register(fastifyRateLimit, { max: HUGE, timeWindow: 60_000, redis: peerRedis })
   app.get('/', async () => 'ok')
   await app.listen({ port: 0, host: '127.0.0.1' })
   console.log((app.server.address() as AddressInfo).port)

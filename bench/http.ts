@@ -2,7 +2,9 @@
  * HTTP benchmark (not a test): requests/s and p99 with autocannon against a
  * trivial handler, for Express and Fastify, each bare, with sluice (memory and
  * Redis) and with its own peer limiter configured alike (express-rate-limit,
- * @fastify/rate-limit), in one run. Each server runs in its own process, so the
+ * @fastify/rate-limit), in memory and on the same Redis (rate-limit-redis, the
+ * plugin's own Redis store), in one run. sluice on Redis is compared with the peer
+ * on Redis. Each server runs in its own process, so the
  * load generator and the server each have a core. On a small machine two
  * processes running the same code differ by 10% or more, so every cell is the
  * median of ROUNDS fresh server processes, the variants taking turns, and
@@ -27,11 +29,12 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 5))
 const CONNECTIONS = 50
 // `bare-again` is a second bare server, the same code: how far it lands from `bare` is what this
 // run can resolve; a smaller difference between two other rows is noise.
-const VARIANTS = ['bare', 'bare-again', 'noop', 'peer', 'sluice-memory', 'sluice-redis']
+const VARIANTS = ['bare', 'bare-again', 'noop', 'peer', 'peer-redis', 'sluice-memory', 'sluice-redis']
 
 interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number; cpuUsPerRequest: number | undefined }
 
 const CLOCK_TICKS_PER_SECOND = 100
+const LABEL_WIDTH = 26
 
 /** User + system CPU seconds a process has used, or undefined where /proc does not say. */
 function cpuSeconds(pid: number | undefined): number | undefined {
@@ -85,7 +88,7 @@ function cpuCell(row: Row, bare: Row): string {
 const redis = await startRedis()
 try {
   console.log(`sluice HTTP benchmark: node ${process.version}, autocannon ${CONNECTIONS} connections x ${SECONDS} s, median of ${ROUNDS} server processes per cell\n`)
-  console.log(`${'framework'.padEnd(10)}${'limiter'.padEnd(16)}${'req/s'.padStart(10)}${'p99 ms'.padStart(9)}${'vs bare'.padStart(10)}${'vs peer'.padStart(10)}  server CPU us/req (vs bare)`)
+  console.log(`${'framework'.padEnd(10)}${'limiter'.padEnd(LABEL_WIDTH)}${'req/s'.padStart(10)}${'p99 ms'.padStart(9)}${'vs bare'.padStart(10)}${'vs peer'.padStart(10)}  server CPU us/req (vs bare)`)
   const table: Array<Array<string | number>> = []
   const noise: string[] = []
   for (const framework of ['express', 'fastify']) {
@@ -103,19 +106,22 @@ try {
     const paired = (limiter: string, against: string, of: (a: Row, b: Row) => number) =>
       medianOf((samples[limiter] as Row[]).map((run, round) => of(run, (samples[against] as Row[])[round] as Row)))
     for (const [limiter, row] of Object.entries(rows)) {
-      const label = limiter === 'peer' ? (framework === 'express' ? 'express-rate-limit' : '@fastify/rate-limit')
+      const peerName = framework === 'express' ? 'express-rate-limit' : '@fastify/rate-limit'
+      const label = limiter === 'peer' ? peerName
+        : limiter === 'peer-redis' ? `${peerName}-redis`
         : limiter === 'noop' ? (framework === 'express' ? 'no-op middleware' : 'no-op async hook')
         : limiter === 'bare-again' ? 'bare, again' : limiter
       const vsBare = `${(paired(limiter, 'bare', (a, b) => (a.rps - b.rps) / b.rps) * 100).toFixed(1)}%`
-      const peerRatio = paired(limiter, 'peer', (a, b) => a.rps / b.rps)
+      // Each store against the peer on the same store.
+      const peerRatio = paired(limiter, limiter === 'sluice-redis' ? 'peer-redis' : 'peer', (a, b) => a.rps / b.rps)
       const vsPeer = limiter.startsWith('sluice') ? `${peerRatio.toFixed(2)}x` : ''
       const cpu = cpuCell(row, bare)
       if (limiter === 'bare-again') noise.push(`${framework} ${vsBare}`)
       table.push([framework, label, Math.round(row.rps), row.p99, vsBare, vsPeer, cpu])
-      console.log(`${framework.padEnd(10)}${label.padEnd(20).slice(0, 16)}${row.rps.toFixed(0).padStart(10)}${String(row.p99).padStart(9)}${vsBare.padStart(10)}${vsPeer.padStart(10)}  ${cpu}${row.errors + row.non2xx > 0 ? `  (${row.errors} errors, ${row.non2xx} non-2xx)` : ''}`)
+      console.log(`${framework.padEnd(10)}${label.padEnd(LABEL_WIDTH)}${row.rps.toFixed(0).padStart(10)}${String(row.p99).padStart(9)}${vsBare.padStart(10)}${vsPeer.padStart(10)}  ${cpu}${row.errors + row.non2xx > 0 ? `  (${row.errors} errors, ${row.non2xx} non-2xx)` : ''}`)
     }
   }
-  const target = 'targets: sluice (memory) costs at most 5% of bare throughput and is no slower than the peer on the same framework'
+  const target = 'targets: sluice (memory) costs at most 5% of bare throughput and is no slower than the peer on the same framework; "vs peer" pairs memory with memory and Redis with Redis'
   const resolution = `resolution: "bare, again" is a second bare server, the same code, measured like the others; its distance from bare (${noise.join(', ')}) is this run's noise`
   console.log(`\n${target}\n${resolution}`)
   emit({
