@@ -250,6 +250,7 @@ const redisOptions = {
   }).optional(),
   password: secret(true).optional(),
   time: z.enum(['server', 'client']).optional(),
+  functions: z.boolean().optional(),
 }
 
 const failure = {

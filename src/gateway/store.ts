@@ -22,7 +22,7 @@ export async function openStore(config: GatewayConfig, onWarning: (message: stri
   if (options.type === 'memory') {
     return { store: new MemoryStore(options.maxKeys !== undefined ? { maxKeys: options.maxKeys } : {}), description: 'memory', close: async () => {} }
   }
-  const storeOptions = { ...(options.time !== undefined ? { time: options.time } : {}), onWarning }
+  const storeOptions = { ...(options.time !== undefined ? { time: options.time } : {}), ...(options.functions !== undefined ? { functions: options.functions } : {}), onWarning }
   if (options.url !== undefined) {
     const store = new RedisStore({ url: options.url, ...storeOptions })
     // As for Sentinel and Cluster below: the first requests are decided by Redis, not by the failure policy.

@@ -54,16 +54,19 @@ describe('gateway deployments', () => {
       await cluster?.stop()
     })
 
-    it('store.cluster: the limit holds exactly', async () => {
+    it('store.cluster: the limit holds exactly; with functions: true, decided by FCALL on the key\'s master', async () => {
       const gateway = await startGateway(`
 server: { listen: 127.0.0.1:0 }
 admin: { listen: 127.0.0.1:0 }
-store: { type: redis, cluster: [${cluster.nodes.map((n) => `"127.0.0.1:${n.port}"`).join(', ')}] }
+store: { type: redis, cluster: [${cluster.nodes.map((n) => `"127.0.0.1:${n.port}"`).join(', ')}], functions: true }
 ${route(upstream.url)}`)
       try {
         assert.deepEqual(await statuses(`${gateway.url}/hello`, 7), [200, 200, 200, 200, 200, 429, 429])
         const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { store: { type: string; up: boolean } }
         assert.deepEqual(status.store, { type: 'redis-cluster (3 seed nodes)', up: true, refundsOwed: 0 })
+        // The first request ran as a script and had the library loaded; the later ones called it.
+        const fcalls = await Promise.all(cluster.nodes.map(async (node) => Number(/^cmdstat_fcall:calls=(\d+)/m.exec(await node.client().info('commandstats'))?.[1] ?? 0)))
+        assert.equal(fcalls.reduce((a, b) => a + b, 0), 6, `FCALLs per master: ${fcalls.join(', ')}`)
       } finally {
         await gateway.stop()
       }

@@ -65,4 +65,27 @@ describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
     assert.equal(perNode.reduce((a, b) => a + b, 0), 189)
     assert.ok(perNode.every((n) => n > 0), `keys per master: ${perNode.join(', ')}`)
   })
+
+  it('functions: true loads the library on every master and decides by FCALL there, the same decisions (ioredis and node-redis)', async () => {
+    const masters = client.nodes('master')
+    await Promise.all(masters.map((node) => node.config('RESETSTAT')))
+    for (const [label, redisClient] of [['io', client], ['nr', nodeRedis]] as const) {
+      await Promise.all(masters.map((node) => node.call('FUNCTION', 'FLUSH')))
+      const store = new RedisStore({ client: redisClient, functions: true })
+      for (const [n, trace] of [...handWritten, ...randomTraces(10, 17)].entries()) {
+        const expected = await replay(trace, new MemoryStore(), `fn-${label}${n}`)
+        const actual = await replay(trace, store, `fn-${label}${n}`)
+        assert.deepEqual(actual, expected, `${label}: ${trace.name}`)
+      }
+      // Keys enough to reach every master.
+      const limiter = new Limiter({ store, prefix: `fn-spread-${label}`, policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000 } })
+      for (let i = 0; i < 30; i++) assert.deepEqual([(await limiter.limit(`user-${i}`)).allowed, (await limiter.limit(`user-${i}`)).allowed], [true, false], `${label}: user-${i}`)
+    }
+    for (const node of masters) {
+      const libraries = (await node.call('FUNCTION', 'LIST') as unknown[][]).map((library) => String(library[library.indexOf('library_name') + 1]))
+      assert.equal(libraries.filter((name) => name.startsWith('sluice_limit_')).length, 1, `${node.options.port}: ${libraries.join(', ')}`)
+      const fcalls = Number(/^cmdstat_fcall:calls=(\d+)/m.exec(await node.info('commandstats'))?.[1] ?? 0)
+      assert.ok(fcalls > 0, `${node.options.port}: no FCALL`)
+    }
+  })
 })

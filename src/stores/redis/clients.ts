@@ -4,7 +4,7 @@
  */
 import { describe, SluiceError, StoreNotAppliedError } from '../../core/errors.ts'
 import { isIoredis, isNodeRedis } from './detect.ts'
-import { LIMIT_SCRIPT, LIMIT_SHA } from './script.ts'
+import { LIMIT_FUNCTION, LIMIT_LIBRARY, LIMIT_SCRIPT, LIMIT_SHA } from './script.ts'
 
 type AnyFunction = (...args: never[]) => unknown
 
@@ -43,8 +43,15 @@ export interface ScriptRunner {
   quit(): Promise<void>
 }
 
-export function runnerFor(client: unknown): ScriptRunner {
-  const runner = isIoredis(client) ? ioredisRunner(client) : isNodeRedis(client) ? nodeRedisRunner(client) : undefined
+export interface RunnerOptions {
+  /** Run the limit as a Redis function (FCALL) where the server allows it; else always EVALSHA. */
+  functions?: boolean
+  /** Told once when `functions` is asked for and this Redis cannot have them. */
+  onWarning?: (message: string) => void
+}
+
+export function runnerFor(client: unknown, options: RunnerOptions = {}): ScriptRunner {
+  const runner = isIoredis(client) ? ioredisRunner(client, options) : isNodeRedis(client) ? nodeRedisRunner(client, options) : undefined
   if (runner === undefined) {
     const hint = typeof client === 'string' ? '; a URL goes in url: new RedisStore({ url })' : ''
     throw new SluiceError('ERR_SLUICE_REDIS_CLIENT', `client must be an ioredis Redis / Cluster or a node-redis client / cluster (got ${describe(client)})${hint}`)
@@ -133,12 +140,91 @@ export function resendsAfterReconnect(client: unknown): boolean {
   return setting !== false
 }
 
+/** The three ways a driver runs the limit. */
+interface LimitCalls {
+  /** EVALSHA, and EVAL where the server has lost the script (NOSCRIPT). */
+  script(keys: string[], args: string[]): Promise<unknown>
+  /** FCALL of this version's function. */
+  fcall(keys: string[], args: string[]): Promise<unknown>
+  /** FUNCTION LOAD of this version's library, on every primary. */
+  loadLibrary(): Promise<void>
+}
+
+/** FCALL did not run: this node lacks the library (never loaded, a restart without persistence, FUNCTION FLUSH, a node new to the cluster). */
+const FUNCTION_MISSING = /^ERR Function not found/
+/** This Redis (before 7.0, or a managed one) or this user (ACL) can have no functions: scripts from then on. */
+const NO_FUNCTIONS = /^(ERR unknown command|NOPERM|ERR unknown subcommand)/
+const LIBRARY_LOADED = /^ERR Library '[^']*' already exists/
+/** After a load that failed for other reasons (a full Redis, a lost connection), the next try waits this long. */
+const LOAD_RETRY_MS = 1000
+
+function messageOf(error: unknown): string {
+  return String((error as Error)?.message ?? error)
+}
+
+/**
+ * `runLimit` by FCALL, the library loaded on first need. Until it is loaded, or
+ * on a node that lacks it, a call runs as a script instead: FCALL of a missing
+ * function runs nothing, so no call is decided twice. Where functions cannot be
+ * had at all, every call is a script, and the user is told once.
+ */
+function preferringFunctions(calls: LimitCalls, warn: (message: string) => void): ScriptRunner['runLimit'] {
+  let scriptsOnly = false
+  let loading = false
+  let nextLoadAt = 0
+  const giveUp = (why: string): void => {
+    if (scriptsOnly) return
+    scriptsOnly = true
+    warn(`sluice: functions were asked for, but this Redis cannot run them (${why}); each decision runs as a script (EVALSHA) instead.`)
+  }
+  const load = (): void => {
+    if (loading || Date.now() < nextLoadAt) return
+    loading = true
+    calls.loadLibrary().then(
+      () => { loading = false },
+      (error: unknown) => {
+        loading = false
+        const message = messageOf(error)
+        if (NO_FUNCTIONS.test(message)) giveUp(message)
+        else nextLoadAt = Date.now() + LOAD_RETRY_MS
+      },
+    )
+  }
+  return async (keys, args) => {
+    if (scriptsOnly) return calls.script(keys, args)
+    try {
+      return await calls.fcall(keys, args)
+    } catch (error) {
+      const message = messageOf(error)
+      if (FUNCTION_MISSING.test(message)) load()
+      else if (NO_FUNCTIONS.test(message)) giveUp(message)
+      else throw error
+      return calls.script(keys, args)
+    }
+  }
+}
+
+/** Loads the library with `load`, a library already there (another instance loaded it) being loaded. */
+async function loadOnce(load: () => Promise<unknown>): Promise<void> {
+  try {
+    await load()
+  } catch (error) {
+    if (!LIBRARY_LOADED.test(messageOf(error))) throw error
+  }
+}
+
+function limitRunner(calls: LimitCalls, options: RunnerOptions): ScriptRunner['runLimit'] {
+  if (options.functions !== true) return calls.script
+  return preferringFunctions(calls, options.onWarning ?? ((message) => process.emitWarning(message, { code: 'SLUICE_REDIS' })))
+}
+
 /**
  * ioredis: `defineCommand` sends EVALSHA, falls back to EVAL on NOSCRIPT and
- * retries by itself, and on a Cluster routes by the first key. The command name
- * carries the script's hash, so two sluice versions on one client never clash.
+ * retries by itself, and on a Cluster routes by the first key (as it does
+ * FCALL). The command name carries the script's hash, so two sluice versions
+ * on one client never clash.
  */
-function ioredisRunner(client: IoredisClient): ScriptRunner {
+function ioredisRunner(client: IoredisClient, options: RunnerOptions): ScriptRunner {
   const name = `sluiceLimit${LIMIT_SHA.slice(0, 12)}`
   const commands = client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>
   if (typeof commands[name] !== 'function') {
@@ -148,9 +234,19 @@ function ioredisRunner(client: IoredisClient): ScriptRunner {
   const ping = client.ping as () => Promise<unknown>
   const info = client.info as (section: string) => Promise<unknown>
   const quit = client.quit as () => Promise<unknown>
+  const cluster = (client as { isCluster?: unknown }).isCluster === true
+  type Caller = { call(...args: unknown[]): Promise<unknown> }
+  const runLimit = limitRunner({
+    script: (keys, args) => (commands[name] as (...a: unknown[]) => Promise<unknown>).call(client, keys.length, ...keys, ...args),
+    fcall: (keys, args) => (client as unknown as Caller).call('FCALL', LIMIT_FUNCTION, keys.length, ...keys, ...args),
+    async loadLibrary() {
+      const nodes = cluster ? (client as unknown as { nodes(role: 'master'): Caller[] }).nodes('master') : [client as unknown as Caller]
+      await Promise.all(nodes.map((node) => loadOnce(() => node.call('FUNCTION', 'LOAD', LIMIT_LIBRARY))))
+    },
+  }, options)
   return {
-    cluster: (client as { isCluster?: unknown }).isCluster === true,
-    runLimit: (keys, args) => (commands[name] as (...a: unknown[]) => Promise<unknown>).call(client, keys.length, ...keys, ...args),
+    cluster,
+    runLimit,
     del: (keys) => del.apply(client, keys),
     ping: () => ping.call(client),
     info: (section) => info.call(client, section),
@@ -163,18 +259,19 @@ function ioredisRunner(client: IoredisClient): ScriptRunner {
  * which also caches the script on the node that serves the key. (A SCRIPT LOAD
  * on a cluster would reach a random node.)
  */
-function nodeRedisRunner(client: NodeRedisClient): ScriptRunner {
+function nodeRedisRunner(client: NodeRedisClient, options: RunnerOptions): ScriptRunner {
   type Eval = (script: string, options: { keys: string[]; arguments: string[] }) => Promise<unknown>
+  type Loader = { functionLoad(code: string): Promise<unknown> }
   const evalSha = client.evalSha as Eval
   const evalScript = client.eval as Eval
   const del = client.del as (keys: string[]) => Promise<unknown>
   const ping = client.ping as () => Promise<unknown>
   const info = client.info as (section: string) => Promise<unknown>
   const closer = client as unknown as { close?: () => Promise<unknown>; quit?: () => Promise<unknown> }
-  return {
-    // node-redis clusters (createCluster) expose their master nodes; plain clients do not.
-    cluster: 'masters' in (client as object),
-    async runLimit(keys, args) {
+  // node-redis clusters (createCluster) expose their master nodes; plain clients do not.
+  const cluster = 'masters' in (client as object)
+  const runLimit = limitRunner({
+    async script(keys, args) {
       try {
         return await evalSha.call(client, LIMIT_SHA, { keys, arguments: args })
       } catch (error) {
@@ -182,6 +279,19 @@ function nodeRedisRunner(client: NodeRedisClient): ScriptRunner {
         return await evalScript.call(client, LIMIT_SCRIPT, { keys, arguments: args })
       }
     },
+    fcall: (keys, args) => (client as unknown as { fCall: Eval }).fCall(LIMIT_FUNCTION, { keys, arguments: args }),
+    async loadLibrary() {
+      if (!cluster) return loadOnce(() => (client as unknown as Loader).functionLoad(LIMIT_LIBRARY))
+      const nodes = client as unknown as { masters: unknown[]; nodeClient(node: unknown): Promise<Loader> | Loader }
+      await Promise.all(nodes.masters.map(async (master) => {
+        const node = await nodes.nodeClient(master)
+        await loadOnce(() => node.functionLoad(LIMIT_LIBRARY))
+      }))
+    },
+  }, options)
+  return {
+    cluster,
+    runLimit,
     del: (keys) => del.call(client, keys),
     ping: () => ping.call(client),
     info: (section) => info.call(client, section),

@@ -1,5 +1,6 @@
 /**
- * Redis store: every decision is one atomic EVALSHA of lua/limit.lua, which
+ * Redis store: every decision is one atomic EVALSHA of lua/limit.lua (or FCALL
+ * of the same code loaded as a function, with `functions: true`), which
  * mirrors the TypeScript algorithms and writes every policy of the call or
  * none. "Now" is the Redis server's clock unless the limiter injects one.
  */
@@ -9,7 +10,7 @@ import { rejectUnknown } from '../../core/options.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import type { Store, StoreCall } from '../store.ts'
-import { asStoreFailure, resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type ScriptRunner } from './clients.ts'
+import { asStoreFailure, resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type RunnerOptions, type ScriptRunner } from './clients.ts'
 import { isRedisClient } from './detect.ts'
 
 export type { RedisClient, IoredisClient, NodeRedisClient } from './clients.ts'
@@ -36,11 +37,21 @@ export interface RedisStoreOptions {
    * uses `client` time: this process's clock, exposed to skew between servers.
    */
   time?: 'server' | 'client'
+  /**
+   * Run the limit as a Redis function (`FCALL`, Redis 7+) instead of a script
+   * (`EVALSHA`). Default false. The decisions are the same; Redis spends about
+   * 5 µs less on each call, for it no longer runs the script's definitions every
+   * time. The store loads its library (`sluice_limit_<hash>`, one per sluice
+   * version) with `FUNCTION LOAD` on first need, on every primary of a cluster,
+   * and again where a node has lost it; until then, and on a Redis or an ACL
+   * user without functions (it warns once), each call runs as a script.
+   */
+  functions?: boolean
   /** Receives warnings. Default: `process.emitWarning`. */
   onWarning?: (message: string) => void
 }
 
-const OPTIONS = new Set(['client', 'url', 'time', 'onWarning'])
+const OPTIONS = new Set(['client', 'url', 'time', 'functions', 'onWarning'])
 /** remaining, resetAfterMs, verdict, moreAfterMs (see lua/limit.lua) */
 const FIELDS_PER_POLICY = 4
 /** Most calls decided by one script invocation. */
@@ -121,18 +132,22 @@ export class RedisStore implements Store {
     if (options.time !== undefined && options.time !== 'server' && options.time !== 'client') {
       throw new ArgumentError('time', options.time, "must be 'server' or 'client'")
     }
+    if (options.functions !== undefined && typeof options.functions !== 'boolean') {
+      throw new ArgumentError('functions', options.functions, 'must be true or false')
+    }
     this.clientTime = options.time === 'client'
     this.warn = options.onWarning ?? ((message) => process.emitWarning(message, { code: 'SLUICE_REDIS' }))
+    const runnerOptions = { functions: options.functions === true, onWarning: this.warn }
     if (options.url !== undefined) {
       if (typeof options.url !== 'string' || !/^rediss?:\/\//.test(options.url)) {
         throw new ArgumentError('url', options.url, 'must be a redis:// or rediss:// URL')
       }
-      const { runner, ready } = connect(options.url)
+      const { runner, ready } = connect(options.url, runnerOptions)
       this.runner = runner
       this.ready = ready
       this.owned = true
     } else {
-      this.runner = runnerFor(options.client)
+      this.runner = runnerFor(options.client, runnerOptions)
       this.ready = Promise.resolve()
       this.owned = false
       // To the process once per client: stores made over one client share its setting (one store per limiter, say).
@@ -352,7 +367,7 @@ export const LIMITER_CLIENT_OPTIONS = Object.freeze({
  * Opens an ioredis connection configured for a limiter. ioredis is an optional
  * peer dependency, loaded only here.
  */
-function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
+function connect(url: string, runnerOptions: RunnerOptions): { runner: ScriptRunner; ready: Promise<void> } {
   const loading = import('ioredis').then(({ Redis }) => {
     const client = new Redis(url, LIMITER_CLIENT_OPTIONS)
     // Reported through the failing calls, which name it; the client reconnects.
@@ -363,7 +378,7 @@ function connect(url: string): { runner: ScriptRunner; ready: Promise<void> } {
   const ready = loading.then(
     (client) =>
       new Promise<void>((resolve) => {
-        runner = runnerFor(client)
+        runner = runnerFor(client, runnerOptions)
         if (client.status === 'ready') return resolve()
         // Wait for the first connection, but never longer than a connect timeout,
         // and not at all once it has failed: calls then fail at once, naming the

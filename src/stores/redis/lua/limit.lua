@@ -482,32 +482,6 @@ local function push(d)
   size = size + 4
 end
 
--- Policy sets, parsed once: each policy as { algorithm function, name, p1..p4,
--- blockMs or nil, its block key's place among the call's keys }, and the set's
--- width: the keys of one call.
-local sets = {}
-local a = 2
-for s = 1, tonumber(ARGV[1]) do
-  local n = tonumber(ARGV[a])
-  local set = {}
-  local blocking = 0
-  for i = 1, n do
-    local base = a + (i - 1) * 6
-    local name = ARGV[base + 1]
-    local p3 = ARGV[base + 4]
-    local block_ms = tonumber(ARGV[base + 6])
-    local block_key = nil
-    if block_ms then
-      blocking = blocking + 1
-      block_key = n + blocking
-    end
-    set[i] = { ALGORITHMS[name], name, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(p3) or p3, ARGV[base + 5], block_ms, block_key }
-  end
-  set.width = n + blocking
-  sets[s] = set
-  a = a + 1 + 6 * n
-end
-
 -- A string key's value, false for a missing key or one of another type (a
 -- sliding log's sorted set, when a new config gave its policy name another algorithm).
 local function string_at(key)
@@ -680,6 +654,40 @@ local function decide(set, k0, now, cost, max_wait, ttl_slack)
       end
     end
   end
+end
+
+-------------------------------------------------------------------- per call
+-- Everything above only defines; from here on is one invocation's work. As a
+-- Redis function (RedisStore's `functions` option) the definitions run once,
+-- when the library is first called, and only this part runs per call, so it
+-- starts by clearing what the last call left.
+server_now = nil
+reply, size = {}, 0
+
+-- Policy sets, parsed once: each policy as { algorithm function, name, p1..p4,
+-- blockMs or nil, its block key's place among the call's keys }, and the set's
+-- width: the keys of one call.
+local sets = {}
+local a = 2
+for s = 1, tonumber(ARGV[1]) do
+  local n = tonumber(ARGV[a])
+  local set = {}
+  local blocking = 0
+  for i = 1, n do
+    local base = a + (i - 1) * 6
+    local name = ARGV[base + 1]
+    local p3 = ARGV[base + 4]
+    local block_ms = tonumber(ARGV[base + 6])
+    local block_key = nil
+    if block_ms then
+      blocking = blocking + 1
+      block_key = n + blocking
+    end
+    set[i] = { ALGORITHMS[name], name, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(p3) or p3, ARGV[base + 5], block_ms, block_key }
+  end
+  set.width = n + blocking
+  sets[s] = set
+  a = a + 1 + 6 * n
 end
 
 local k = 0
