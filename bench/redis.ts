@@ -6,9 +6,12 @@
  *      token bucket) beside rate-limiter-flexible's RateLimiterRedis (its one
  *      algorithm, a fixed window) on the same Redis, each over one ioredis
  *      connection; each cell the median of three rounds, the systems taking turns;
- *   2. the ceiling: redis-benchmark running sluice's script with EVALSHA over one
- *      connection, in the batches the store would send for that many calls in
- *      flight (decisions/s = invocations/s x calls per batch);
+ *      sluice runs both as a script (EVALSHA, the default) and as a Redis
+ *      function (FCALL, `functions: true`);
+ *   2. the ceiling: redis-benchmark running sluice's script with EVALSHA (and
+ *      its function with FCALL) over one connection, in the batches the store
+ *      would send for that many calls in flight (decisions/s = invocations/s x
+ *      calls per batch);
  *   3. Lua versus compare-and-swap: the same token bucket done with
  *      WATCH/MULTI/EXEC retries, one hot key, 8/32/128 in flight.
  *
@@ -20,7 +23,7 @@ import { Redis } from 'ioredis'
 import { RateLimiterRedis } from 'rate-limiter-flexible'
 import { algorithms, Limiter, RedisStore, resolvePolicy, type Policy } from 'sluice'
 import { batchSize } from '../dist/stores/redis/redis-store.js'
-import { LIMIT_SHA } from '../dist/stores/redis/script.js'
+import { LIMIT_FUNCTION, LIMIT_LIBRARY, LIMIT_SCRIPT, LIMIT_SHA } from '../dist/stores/redis/script.js'
 import { startRedis } from '../test/support/redis.ts'
 import { emit, QUICK, ratio } from './report.ts'
 
@@ -78,6 +81,8 @@ async function main(): Promise<void> {
     const systems: Array<[string, (key: string) => Promise<unknown>]> = [
       ['sluice fixed-window', ((l) => (key: string) => l.limit(key))(new Limiter({ store: new RedisStore({ client: connect() }), prefix: 'bfw', policies: fixedWindow }))],
       ['sluice token-bucket', ((l) => (key: string) => l.limit(key))(new Limiter({ store: new RedisStore({ client: connect() }), prefix: 'btb', policies: tokenBucket }))],
+      ['sluice fixed-window (fn)', ((l) => (key: string) => l.limit(key))(new Limiter({ store: new RedisStore({ client: connect(), functions: true }), prefix: 'ffw', policies: fixedWindow }))],
+      ['sluice token-bucket (fn)', ((l) => (key: string) => l.limit(key))(new Limiter({ store: new RedisStore({ client: connect(), functions: true }), prefix: 'ftb', policies: tokenBucket }))],
       ['rate-limiter-flexible', ((r) => (key: string) => r.consume(key))(new RateLimiterRedis({ storeClient: connect(), points: HUGE, duration: 3600, keyPrefix: 'rlf' }))],
     ]
 
@@ -105,21 +110,26 @@ async function main(): Promise<void> {
     // flight split into batches, the batches pipelined), driven by
     // redis-benchmark (C, no Node in the loop).
     const admin = connect()
-    await admin.script('LOAD', (await import('../dist/stores/redis/script.js')).LIMIT_SCRIPT)
-    console.log('\nceiling: redis-benchmark, EVALSHA of the same script in the same batches, 1 connection')
+    await admin.script('LOAD', LIMIT_SCRIPT)
+    await admin.call('FUNCTION', 'LOAD', 'REPLACE', LIMIT_LIBRARY)
+    console.log('\nceiling: redis-benchmark, EVALSHA of the same script (FCALL of the same function) in the same batches, 1 connection')
     const ceiling = new Map<string, number>()
     for (const inFlight of IN_FLIGHT) {
       const batch = batchSize(inFlight)
       const pipeline = Math.ceil(inFlight / batch)
       for (const [label, key, extra] of [['hot', 'bfw:{hot}:fw', []], ['100k', 'bfw:{__rand_int__}:fw', ['-r', '100000']]] as const) {
-        const args = ['-p', String(redis.port), '-c', '1', '-P', String(pipeline), '-n', String(Math.ceil((inFlight === 1 ? 50_000 : 300_000) / batch)), '--csv', ...extra,
-          'EVALSHA', LIMIT_SHA, String(batch), ...Array.from({ length: batch }, () => key),
-          '1', '1', 'fixed-window', String(HUGE), '3600000', '', '', '', '1', '0', '1', String(batch)]
-        const csv = execFileSync('redis-benchmark', args, { encoding: 'utf8' }).trim().split('\n')
-        const rate = Number(JSON.parse(`[${csv[csv.length - 1]}]`)[1]) * batch
-        ceiling.set(`${label}|${inFlight}`, rate)
+        const rates = [['EVALSHA', LIMIT_SHA], ['FCALL', LIMIT_FUNCTION]].map(([command, name]) => {
+          const args = ['-p', String(redis.port), '-c', '1', '-P', String(pipeline), '-n', String(Math.ceil((inFlight === 1 ? 50_000 : 300_000) / batch)), '--csv', ...extra,
+            command as string, name as string, String(batch), ...Array.from({ length: batch }, () => key),
+            '1', '1', 'fixed-window', String(HUGE), '3600000', '', '', '', '', '1', '0', '1', String(batch)]
+          const csv = execFileSync('redis-benchmark', args, { encoding: 'utf8' }).trim().split('\n')
+          return Number(JSON.parse(`[${csv[csv.length - 1]}]`)[1]) * batch
+        }) as [number, number]
+        ceiling.set(`${label}|${inFlight}`, rates[0])
+        ceiling.set(`fn|${label}|${inFlight}`, rates[1])
         const ours = table.get(`sluice fixed-window|${label}|${inFlight}`) as Result
-        console.log(`${label.padEnd(6)}${String(inFlight).padStart(10)}${kps(rate)}   (${pipeline} x ${batch} calls)   sluice fixed-window reaches ${((ours.rate / rate) * 100).toFixed(0)}%`)
+        const fn = table.get(`sluice fixed-window (fn)|${label}|${inFlight}`) as Result
+        console.log(`${label.padEnd(6)}${String(inFlight).padStart(10)}${kps(rates[0])}   (${pipeline} x ${batch} calls)   sluice fixed-window reaches ${((ours.rate / rates[0]) * 100).toFixed(0)}%;   FCALL${kps(rates[1])}, sluice (fn) reaches ${((fn.rate / rates[1]) * 100).toFixed(0)}%`)
       }
     }
 
@@ -127,9 +137,10 @@ async function main(): Promise<void> {
     const notes: string[] = []
     for (const label of ['hot', '100k']) {
       const peer = table.get(`rate-limiter-flexible|${label}|64`) as Result
-      for (const name of ['sluice fixed-window', 'sluice token-bucket']) {
+      for (const name of ['sluice fixed-window', 'sluice token-bucket', 'sluice fixed-window (fn)', 'sluice token-bucket (fn)']) {
         const ours = table.get(`${name}|${label}|64`) as Result
-        const line = `${label.padEnd(5)} ${name}: ${(ours.rate / peer.rate).toFixed(2)}x rate-limiter-flexible's throughput (target >= 1.5x), p99 ${ours.p99.toFixed(2)} vs ${peer.p99.toFixed(2)} ms; ${((ours.rate / (ceiling.get(`${label}|64`) as number)) * 100).toFixed(0)}% of the ceiling (target >= 70%)`
+        const top = ceiling.get(`${name.endsWith('(fn)') ? 'fn|' : ''}${label}|64`) as number
+        const line = `${label.padEnd(5)} ${name}: ${(ours.rate / peer.rate).toFixed(2)}x rate-limiter-flexible's throughput (target >= 1.5x), p99 ${ours.p99.toFixed(2)} vs ${peer.p99.toFixed(2)} ms; ${((ours.rate / top) * 100).toFixed(0)}% of the ceiling (target >= 70%)`
         notes.push(line)
         console.log(`  ${line}`)
       }
@@ -141,9 +152,9 @@ async function main(): Promise<void> {
       rows: [...table].map(([id, r]) => {
         const [name, label, inFlight] = id.split('|') as [string, string, string]
         const peer = table.get(`rate-limiter-flexible|${label}|${inFlight}`) as Result
-        const top = ceiling.get(`${label}|${inFlight}`)
+        const top = ceiling.get(`${name.endsWith('(fn)') ? 'fn|' : ''}${label}|${inFlight}`)
         return [name, label, Number(inFlight), Math.round(r.rate), r.p50.toFixed(2), r.p99.toFixed(2), r.p999.toFixed(2),
-          name === 'rate-limiter-flexible' ? '' : ratio(r.rate, peer.rate), name === 'sluice fixed-window' && top !== undefined ? `${((r.rate / top) * 100).toFixed(0)}%` : '']
+          name === 'rate-limiter-flexible' ? '' : ratio(r.rate, peer.rate), name.startsWith('sluice fixed-window') && top !== undefined ? `${((r.rate / top) * 100).toFixed(0)}%` : '']
       }),
       notes,
     })
