@@ -74,7 +74,7 @@ describe('RedisStore with functions: true (FCALL, Redis 7+)', () => {
     await eventually('the library is loaded again', async () => (await libraries(admin)).some((name) => name.startsWith('sluice_limit_')))
   })
 
-  it('two limiters of one store share the library; a batch of concurrent calls is decided as one by one', async () => {
+  it('a batch of 300 concurrent calls by FCALL is decided exactly as one by one', async () => {
     await admin.call('FUNCTION', 'FLUSH')
     const store = new RedisStore({ client: redis.client(), functions: true })
     const policies = [{ algorithm: 'sliding-log', limit: 40, windowMs: 1000 }, { algorithm: 'token-bucket', capacity: 30, refillTokens: 1, refillIntervalMs: 10 }] as const

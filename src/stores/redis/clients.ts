@@ -171,6 +171,8 @@ function messageOf(error: unknown): string {
 function preferringFunctions(calls: LimitCalls, warn: (message: string) => void): ScriptRunner['runLimit'] {
   let scriptsOnly = false
   let loading = false
+  // While a load is under way or after one failed, calls go straight to the script: a
+  // call that tried FCALL first would pay two round trips.
   let nextLoadAt = 0
   const giveUp = (why: string): void => {
     if (scriptsOnly) return
@@ -178,7 +180,7 @@ function preferringFunctions(calls: LimitCalls, warn: (message: string) => void)
     warn(`sluice: functions were asked for, but this Redis cannot run them (${why}); each decision runs as a script (EVALSHA) instead.`)
   }
   const load = (): void => {
-    if (loading || Date.now() < nextLoadAt) return
+    if (loading) return
     loading = true
     calls.loadLibrary().then(
       () => { loading = false },
@@ -191,7 +193,7 @@ function preferringFunctions(calls: LimitCalls, warn: (message: string) => void)
     )
   }
   return async (keys, args) => {
-    if (scriptsOnly) return calls.script(keys, args)
+    if (scriptsOnly || loading || Date.now() < nextLoadAt) return calls.script(keys, args)
     try {
       return await calls.fcall(keys, args)
     } catch (error) {
