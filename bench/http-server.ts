@@ -18,14 +18,16 @@ const [framework, limiter, redisUrl] = process.argv.slice(2) as [string, string,
 const HUGE = 1_000_000_000
 // Per client IP, one minute, never reached: the cost of deciding, not of refusing.
 const rules = [{ name: 'api', policies: { algorithm: 'fixed-window' as const, limit: HUGE, windowMs: 60_000, name: 'api' } }]
-const store: Store | undefined = limiter === 'sluice-redis' ? new RedisStore({ client: new Redis(redisUrl as string, { autoResendUnfulfilledCommands: false }) }) : undefined
+const store: Store | undefined = limiter === 'sluice-redis' || limiter === 'sluice-redis-fn'
+  ? new RedisStore({ client: new Redis(redisUrl as string, { autoResendUnfulfilledCommands: false }), functions: limiter === 'sluice-redis-fn' })
+  : undefined
 const sluiceOptions = { rules, onWarning: () => {}, ...(store ? { store } : {}) }
 // The peers on the same Redis, each with its own store: rate-limit-redis for express-rate-limit, the built-in one for @fastify/rate-limit.
 const peerRedis = limiter === 'peer-redis' ? new Redis(redisUrl as string) : undefined
 
 if (framework === 'express') {
   const app = express()
-  if (limiter === 'sluice-memory' || limiter === 'sluice-redis') app.use(rateLimit(sluiceOptions))
+  if (limiter.startsWith('sluice-')) app.use(rateLimit(sluiceOptions))
   // The floor any middleware pays: one more layer that calls next().
   if (limiter === 'noop') app.use((_req, _res, next) => { next() })
   if (limiter === 'peer') app.use(expressRateLimit({ windowMs: 60_000, limit: HUGE, standardHeaders: 'draft-8', legacyHeaders: false }))
@@ -37,7 +39,7 @@ if (framework === 'express') {
   const server = createServer(app).listen(0, '127.0.0.1', () => console.log((server.address() as AddressInfo).port))
 } else {
   const app = Fastify({ logger: false })
-  if (limiter === 'sluice-memory' || limiter === 'sluice-redis') await app.register(sluiceFastify, sluiceOptions)
+  if (limiter.startsWith('sluice-')) await app.register(sluiceFastify, sluiceOptions)
   // The floor any limiter that may await a store pays: one async onRequest hook.
   if (limiter === 'noop') app.addHook('onRequest', async () => {})
   if (limiter === 'peer') await app.register(fastifyRateLimit, { max: HUGE, timeWindow: 60_000 })

@@ -3,9 +3,10 @@
  * trivial handler, for Express and Fastify, each bare, with sluice (memory and
  * Redis) and with its own peer limiter configured alike (express-rate-limit,
  * @fastify/rate-limit), in memory and on the same Redis (rate-limit-redis, the
- * plugin's own Redis store), in one run. sluice on Redis is compared with the peer
- * on Redis. Each server runs in its own process, so the
- * load generator and the server each have a core. On a small machine two
+ * plugin's own Redis store), in one run. sluice on Redis (by EVALSHA, and by
+ * FCALL with `functions: true`: sluice-redis-fn) is compared with the peer on
+ * Redis. Each server runs in its own process, so the load generator and the
+ * server each have a core. On a small machine two
  * processes running the same code differ by 10% or more, so every cell is the
  * median of ROUNDS fresh server processes, the variants taking turns, and
  * ratios are the median of the ratios within each round.
@@ -29,7 +30,7 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 5))
 const CONNECTIONS = 50
 // `bare-again` is a second bare server, the same code: how far it lands from `bare` is what this
 // run can resolve; a smaller difference between two other rows is noise.
-const VARIANTS = ['bare', 'bare-again', 'noop', 'peer', 'peer-redis', 'sluice-memory', 'sluice-redis']
+const VARIANTS = ['bare', 'bare-again', 'noop', 'peer', 'peer-redis', 'sluice-memory', 'sluice-redis', 'sluice-redis-fn']
 
 interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number; cpuUsPerRequest: number | undefined }
 
@@ -113,7 +114,7 @@ try {
         : limiter === 'bare-again' ? 'bare, again' : limiter
       const vsBare = `${(paired(limiter, 'bare', (a, b) => (a.rps - b.rps) / b.rps) * 100).toFixed(1)}%`
       // Each store against the peer on the same store.
-      const peerRatio = paired(limiter, limiter === 'sluice-redis' ? 'peer-redis' : 'peer', (a, b) => a.rps / b.rps)
+      const peerRatio = paired(limiter, limiter.startsWith('sluice-redis') ? 'peer-redis' : 'peer', (a, b) => a.rps / b.rps)
       const vsPeer = limiter.startsWith('sluice') ? `${peerRatio.toFixed(2)}x` : ''
       const cpu = cpuCell(row, bare)
       if (limiter === 'bare-again') noise.push(`${framework} ${vsBare}`)
