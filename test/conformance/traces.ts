@@ -2,7 +2,8 @@
  * The conformance traces: the same calls at the same virtual times, replayed
  * against every store. Stores must return identical decisions, field by field.
  */
-import { combine, Limiter, resolvePolicies, type Decision, type Policy, type Store } from '../../src/index.ts'
+import assert from 'node:assert/strict'
+import { combine, Limiter, MemoryStore, resolvePolicies, type Decision, type Policy, type Store } from '../../src/index.ts'
 import { seededRandom } from '../../src/simulate/traffic.ts'
 
 export interface Step {
@@ -179,4 +180,13 @@ export async function replay(trace: Trace, store: Store, prefix: string, between
     }
   }
   return results
+}
+
+/** Replays `trace` on `store` and on a fresh MemoryStore, and asserts each step's decision is the same. */
+export async function assertSameAsMemory(trace: Trace, store: Store, prefix: string, between?: () => Promise<void>): Promise<void> {
+  const expected = await replay(trace, new MemoryStore(), prefix)
+  const actual = await replay(trace, store, prefix, between)
+  for (let i = 0; i < expected.length; i++) {
+    assert.deepEqual(actual[i], expected[i], `${trace.name}: step ${i} ${JSON.stringify(trace.steps[i])}`)
+  }
 }

@@ -5,7 +5,7 @@ import { createCluster } from 'redis'
 import { MemoryStore, RedisStore, Limiter } from '../../src/index.ts'
 import { handWritten, randomTraces, replay } from '../conformance/traces.ts'
 import { startCluster, type RedisCluster } from '../support/cluster.ts'
-import { scanKeys } from '../support/redis.ts'
+import { commandCalls, functionLibraries, scanKeys } from '../support/redis.ts'
 
 describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
   let cluster: RedisCluster
@@ -82,10 +82,9 @@ describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
       for (let i = 0; i < 30; i++) assert.deepEqual([(await limiter.limit(`user-${i}`)).allowed, (await limiter.limit(`user-${i}`)).allowed], [true, false], `${label}: user-${i}`)
     }
     for (const node of masters) {
-      const libraries = (await node.call('FUNCTION', 'LIST') as unknown[][]).map((library) => String(library[library.indexOf('library_name') + 1]))
+      const libraries = await functionLibraries(node)
       assert.equal(libraries.filter((name) => name.startsWith('sluice_limit_')).length, 1, `${node.options.port}: ${libraries.join(', ')}`)
-      const fcalls = Number(/^cmdstat_fcall:calls=(\d+)/m.exec(await node.info('commandstats'))?.[1] ?? 0)
-      assert.ok(fcalls > 0, `${node.options.port}: no FCALL`)
+      assert.ok(((await commandCalls(node)).fcall ?? 0) > 0, `${node.options.port}: no FCALL`)
     }
   })
 })

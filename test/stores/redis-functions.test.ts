@@ -3,30 +3,11 @@ import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
 import type { Redis } from 'ioredis'
-import { Limiter, MemoryStore, RedisStore, type Store } from '../../src/index.ts'
-import { handWritten, randomTraces, replay, type Trace } from '../conformance/traces.ts'
-import { startRedis, type RedisServer } from '../support/redis.ts'
+import { Limiter, RedisStore } from '../../src/index.ts'
+import { assertSameAsMemory, handWritten, randomTraces, type Trace } from '../conformance/traces.ts'
+import { commandCalls, functionLibraries, startRedis, type RedisServer } from '../support/redis.ts'
 
 const traces: Trace[] = [...handWritten, ...randomTraces(40, 21), ...randomTraces(20, 23, true)]
-
-async function assertSameAsMemory(trace: Trace, store: Store, prefix: string, between?: () => Promise<void>): Promise<void> {
-  const expected = await replay(trace, new MemoryStore(), prefix)
-  const actual = await replay(trace, store, prefix, between)
-  for (let i = 0; i < expected.length; i++) assert.deepEqual(actual[i], expected[i], `${trace.name}: step ${i} ${JSON.stringify(trace.steps[i])}`)
-}
-
-/** Calls of each command since the last CONFIG RESETSTAT, from INFO commandstats. */
-async function commandCalls(admin: Redis): Promise<Record<string, number>> {
-  const calls: Record<string, number> = {}
-  for (const [, name, count] of (await admin.info('commandstats')).matchAll(/^cmdstat_([\w|]+):calls=(\d+)/gm)) calls[name as string] = Number(count)
-  return calls
-}
-
-/** The names of the function libraries loaded on a node. */
-async function libraries(admin: Redis): Promise<string[]> {
-  const list = await admin.call('FUNCTION', 'LIST') as unknown[][]
-  return list.map((library) => String(library[library.indexOf('library_name') + 1]))
-}
 
 async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
   for (let i = 0; i < 100; i++) {
@@ -60,7 +41,7 @@ describe('RedisStore with functions: true (FCALL, Redis 7+)', () => {
         // The first call finds no library, runs as a script and has it loaded; the rest are function calls.
         assert.equal(calls['function|load'], 1, `${label}: ${JSON.stringify(calls)}`)
         assert.ok((calls.fcall ?? 0) > 20 * scripts, `${label}: ${JSON.stringify(calls)}`)
-        assert.equal((await libraries(admin)).filter((name) => name.startsWith('sluice_limit_')).length, 1)
+        assert.equal((await functionLibraries(admin)).filter((name) => name.startsWith('sluice_limit_')).length, 1)
         assert.deepEqual(warnings, [])
       }
     } finally {
@@ -71,7 +52,7 @@ describe('RedisStore with functions: true (FCALL, Redis 7+)', () => {
   it('a node that loses the library (FUNCTION FLUSH before every call) changes no decision, and has it loaded again', async () => {
     const store = new RedisStore({ client: redis.client(), functions: true })
     await assertSameAsMemory(handWritten[8] as Trace, store, 'fn-flush', async () => { await admin.call('FUNCTION', 'FLUSH') })
-    await eventually('the library is loaded again', async () => (await libraries(admin)).some((name) => name.startsWith('sluice_limit_')))
+    await eventually('the library is loaded again', async () => (await functionLibraries(admin)).some((name) => name.startsWith('sluice_limit_')))
   })
 
   it('a batch of 300 concurrent calls by FCALL is decided exactly as one by one', async () => {
@@ -82,7 +63,7 @@ describe('RedisStore with functions: true (FCALL, Redis 7+)', () => {
     const memory = new Limiter({ policies: [...policies], clock: () => 42_000 })
     // Loads the library first, so the 300 calls below run as functions.
     await limiter.peek('warm')
-    await eventually('the library is loaded', async () => (await libraries(admin)).length > 0)
+    await eventually('the library is loaded', async () => (await functionLibraries(admin)).length > 0)
     const calls = Array.from({ length: 300 }, (_, i) => ({ key: `k${i % 3}`, cost: 1 + (i % 2) }))
     const decisions = await Promise.all(calls.map(({ key, cost }) => limiter.limit(key, { cost })))
     assert.deepEqual(decisions.map((d) => [d.allowed, d.remaining]), calls.map(({ key, cost }) => { const d = memory.limitSync(key, { cost }); return [d.allowed, d.remaining] }))
@@ -125,7 +106,7 @@ describe('RedisStore with functions: true where Redis cannot have them', () => {
       assert.equal(warnings.length, 1, warnings.join('\n'))
       assert.match(warnings[0] as string, why)
     }
-    assert.deepEqual(await libraries(admin), [])
+    assert.deepEqual(await functionLibraries(admin), [])
   })
 
   it('refuses a functions option that is not a boolean', () => {

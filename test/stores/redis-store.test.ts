@@ -5,7 +5,7 @@ import { connect, type AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
 import { Limiter, MemoryStore, RedisStore, redisKey, type Decision, type Policy, type Store } from '../../src/index.ts'
-import { handWritten, randomTraces, replay, type Trace } from '../conformance/traces.ts'
+import { assertSameAsMemory, handWritten, randomTraces, type Trace } from '../conformance/traces.ts'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { freePort, scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
 import { seededRandom } from '../../src/simulate/traffic.ts'
@@ -23,14 +23,6 @@ function everyAlgorithm(fixedMs: number, windowMs: number): Policy[] {
     { algorithm: 'token-bucket', capacity: 3, refillTokens: 3, refillIntervalMs: windowMs, name: 'tb' },
     { algorithm: 'leaky-bucket', capacity: 3, leakTokens: 3, leakIntervalMs: windowMs, name: 'lb' },
   ]
-}
-
-async function assertSameAsMemory(trace: Trace, store: Store, prefix: string, between?: () => Promise<void>) {
-  const expected = await replay(trace, new MemoryStore(), prefix)
-  const actual = await replay(trace, store, prefix, between)
-  for (let i = 0; i < expected.length; i++) {
-    assert.deepEqual(actual[i], expected[i], `${trace.name}: step ${i} ${JSON.stringify(trace.steps[i])}`)
-  }
 }
 
 describe('RedisStore', () => {

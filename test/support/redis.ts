@@ -129,3 +129,16 @@ export async function scanKeys(client: Redis, pattern: string): Promise<string[]
   } while (cursor !== '0')
   return keys
 }
+
+/** Calls of each command since the last CONFIG RESETSTAT, from INFO commandstats (`fcall`, `evalsha`, `function|load`). */
+export async function commandCalls(client: Redis): Promise<Record<string, number>> {
+  const calls: Record<string, number> = {}
+  for (const [, name, count] of (await client.info('commandstats')).matchAll(/^cmdstat_([\w|]+):calls=(\d+)/gm)) calls[name as string] = Number(count)
+  return calls
+}
+
+/** The names of the function libraries loaded on a node. */
+export async function functionLibraries(client: Redis): Promise<string[]> {
+  const list = await client.call('FUNCTION', 'LIST') as unknown[][]
+  return list.map((library) => String(library[library.indexOf('library_name') + 1]))
+}

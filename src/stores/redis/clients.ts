@@ -45,12 +45,12 @@ export interface ScriptRunner {
 
 export interface RunnerOptions {
   /** Run the limit as a Redis function (FCALL) where the server allows it; else always EVALSHA. */
-  functions?: boolean
+  functions: boolean
   /** Told once when `functions` is asked for and this Redis cannot have them. */
-  onWarning?: (message: string) => void
+  onWarning: (message: string) => void
 }
 
-export function runnerFor(client: unknown, options: RunnerOptions = {}): ScriptRunner {
+export function runnerFor(client: unknown, options: RunnerOptions): ScriptRunner {
   const runner = isIoredis(client) ? ioredisRunner(client, options) : isNodeRedis(client) ? nodeRedisRunner(client, options) : undefined
   if (runner === undefined) {
     const hint = typeof client === 'string' ? '; a URL goes in url: new RedisStore({ url })' : ''
@@ -193,7 +193,7 @@ function preferringFunctions(calls: LimitCalls, warn: (message: string) => void)
     )
   }
   return async (keys, args) => {
-    if (scriptsOnly || loading || Date.now() < nextLoadAt) return calls.script(keys, args)
+    if (scriptsOnly || loading || (nextLoadAt !== 0 && Date.now() < nextLoadAt)) return calls.script(keys, args)
     try {
       return await calls.fcall(keys, args)
     } catch (error) {
@@ -216,8 +216,7 @@ async function loadOnce(load: () => Promise<unknown>): Promise<void> {
 }
 
 function limitRunner(calls: LimitCalls, options: RunnerOptions): ScriptRunner['runLimit'] {
-  if (options.functions !== true) return calls.script
-  return preferringFunctions(calls, options.onWarning ?? ((message) => process.emitWarning(message, { code: 'SLUICE_REDIS' })))
+  return options.functions ? preferringFunctions(calls, options.onWarning) : calls.script
 }
 
 /**
