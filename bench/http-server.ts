@@ -21,6 +21,11 @@ const rules = [{ name: 'api', policies: { algorithm: 'fixed-window' as const, li
 const store: Store | undefined = limiter === 'sluice-redis' || limiter === 'sluice-redis-fn'
   ? new RedisStore({ client: new Redis(redisUrl as string, { autoResendUnfulfilledCommands: false }), functions: limiter === 'sluice-redis-fn' })
   : undefined
+// The least a limiter that answers with draft-10 fields does, deciding nothing: two fields per
+// response, one of them with a number that changes, as sluice sends for this rule.
+let served = 0
+const policyField = '"api";q=1000000000;w=60'
+const remainingField = () => `"api";r=${HUGE - ++served};t=60`
 const sluiceOptions = { rules, onWarning: () => {}, ...(store ? { store } : {}) }
 // The peers on the same Redis, each with its own store: rate-limit-redis for express-rate-limit, the built-in one for @fastify/rate-limit.
 const peerRedis = limiter === 'peer-redis' ? new Redis(redisUrl as string) : undefined
@@ -30,6 +35,7 @@ if (framework === 'express') {
   if (limiter.startsWith('sluice-')) app.use(rateLimit(sluiceOptions))
   // The floor any middleware pays: one more layer that calls next().
   if (limiter === 'noop') app.use((_req, _res, next) => { next() })
+  if (limiter === 'fields') app.use((_req, res, next) => { res.setHeader('RateLimit-Policy', policyField); res.setHeader('RateLimit', remainingField()); next() })
   if (limiter === 'peer') app.use(expressRateLimit({ windowMs: 60_000, limit: HUGE, standardHeaders: 'draft-8', legacyHeaders: false }))
   if (peerRedis) {
     const redisStore = new ExpressRateLimitRedisStore({ sendCommand: (command: string, ...args: string[]) => peerRedis.call(command, ...args) as Promise<RedisReply> })
@@ -42,6 +48,7 @@ if (framework === 'express') {
   if (limiter.startsWith('sluice-')) await app.register(sluiceFastify, sluiceOptions)
   // The floor any limiter that may await a store pays: one async onRequest hook.
   if (limiter === 'noop') app.addHook('onRequest', async () => {})
+  if (limiter === 'fields') app.addHook('onRequest', (_request, reply, done) => { reply.header('ratelimit-policy', policyField); reply.header('ratelimit', remainingField()); done() })
   if (limiter === 'peer') await app.register(fastifyRateLimit, { max: HUGE, timeWindow: 60_000 })
   if (peerRedis) await app.register(fastifyRateLimit, { max: HUGE, timeWindow: 60_000, redis: peerRedis })
   app.get('/', async () => 'ok')

@@ -5,8 +5,11 @@
  * @fastify/rate-limit), in memory and on the same Redis (rate-limit-redis, the
  * plugin's own Redis store), in one run. sluice on Redis (by EVALSHA, and by
  * FCALL with `functions: true`: sluice-redis-fn) is compared with the peer on
- * Redis. Each server runs in its own process, so the load generator and the
- * server each have a core. On a small machine two
+ * Redis. Two floors sit beside them: a no-op middleware (or async hook), what
+ * one more layer costs; and a layer that writes the two draft-10 fields sluice
+ * sends here and decides nothing, what the fields alone cost (on Fastify, about
+ * the whole 5% budget when measured). Each server runs in its own process, so
+ * the load generator and the server each have a core. On a small machine two
  * processes running the same code differ by 10% or more, so every cell is the
  * median of ROUNDS fresh server processes, the variants taking turns, and
  * ratios are the median of the ratios within each round.
@@ -30,7 +33,7 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 5))
 const CONNECTIONS = 50
 // `bare-again` is a second bare server, the same code: how far it lands from `bare` is what this
 // run can resolve; a smaller difference between two other rows is noise.
-const VARIANTS = ['bare', 'bare-again', 'noop', 'peer', 'peer-redis', 'sluice-memory', 'sluice-redis', 'sluice-redis-fn']
+const VARIANTS = ['bare', 'bare-again', 'noop', 'fields', 'peer', 'peer-redis', 'sluice-memory', 'sluice-redis', 'sluice-redis-fn']
 
 interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number; cpuUsPerRequest: number | undefined }
 
@@ -111,6 +114,7 @@ try {
       const label = limiter === 'peer' ? peerName
         : limiter === 'peer-redis' ? `${peerName}-redis`
         : limiter === 'noop' ? (framework === 'express' ? 'no-op middleware' : 'no-op async hook')
+        : limiter === 'fields' ? 'two fields, no limit'
         : limiter === 'bare-again' ? 'bare, again' : limiter
       const vsBare = `${(paired(limiter, 'bare', (a, b) => (a.rps - b.rps) / b.rps) * 100).toFixed(1)}%`
       // Each store against the peer on the same store.
