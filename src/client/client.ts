@@ -707,9 +707,22 @@ function heldUntilEnd(response: Response, partition: Partition, held: Held | und
     return response
   }
   const body = readThrough(response.body, () => partition.release(held), READ_AHEAD_BYTES)
-  const rebuilt = new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers })
-  const kept = (name: 'url' | 'redirected' | 'type') => ({ value: response[name], enumerable: true })
-  return Object.defineProperties(rebuilt, { url: kept('url'), redirected: kept('redirected'), type: kept('type') })
+  return keepingIdentity(new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers }), response)
+}
+
+/**
+ * `rebuilt` with `original`'s `url`, `redirected` and `type`, which the Response constructor
+ * cannot set; its clones keep them too (a clone is made from the rebuilt response's own state).
+ */
+function keepingIdentity(rebuilt: Response, original: Response): Response {
+  const kept = (name: 'url' | 'redirected' | 'type') => ({ value: original[name], enumerable: true })
+  const clone = Response.prototype.clone
+  return Object.defineProperties(rebuilt, {
+    url: kept('url'),
+    redirected: kept('redirected'),
+    type: kept('type'),
+    clone: { value: function cloneKeepingIdentity(this: Response) { return keepingIdentity(clone.call(this), original) } },
+  })
 }
 
 function lookup(headers: Headers): HeaderLookup {
