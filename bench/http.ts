@@ -7,8 +7,8 @@
  * FCALL with `functions: true`: sluice-redis-fn) is compared with the peer on
  * Redis. Two floors sit beside them: a no-op middleware (or async hook), what
  * one more layer costs; and a layer that writes the two draft-10 fields sluice
- * sends here and decides nothing, what the fields alone cost (on Fastify, about
- * the whole 5% budget when measured). Each server runs in its own process, so
+ * sends here and decides nothing, what the fields alone cost (on Fastify, as
+ * much as the 5% budget or more). Each server runs in its own process, so
  * the load generator and the server each have a core. On a small machine two
  * processes running the same code differ by 10% or more, so every cell is the
  * median of ROUNDS fresh server processes, the variants taking turns, and
