@@ -75,409 +75,403 @@ end
 -- value written from outside sluice, then decides as a fresh key (the first
 -- charged call overwrites it) rather than as numbers that meant something else.
 --
--- DEFINE[name](decision, int, pair, INT) defines an algorithm's functions and
--- returns them, and a call defines only the algorithms its policies use: by
--- EVALSHA the whole script runs on every call. What costs is a closure's
--- upvalues (Lua 5.1 looks each one up among the open ones), so a definer is
--- handed what it shares rather than closing over it, and none has upvalues.
-local DEFINE = {}
-
------------------------------------------------------------------- fixed window
-DEFINE['fixed-window'] = function(decision, int, pair, INT)
-  local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-  local format, match, tonumber = string.format, string.match, tonumber
-  local FIXED = 'F' .. INT .. ':' .. INT
-
-  local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wait)
-    local current = floor(now / window_ms)
-    local window, used = current, 0
-    -- The stored window's start in epoch ms (the TypeScript state's window x
-    -- windowMs: under a changed windowMs it still means the same moment), read
-    -- onto this policy's grid.
-    local start, u = match(raw or '', '^F(-?%d+):(-?%d+)$')
-    if start then
-      local stored = floor(tonumber(start) / window_ms)
-      if stored >= current then window, used = stored, tonumber(u) end
-    end
-    local fits = used + cost <= limit
-    local target = fits and window or window + 1
-    local used_after = fits and used + cost or cost
-    local needed_wait = max(0, target * window_ms - now)
-    if needed_wait <= max_wait then
-      local reset_after = (target + 1) * window_ms - now
-      local remaining = (target == current) and (limit - used_after) or 0
-      return decision(1, limit, remaining, reset_after, reset_after, 0, needed_wait),
-        format(FIXED, target * window_ms, used_after), reset_after
-    end
-    local reset_after = (window + 1) * window_ms - now
-    local remaining = (window == current) and max(0, limit - used) or 0
-    return decision(0, limit, remaining, reset_after, reset_after, needed_wait - max_wait, 0), nil, reset_after
-  end
-
-  return fixed_window
-end
-
-------------------------------------------------------------------- sliding log
-DEFINE['sliding-log'] = function(decision, int, pair, INT)
+-- define(name, ...) defines one algorithm's functions and returns them, and a
+-- call defines only the algorithms its policies use: by EVALSHA the whole
+-- script runs on every call. What costs is creating closures, the more so
+-- with upvalues (Lua 5.1 looks each one up among the open ones), so define is
+-- one function for the five, handed what it shares rather than closing over it.
+local function define(name, decision, int, pair, INT)
   local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
   local format, match, tonumber = string.format, string.match, tonumber
 
-  -- The log is a sorted set with one member per millisecond in which calls were
-  -- allowed, scored by that time: calls of one millisecond share an entry, as
-  -- in the TypeScript log. A member is named 'total:cost': the entry's summed
-  -- cost, and the running total of the costs logged up to and including it.
-  -- The live entries' summed cost is then two reads, not a walk of the log:
-  -- the newest total, less the oldest total, plus the oldest cost. Totals only
-  -- grow while the key lives; near 2^53 they are restarted from the oldest
-  -- live entry (one rewrite of the log, once in 2^53 units of cost).
-  local MAX_TOTAL = 2 ^ 53
+  ---------------------------------------------------------------- fixed window
+  if name == 'fixed-window' then
+    local FIXED = 'F' .. INT .. ':' .. INT
 
-  local function log_entry(member)
-    local total, cost = match(member, '^(%d+):(%d+)$')
-    return tonumber(total), tonumber(cost)
-  end
-
-  -- Rewrites the log with totals counted from 0: the same times, costs and
-  -- expiry. It reads either layout, so it serves two ends: restarting totals
-  -- that near 2^53 (once a commit has trimmed what left the window), and a log
-  -- that sluice wrote before this layout, one member per call named
-  -- 'cost:batch:call' (or one that old and new instances wrote together, in a
-  -- rolling upgrade), which it turns into entries.
-  local function rewrite_log(key)
-    local ttl = redis.call('PTTL', key)
-    local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-    redis.call('DEL', key)
-    local total, time, cost = 0, nil, 0
-    for i = 1, #entries, 2 do
-      local _, c = log_entry(entries[i])
-      c = c or tonumber(match(entries[i], '^(%d+):')) or 0
-      if time ~= nil and entries[i + 1] ~= time then
-        redis.call('ZADD', key, time, pair(total, cost))
-        cost = 0
+    local function fixed_window(key, raw, now, cost, limit, window_ms, _, _, max_wait)
+      local current = floor(now / window_ms)
+      local window, used = current, 0
+      -- The stored window's start in epoch ms (the TypeScript state's window x
+      -- windowMs: under a changed windowMs it still means the same moment), read
+      -- onto this policy's grid.
+      local start, u = match(raw or '', '^F(-?%d+):(-?%d+)$')
+      if start then
+        local stored = floor(tonumber(start) / window_ms)
+        if stored >= current then window, used = stored, tonumber(u) end
       end
-      time, cost, total = entries[i + 1], cost + c, total + c
-    end
-    if time ~= nil then redis.call('ZADD', key, time, pair(total, cost)) end
-    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-  end
-
-  -- Milliseconds until the oldest live entries holding `units` have left: the
-  -- first entry whose total reaches base + units (a search by rank), else the
-  -- newest. The other arguments are the log as sliding_log read it.
-  local function until_freed(key, units, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now)
-    local target = base + units
-    if oldest_total >= target then return oldest_time + window_ms - now end
-    if newest_total >= target then
-      -- Totals ascend with rank: rank lo's is below the target, rank hi's reaches it.
-      local lo = stale and redis.call('ZCOUNT', key, '-inf', int(cutoff)) or 0
-      local hi = redis.call('ZCARD', key) - 1
-      while hi - lo > 1 do
-        local mid = floor((lo + hi) / 2)
-        local total = log_entry(redis.call('ZRANGE', key, mid, mid)[1])
-        if total >= target then hi = mid else lo = mid end
+      local fits = used + cost <= limit
+      local target = fits and window or window + 1
+      local used_after = fits and used + cost or cost
+      local needed_wait = max(0, target * window_ms - now)
+      if needed_wait <= max_wait then
+        local reset_after = (target + 1) * window_ms - now
+        local remaining = (target == current) and (limit - used_after) or 0
+        return decision(1, limit, remaining, reset_after, reset_after, 0, needed_wait),
+          format(FIXED, target * window_ms, used_after), reset_after
       end
-      return tonumber(redis.call('ZRANGE', key, hi, hi, 'WITHSCORES')[2]) + window_ms - now
+      local reset_after = (window + 1) * window_ms - now
+      local remaining = (window == current) and max(0, limit - used) or 0
+      return decision(0, limit, remaining, reset_after, reset_after, needed_wait - max_wait, 0), nil, reset_after
     end
-    return last_time + window_ms - now
+
+    return fixed_window
   end
 
-  -- The oldest entry still in the window, past `stale` ones at or before the cutoff.
-  local function first_live(key, cutoff, stale)
-    if stale then return redis.call('ZRANGEBYSCORE', key, '(' .. int(cutoff), '+inf', 'WITHSCORES', 'LIMIT', 0, 1) end
-    return redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  end
+  ----------------------------------------------------------------- sliding log
+  if name == 'sliding-log' then
+    -- The log is a sorted set with one member per millisecond in which calls were
+    -- allowed, scored by that time: calls of one millisecond share an entry, as
+    -- in the TypeScript log. A member is named 'total:cost': the entry's summed
+    -- cost, and the running total of the costs logged up to and including it.
+    -- The live entries' summed cost is then two reads, not a walk of the log:
+    -- the newest total, less the oldest total, plus the oldest cost. Totals only
+    -- grow while the key lives; near 2^53 they are restarted from the oldest
+    -- live entry (one rewrite of the log, once in 2^53 units of cost).
+    local MAX_TOTAL = 2 ^ 53
 
-  local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
-    local cutoff = now - window_ms
-    local used, base, last_time = 0, 0, now
-    local newest, newest_total, newest_cost, oldest_time, oldest_total
-    -- Entries that have left the window are trimmed when a call is allowed, as the
-    -- memory log is, and never on a refusal or a peek: a clock that steps back
-    -- afterwards finds them still counted, and no window reopens.
-    local head = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
-    -- Not a sorted set: another algorithm's state, read as none and replaced by the first charged call.
-    local foreign = head.err ~= nil
-    if foreign then head = {} end
-    local stale = head[1] ~= nil and tonumber(head[2]) <= cutoff
-    if stale then head = first_live(key, cutoff, true) end
-    if head[1] then
-      local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-      local oldest_cost
-      newest_total, newest_cost = log_entry(tail[1])
-      oldest_total, oldest_cost = log_entry(head[1])
-      if not (newest_total and oldest_total) then
-        rewrite_log(key)
-        tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-        head = first_live(key, cutoff, stale)
+    local function log_entry(member)
+      local total, cost = match(member, '^(%d+):(%d+)$')
+      return tonumber(total), tonumber(cost)
+    end
+
+    -- Rewrites the log with totals counted from 0: the same times, costs and
+    -- expiry. It reads either layout, so it serves two ends: restarting totals
+    -- that near 2^53 (once a commit has trimmed what left the window), and a log
+    -- that sluice wrote before this layout, one member per call named
+    -- 'cost:batch:call' (or one that old and new instances wrote together, in a
+    -- rolling upgrade), which it turns into entries.
+    local function rewrite_log(key)
+      local ttl = redis.call('PTTL', key)
+      local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+      redis.call('DEL', key)
+      local total, time, cost = 0, nil, 0
+      for i = 1, #entries, 2 do
+        local _, c = log_entry(entries[i])
+        c = c or tonumber(match(entries[i], '^(%d+):')) or 0
+        if time ~= nil and entries[i + 1] ~= time then
+          redis.call('ZADD', key, time, pair(total, cost))
+          cost = 0
+        end
+        time, cost, total = entries[i + 1], cost + c, total + c
+      end
+      if time ~= nil then redis.call('ZADD', key, time, pair(total, cost)) end
+      if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+    end
+
+    -- Milliseconds until the oldest live entries holding `units` have left: the
+    -- first entry whose total reaches base + units (a search by rank), else the
+    -- newest. The other arguments are the log as sliding_log read it.
+    local function until_freed(key, units, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now)
+      local target = base + units
+      if oldest_total >= target then return oldest_time + window_ms - now end
+      if newest_total >= target then
+        -- Totals ascend with rank: rank lo's is below the target, rank hi's reaches it.
+        local lo = stale and redis.call('ZCOUNT', key, '-inf', int(cutoff)) or 0
+        local hi = redis.call('ZCARD', key) - 1
+        while hi - lo > 1 do
+          local mid = floor((lo + hi) / 2)
+          local total = log_entry(redis.call('ZRANGE', key, mid, mid)[1])
+          if total >= target then hi = mid else lo = mid end
+        end
+        return tonumber(redis.call('ZRANGE', key, hi, hi, 'WITHSCORES')[2]) + window_ms - now
+      end
+      return last_time + window_ms - now
+    end
+
+    -- The oldest entry still in the window, past `stale` ones at or before the cutoff.
+    local function first_live(key, cutoff, stale)
+      if stale then return redis.call('ZRANGEBYSCORE', key, '(' .. int(cutoff), '+inf', 'WITHSCORES', 'LIMIT', 0, 1) end
+      return redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    end
+
+    local function sliding_log(key, _, now, cost, limit, window_ms, _, _, _, peek)
+      local cutoff = now - window_ms
+      local used, base, last_time = 0, 0, now
+      local newest, newest_total, newest_cost, oldest_time, oldest_total
+      -- Entries that have left the window are trimmed when a call is allowed, as the
+      -- memory log is, and never on a refusal or a peek: a clock that steps back
+      -- afterwards finds them still counted, and no window reopens.
+      local head = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+      -- Not a sorted set: another algorithm's state, read as none and replaced by the first charged call.
+      local foreign = head.err ~= nil
+      if foreign then head = {} end
+      local stale = head[1] ~= nil and tonumber(head[2]) <= cutoff
+      if stale then head = first_live(key, cutoff, true) end
+      if head[1] then
+        local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+        local oldest_cost
         newest_total, newest_cost = log_entry(tail[1])
         oldest_total, oldest_cost = log_entry(head[1])
+        if not (newest_total and oldest_total) then
+          rewrite_log(key)
+          tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+          head = first_live(key, cutoff, stale)
+          newest_total, newest_cost = log_entry(tail[1])
+          oldest_total, oldest_cost = log_entry(head[1])
+        end
+        newest = tail[1]
+        last_time = tonumber(tail[2])
+        oldest_time = tonumber(head[2])
+        base = oldest_total - oldest_cost
+        used = newest_total - base
       end
-      newest = tail[1]
-      last_time = tonumber(tail[2])
-      oldest_time = tonumber(head[2])
-      base = oldest_total - oldest_cost
-      used = newest_total - base
-    end
 
-    local remaining = max(0, limit - used)
+      local remaining = max(0, limit - used)
 
-    if cost == 0 then
-      -- A peek, or a policy shown uncharged: the log as it stands, replenished when its newest entry leaves.
-      local reset_after = (used > 0) and (last_time + window_ms - now) or 0
+      if cost == 0 then
+        -- A peek, or a policy shown uncharged: the log as it stands, replenished when its newest entry leaves.
+        local reset_after = (used > 0) and (last_time + window_ms - now) or 0
+        local more_after = (remaining == 0) and until_freed(key, used + 1 - limit, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now) or reset_after
+        return decision(1, limit, remaining, reset_after, more_after, 0, 0), nil, reset_after
+      end
+
+      if used + cost <= limit then
+        -- Never an entry earlier than the newest: a clock stepping back must not reorder the log.
+        local time = max(now, last_time)
+        local reset_after = time + window_ms - now
+        local commit = nil
+        if not peek then
+          commit = function(ttl)
+            if foreign then redis.call('DEL', key) end
+            if stale then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(cutoff)) end
+            if newest and newest_total + cost >= MAX_TOTAL then
+              rewrite_log(key)
+              newest = pair(newest_total - base, newest_cost)
+              newest_total = newest_total - base
+            end
+            if newest and time == last_time then
+              -- The newest entry's millisecond: that entry takes this cost too.
+              redis.call('ZREM', key, newest)
+              redis.call('ZADD', key, int(time), pair(newest_total + cost, newest_cost + cost))
+            else
+              redis.call('ZADD', key, int(time), pair((newest_total or 0) + cost, cost))
+            end
+            redis.call('PEXPIRE', key, int(ttl))
+          end
+        end
+        -- With none left, one is back when the oldest entry leaves: this call's, in an empty log.
+        local more_after = reset_after
+        if used + cost == limit and used > 0 then more_after = oldest_time + window_ms - now end
+        return decision(1, limit, limit - used - cost, reset_after, more_after, 0, 0), commit, reset_after
+      end
+
+      -- The call fits once the oldest entries holding `excess` units have left (a refused call found some live).
+      local reset_after = last_time + window_ms - now
       local more_after = (remaining == 0) and until_freed(key, used + 1 - limit, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now) or reset_after
-      return decision(1, limit, remaining, reset_after, more_after, 0, 0), nil, reset_after
+      local retry_after = until_freed(key, used + cost - limit, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now)
+      return decision(0, limit, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
     end
 
-    if used + cost <= limit then
-      -- Never an entry earlier than the newest: a clock stepping back must not reorder the log.
-      local time = max(now, last_time)
-      local reset_after = time + window_ms - now
-      local commit = nil
-      if not peek then
-        commit = function(ttl)
-          if foreign then redis.call('DEL', key) end
-          if stale then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(cutoff)) end
-          if newest and newest_total + cost >= MAX_TOTAL then
-            rewrite_log(key)
-            newest = pair(newest_total - base, newest_cost)
-            newest_total = newest_total - base
-          end
-          if newest and time == last_time then
-            -- The newest entry's millisecond: that entry takes this cost too.
-            redis.call('ZREM', key, newest)
-            redis.call('ZADD', key, int(time), pair(newest_total + cost, newest_cost + cost))
-          else
-            redis.call('ZADD', key, int(time), pair((newest_total or 0) + cost, cost))
-          end
-          redis.call('PEXPIRE', key, int(ttl))
+
+    -- Mirrors slidingLogRefund: `units` taken from the oldest entries still in the
+    -- window. An entry keeps its running total, so the count below the oldest (the
+    -- base) rises by what it gives back. Entries already out of the window stay
+    -- until a charged call trims them.
+    local function sliding_log_refund(key, now, units, window_ms)
+      if redis.call('TYPE', key).ok ~= 'zset' then return end
+      local after = '(' .. int(now - window_ms)
+      local left = units
+      while left > 0 do
+        local oldest = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        if oldest[1] == nil then return end
+        local total, cost = log_entry(oldest[1])
+        if not total then
+          rewrite_log(key)
+        elseif cost > left then
+          -- The new member first: removing the last one first would drop the key and its expiry.
+          redis.call('ZADD', key, oldest[2], pair(total, cost - left))
+          redis.call('ZREM', key, oldest[1])
+          left = 0
+        else
+          redis.call('ZREM', key, oldest[1])
+          left = left - cost
         end
       end
-      -- With none left, one is back when the oldest entry leaves: this call's, in an empty log.
-      local more_after = reset_after
-      if used + cost == limit and used > 0 then more_after = oldest_time + window_ms - now end
-      return decision(1, limit, limit - used - cost, reset_after, more_after, 0, 0), commit, reset_after
     end
 
-    -- The call fits once the oldest entries holding `excess` units have left (a refused call found some live).
-    local reset_after = last_time + window_ms - now
-    local more_after = (remaining == 0) and until_freed(key, used + 1 - limit, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now) or reset_after
-    local retry_after = until_freed(key, used + cost - limit, base, oldest_total, oldest_time, newest_total, last_time, stale, cutoff, window_ms, now)
-    return decision(0, limit, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
+    return sliding_log, sliding_log_refund
   end
 
+  -------------------------------------------------------------- sliding window
+  if name == 'sliding-window' then
+    local WINDOW = 'W' .. INT .. ':' .. INT .. ':' .. INT
 
-  -- Mirrors slidingLogRefund: `units` taken from the oldest entries still in the
-  -- window. An entry keeps its running total, so the count below the oldest (the
-  -- base) rises by what it gives back. Entries already out of the window stay
-  -- until a charged call trims them.
-  local function sliding_log_refund(key, now, units, window_ms)
-    if redis.call('TYPE', key).ok ~= 'zset' then return end
-    local after = '(' .. int(now - window_ms)
-    local left = units
-    while left > 0 do
-      local oldest = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      if oldest[1] == nil then return end
-      local total, cost = log_entry(oldest[1])
-      if not total then
-        rewrite_log(key)
-      elseif cost > left then
-        -- The new member first: removing the last one first would drop the key and its expiry.
-        redis.call('ZADD', key, oldest[2], pair(total, cost - left))
-        redis.call('ZREM', key, oldest[1])
-        left = 0
+    local function sliding_window_retry(previous, current, cost, limit, window_ms, elapsed)
+      local spare = limit - current - cost
+      if spare >= 0 and previous > 0 then
+        local span = floor((spare * window_ms) / previous)
+        if span > 0 then return window_ms - span - elapsed end
+      end
+      local until_next = window_ms - elapsed
+      if current <= limit - cost then return until_next end
+      local span = floor(((limit - cost) * window_ms) / current)
+      return until_next + window_ms - span
+    end
+
+    local function sliding_window(key, raw, now, cost, limit, window_ms)
+      local window = floor(now / window_ms)
+      local elapsed = now - window * window_ms
+      local previous, current = 0, 0
+      -- As the fixed window: the stored window's start in epoch ms, read onto this policy's grid.
+      local start, p, c = match(raw or '', '^W(-?%d+):(-?%d+):(-?%d+)$')
+      if start then
+        local stored = floor(tonumber(start) / window_ms)
+        p, c = tonumber(p), tonumber(c)
+        if stored > window then
+          window = stored
+          elapsed = 0
+        end
+        if stored == window then
+          previous, current = p, c
+        elseif stored == window - 1 then
+          previous = c
+        end
+      end
+
+      local weighted = previous * (window_ms - elapsed)
+      local room = (limit - current - cost) * window_ms - weighted
+      local lag = window * window_ms + elapsed - now
+      if room >= 0 then
+        local reset_after = (window + 2) * window_ms - now
+        local remaining = floor(room / window_ms)
+        local more_after = reset_after
+        if remaining == 0 then more_after = lag + sliding_window_retry(previous, current + cost, 1, limit, window_ms, elapsed) end
+        return decision(1, limit, remaining, reset_after, more_after, 0, 0),
+          format(WINDOW, window * window_ms, previous, current + cost), reset_after
+      end
+
+      local retry_after = lag + sliding_window_retry(previous, current, cost, limit, window_ms, elapsed)
+      local reset_after
+      if current > 0 then
+        reset_after = (window + 2) * window_ms - now
+      elseif previous > 0 then
+        reset_after = (window + 1) * window_ms - now
       else
-        redis.call('ZREM', key, oldest[1])
-        left = left - cost
+        reset_after = 0
       end
-    end
-  end
-
-  return sliding_log, sliding_log_refund
-end
-
----------------------------------------------------------------- sliding window
-DEFINE['sliding-window'] = function(decision, int, pair, INT)
-  local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-  local format, match, tonumber = string.format, string.match, tonumber
-  local WINDOW = 'W' .. INT .. ':' .. INT .. ':' .. INT
-
-  local function sliding_window_retry(previous, current, cost, limit, window_ms, elapsed)
-    local spare = limit - current - cost
-    if spare >= 0 and previous > 0 then
-      local span = floor((spare * window_ms) / previous)
-      if span > 0 then return window_ms - span - elapsed end
-    end
-    local until_next = window_ms - elapsed
-    if current <= limit - cost then return until_next end
-    local span = floor(((limit - cost) * window_ms) / current)
-    return until_next + window_ms - span
-  end
-
-  local function sliding_window(key, raw, now, cost, limit, window_ms)
-    local window = floor(now / window_ms)
-    local elapsed = now - window * window_ms
-    local previous, current = 0, 0
-    -- As the fixed window: the stored window's start in epoch ms, read onto this policy's grid.
-    local start, p, c = match(raw or '', '^W(-?%d+):(-?%d+):(-?%d+)$')
-    if start then
-      local stored = floor(tonumber(start) / window_ms)
-      p, c = tonumber(p), tonumber(c)
-      if stored > window then
-        window = stored
-        elapsed = 0
-      end
-      if stored == window then
-        previous, current = p, c
-      elseif stored == window - 1 then
-        previous = c
-      end
-    end
-
-    local weighted = previous * (window_ms - elapsed)
-    local room = (limit - current - cost) * window_ms - weighted
-    local lag = window * window_ms + elapsed - now
-    if room >= 0 then
-      local reset_after = (window + 2) * window_ms - now
-      local remaining = floor(room / window_ms)
+      local remaining = max(0, floor(((limit - current) * window_ms - weighted) / window_ms))
       local more_after = reset_after
-      if remaining == 0 then more_after = lag + sliding_window_retry(previous, current + cost, 1, limit, window_ms, elapsed) end
-      return decision(1, limit, remaining, reset_after, more_after, 0, 0),
-        format(WINDOW, window * window_ms, previous, current + cost), reset_after
+      if remaining == 0 then more_after = lag + sliding_window_retry(previous, current, 1, limit, window_ms, elapsed) end
+      return decision(0, limit, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
     end
 
-    local retry_after = lag + sliding_window_retry(previous, current, cost, limit, window_ms, elapsed)
-    local reset_after
-    if current > 0 then
-      reset_after = (window + 2) * window_ms - now
-    elseif previous > 0 then
-      reset_after = (window + 1) * window_ms - now
-    else
-      reset_after = 0
+    return sliding_window
+  end
+
+  ---------------------------------------------------------------- token bucket
+  if name == 'token-bucket' then
+    -- The state ends with the refill interval its level is scaled by.
+    local BUCKET = 'T' .. INT .. ':' .. INT .. ':' .. INT
+
+    local function ms_until(deficit, now, updated_at, refill, refill_tokens, refill_interval)
+      if refill == 'greedy' then return ceil(deficit / refill_tokens) end
+      local intervals = ceil(deficit / (refill_tokens * refill_interval))
+      return updated_at + intervals * refill_interval - now
     end
-    local remaining = max(0, floor(((limit - current) * window_ms - weighted) / window_ms))
-    local more_after = reset_after
-    if remaining == 0 then more_after = lag + sliding_window_retry(previous, current, 1, limit, window_ms, elapsed) end
-    return decision(0, limit, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
-  end
 
-  return sliding_window
-end
-
------------------------------------------------------------------- token bucket
-DEFINE['token-bucket'] = function(decision, int, pair, INT)
-  local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-  local format, match, tonumber = string.format, string.match, tonumber
-  -- The state ends with the refill interval its level is scaled by.
-  local BUCKET = 'T' .. INT .. ':' .. INT .. ':' .. INT
-
-  local function ms_until(deficit, now, updated_at, refill, refill_tokens, refill_interval)
-    if refill == 'greedy' then return ceil(deficit / refill_tokens) end
-    local intervals = ceil(deficit / (refill_tokens * refill_interval))
-    return updated_at + intervals * refill_interval - now
-  end
-
-  -- The level brought up to `now` by refill (never above full), and when it was.
-  local function token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
-    local full = capacity * refill_interval
-    local l, u, i = match(raw or '', '^T(-?%d+):(-?%d+):(%d+)$')
-    l, u, i = tonumber(l), tonumber(u), tonumber(i)
-    if not l then return full, now end
-    -- Scaled by another refillIntervalMs (a config changed it): the same tokens, within a full bucket either way.
-    if i ~= refill_interval then l = min(full, max(-full, floor(l * refill_interval / i))) end
-    local elapsed = max(0, now - u)
-    if refill == 'greedy' then
-      return min(full, l + elapsed * refill_tokens), max(now, u)
+    -- The level brought up to `now` by refill (never above full), and when it was.
+    local function token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
+      local full = capacity * refill_interval
+      local l, u, i = match(raw or '', '^T(-?%d+):(-?%d+):(%d+)$')
+      l, u, i = tonumber(l), tonumber(u), tonumber(i)
+      if not l then return full, now end
+      -- Scaled by another refillIntervalMs (a config changed it): the same tokens, within a full bucket either way.
+      if i ~= refill_interval then l = min(full, max(-full, floor(l * refill_interval / i))) end
+      local elapsed = max(0, now - u)
+      if refill == 'greedy' then
+        return min(full, l + elapsed * refill_tokens), max(now, u)
+      end
+      local intervals = floor(elapsed / refill_interval)
+      local level = min(full, l + intervals * refill_tokens * refill_interval)
+      if level == full then return level, now end
+      return level, u + intervals * refill_interval
     end
-    local intervals = floor(elapsed / refill_interval)
-    local level = min(full, l + intervals * refill_tokens * refill_interval)
-    if level == full then return level, now end
-    return level, u + intervals * refill_interval
-  end
 
-  local function token_bucket(key, raw, now, cost, capacity, refill_tokens, refill_interval, refill, max_wait)
-    local full = capacity * refill_interval
-    local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
+    local function token_bucket(key, raw, now, cost, capacity, refill_tokens, refill_interval, refill, max_wait)
+      local full = capacity * refill_interval
+      local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
 
-    local need = cost * refill_interval
-    local needed_wait = 0
-    if level < need then needed_wait = ms_until(need - level, now, updated_at, refill, refill_tokens, refill_interval) end
-    local allowed = needed_wait <= max_wait
-    local after = allowed and (level - need) or level
-    local reset_after = 0
-    if after < full then reset_after = ms_until(full - after, now, updated_at, refill, refill_tokens, refill_interval) end
-    local remaining = max(0, floor(after / refill_interval))
-    -- Until a token more than those left: the next one, or the first after a debt is repaid.
-    local more_after = 0
-    if after < full then more_after = ms_until((remaining + 1) * refill_interval - after, now, updated_at, refill, refill_tokens, refill_interval) end
-    if allowed then
-      return decision(1, capacity, remaining, reset_after, more_after, 0, needed_wait), format(BUCKET, after, updated_at, refill_interval), reset_after
+      local need = cost * refill_interval
+      local needed_wait = 0
+      if level < need then needed_wait = ms_until(need - level, now, updated_at, refill, refill_tokens, refill_interval) end
+      local allowed = needed_wait <= max_wait
+      local after = allowed and (level - need) or level
+      local reset_after = 0
+      if after < full then reset_after = ms_until(full - after, now, updated_at, refill, refill_tokens, refill_interval) end
+      local remaining = max(0, floor(after / refill_interval))
+      -- Until a token more than those left: the next one, or the first after a debt is repaid.
+      local more_after = 0
+      if after < full then more_after = ms_until((remaining + 1) * refill_interval - after, now, updated_at, refill, refill_tokens, refill_interval) end
+      if allowed then
+        return decision(1, capacity, remaining, reset_after, more_after, 0, needed_wait), format(BUCKET, after, updated_at, refill_interval), reset_after
+      end
+      return decision(0, capacity, remaining, reset_after, more_after, needed_wait - max_wait, 0), nil, reset_after
     end
-    return decision(0, capacity, remaining, reset_after, more_after, needed_wait - max_wait, 0), nil, reset_after
-  end
 
 
-  -- A refund: mirrors tokenBucketRefund: the state after giving back
-  -- `units` that were taken and not spent; false when there is no state.
-  local function token_bucket_refund(raw, now, units, capacity, refill_tokens, refill_interval, refill)
-    if not match(raw or '', '^T(-?%d+):(-?%d+):(%d+)$') then return false end
-    local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
-    return format(BUCKET, min(capacity * refill_interval, level + units * refill_interval), updated_at, refill_interval)
-  end
-
-  return token_bucket, token_bucket_refund
-end
-
------------------------------------------------------------- leaky bucket (GCRA)
-DEFINE['leaky-bucket'] = function(decision, int, pair, INT)
-  local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-  local format, match, tonumber = string.format, string.match, tonumber
-  local GCRA = 'L' .. INT .. ':' .. INT
-
-  local function leaky_bucket(key, raw, now, cost, capacity, leak_tokens, leak_interval, mode, max_wait)
-    local queued = 0
-    local t, r = match(raw or '', '^L(-?%d+):(-?%d+)$')
-    if t then queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r)) end
-    local tolerance = capacity * leak_interval
-    local queued_after = queued + cost * leak_interval
-    local overflow = 0
-    if queued_after > tolerance then overflow = ceil((queued_after - tolerance) / leak_tokens) end
-
-    local needed_wait, retry_after
-    if mode == 'police' then
-      needed_wait = overflow
-      retry_after = max(0, overflow - max_wait)
-    else
-      needed_wait = ceil(queued / leak_tokens)
-      local too_long = 0
-      if max_wait > 0 then too_long = max(0, needed_wait - max_wait) end
-      retry_after = max(overflow, too_long)
+    -- A refund: mirrors tokenBucketRefund: the state after giving back
+    -- `units` that were taken and not spent; false when there is no state.
+    local function token_bucket_refund(raw, now, units, capacity, refill_tokens, refill_interval, refill)
+      if not match(raw or '', '^T(-?%d+):(-?%d+):(%d+)$') then return false end
+      local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
+      return format(BUCKET, min(capacity * refill_interval, level + units * refill_interval), updated_at, refill_interval)
     end
-    local allowed = retry_after == 0
-    local held = allowed and queued_after or queued
-    local reset_after = ceil(held / leak_tokens)
-    local remaining = max(0, floor((tolerance - held) / leak_interval))
-    -- Until room for one more than those left has leaked free.
-    local more_after = 0
-    if held > 0 then more_after = ceil((held - (capacity - remaining - 1) * leak_interval) / leak_tokens) end
-    if allowed then
-      local offset = floor(held / leak_tokens)
-      return decision(1, capacity, remaining, reset_after, more_after, 0, needed_wait),
-        format(GCRA, now + offset, held - offset * leak_tokens), reset_after
+
+    return token_bucket, token_bucket_refund
+  end
+
+  ---------------------------------------------------------- leaky bucket (GCRA)
+  if name == 'leaky-bucket' then
+    local GCRA = 'L' .. INT .. ':' .. INT
+
+    local function leaky_bucket(key, raw, now, cost, capacity, leak_tokens, leak_interval, mode, max_wait)
+      local queued = 0
+      local t, r = match(raw or '', '^L(-?%d+):(-?%d+)$')
+      if t then queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r)) end
+      local tolerance = capacity * leak_interval
+      local queued_after = queued + cost * leak_interval
+      local overflow = 0
+      if queued_after > tolerance then overflow = ceil((queued_after - tolerance) / leak_tokens) end
+
+      local needed_wait, retry_after
+      if mode == 'police' then
+        needed_wait = overflow
+        retry_after = max(0, overflow - max_wait)
+      else
+        needed_wait = ceil(queued / leak_tokens)
+        local too_long = 0
+        if max_wait > 0 then too_long = max(0, needed_wait - max_wait) end
+        retry_after = max(overflow, too_long)
+      end
+      local allowed = retry_after == 0
+      local held = allowed and queued_after or queued
+      local reset_after = ceil(held / leak_tokens)
+      local remaining = max(0, floor((tolerance - held) / leak_interval))
+      -- Until room for one more than those left has leaked free.
+      local more_after = 0
+      if held > 0 then more_after = ceil((held - (capacity - remaining - 1) * leak_interval) / leak_tokens) end
+      if allowed then
+        local offset = floor(held / leak_tokens)
+        return decision(1, capacity, remaining, reset_after, more_after, 0, needed_wait),
+          format(GCRA, now + offset, held - offset * leak_tokens), reset_after
+      end
+      return decision(0, capacity, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
     end
-    return decision(0, capacity, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
+
+
+    -- A refund: mirrors leakyBucketRefund.
+    local function leaky_bucket_refund(raw, now, units, capacity, leak_tokens, leak_interval)
+      local t, r = match(raw or '', '^L(-?%d+):(-?%d+)$')
+      if not t then return false end
+      local queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r) - units * leak_interval)
+      local offset = floor(queued / leak_tokens)
+      return format(GCRA, now + offset, queued - offset * leak_tokens)
+    end
+
+    return leaky_bucket, leaky_bucket_refund
   end
 
-
-  -- A refund: mirrors leakyBucketRefund.
-  local function leaky_bucket_refund(raw, now, units, capacity, leak_tokens, leak_interval)
-    local t, r = match(raw or '', '^L(-?%d+):(-?%d+)$')
-    if not t then return false end
-    local queued = max(0, (tonumber(t) - now) * leak_tokens + tonumber(r) - units * leak_interval)
-    local offset = floor(queued / leak_tokens)
-    return format(GCRA, now + offset, queued - offset * leak_tokens)
-  end
-
-  return leaky_bucket, leaky_bucket_refund
+  error('sluice: unknown algorithm ' .. tostring(name))
 end
 
 -------------------------------------------------------------------- composite
@@ -485,7 +479,7 @@ end
 -- function they stay defined from one call to the next.
 local ALGORITHM, REFUND = {}, {}
 local function algorithm(name)
-  if not ALGORITHM[name] then ALGORITHM[name], REFUND[name] = DEFINE[name](decision, int, pair, INT) end
+  if not ALGORITHM[name] then ALGORITHM[name], REFUND[name] = define(name, decision, int, pair, INT) end
   return ALGORITHM[name], REFUND[name]
 end
 
