@@ -262,7 +262,6 @@ local function define(name, decision, int, pair, INT)
       return decision(0, limit, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
     end
 
-
     -- Mirrors slidingLogRefund: `units` taken from the oldest entries still in the
     -- window. An entry keeps its running total, so the count below the oldest (the
     -- base) rises by what it gives back. Entries already out of the window stay
@@ -408,9 +407,8 @@ local function define(name, decision, int, pair, INT)
       return decision(0, capacity, remaining, reset_after, more_after, needed_wait - max_wait, 0), nil, reset_after
     end
 
-
-    -- A refund: mirrors tokenBucketRefund: the state after giving back
-    -- `units` that were taken and not spent; false when there is no state.
+    -- Mirrors tokenBucketRefund: the state after giving back `units` that
+    -- were taken and not spent; false when there is no state.
     local function token_bucket_refund(raw, now, units, capacity, refill_tokens, refill_interval, refill)
       if not match(raw or '', '^T(-?%d+):(-?%d+):(%d+)$') then return false end
       local level, updated_at = token_bucket_refill(raw, now, capacity, refill_tokens, refill_interval, refill)
@@ -458,8 +456,7 @@ local function define(name, decision, int, pair, INT)
       return decision(0, capacity, remaining, reset_after, more_after, retry_after, 0), nil, reset_after
     end
 
-
-    -- A refund: mirrors leakyBucketRefund.
+    -- Mirrors leakyBucketRefund, as token_bucket_refund does its twin.
     local function leaky_bucket_refund(raw, now, units, capacity, leak_tokens, leak_interval)
       local t, r = match(raw or '', '^L(-?%d+):(-?%d+)$')
       if not t then return false end
