@@ -8,7 +8,7 @@ import type { Policy } from '../core/types.ts'
 import { timelineSvg } from './chart.ts'
 import { htmlReport, textSummary } from './report.ts'
 import { simulate } from './simulate.ts'
-import { MAX_EVENTS, parseCsv, pattern, PATTERNS, type PatternName, type Traffic } from './traffic.ts'
+import { isNumericUnit, MAX_EVENTS, parseCsv, pattern, PATTERNS, type PatternName, type Traffic } from './traffic.ts'
 
 /** Room for the MAX_EVENTS a simulation replays at about 50 bytes a line; a larger file (or /dev/zero) is the wrong one. */
 const MAX_CSV_BYTES = 256 * 1024 * 1024
@@ -24,10 +24,11 @@ traffic (one of):
   --pattern NAME     ${PATTERNS.join(', ')} (default boundary-burst)
   --csv FILE         "timestamp,key[,cost]" lines, sorted; timestamps in ms,
                      epoch seconds (10 digits, as date +%s or nginx $msec),
-                     or ISO 8601
-  --time-unit UNIT   ms or s: how --csv's numeric timestamps are read
-                     (default: s if the first lies from 1e9 to 1e11, where
-                     epoch seconds are and epoch ms are not; else ms)
+                     epoch us or ns (16 or 19 digits), or ISO 8601
+  --time-unit UNIT   ms, s, us or ns: how --csv's numeric timestamps are
+                     read (default: by the first one's size, where only
+                     one unit's epoch lies: s from 1e9 to 1e11, us from
+                     1e14 to 1e17, ns from 1e17 to 1e20; else ms)
 
 policies:
   --limit N          the limit the five default policies share (default 100)
@@ -96,7 +97,7 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
   if (values.pattern !== undefined && values.csv !== undefined) return usage('--pattern and --csv cannot be used together')
   const timeUnit = values['time-unit']
   if (timeUnit !== undefined && values.csv === undefined) return usage('--time-unit applies to --csv timestamps only')
-  if (timeUnit !== undefined && timeUnit !== 'ms' && timeUnit !== 's') return usage(`--time-unit must be ms or s, got ${timeUnit}`)
+  if (timeUnit !== undefined && !isNumericUnit(timeUnit)) return usage(`--time-unit must be ms, s, us or ns, got ${timeUnit}`)
   const patternName = values.pattern ?? 'boundary-burst'
   if (!(PATTERNS as readonly string[]).includes(patternName)) return usage(`unknown pattern "${patternName}" (known: ${PATTERNS.join(', ')})`)
   const limit = values.limit === undefined ? 100 : Number(values.limit)

@@ -137,26 +137,45 @@ export class TrafficError extends SluiceError {
   }
 }
 
-/** How numeric timestamps are read; `auto` takes epoch seconds for what can only be them. */
-export type TimeUnit = 'auto' | 'ms' | 's'
+/** How numeric timestamps are read; `auto` takes the epoch unit a number's size can only be. */
+export const NUMERIC_UNITS = ['ms', 's', 'us', 'ns'] as const
+type NumericUnit = (typeof NUMERIC_UNITS)[number]
+export type TimeUnit = 'auto' | NumericUnit
+export const isNumericUnit = (text: string): text is NumericUnit => (NUMERIC_UNITS as readonly string[]).includes(text)
 
 /**
  * Epoch seconds now have 10 digits (`date +%s`, nginx's `$msec`): as
  * milliseconds they would be January 1970, and a relative recording does
- * not start 11 days in. From 1e11 on they are epoch milliseconds (1973 on).
+ * not start 11 days in. Epoch milliseconds have 13 digits, microseconds 16
+ * (Envoy, Go's `UnixMicro`) and nanoseconds 19 (`date +%s%N`, OpenTelemetry):
+ * each unit owns the sizes its epoch has from 1973 to the year 5138, which
+ * no other unit's epoch has then, and no relative recording reaches.
  */
-const EPOCH_SECONDS = { from: 1e9, below: 1e11 }
+const EPOCH_UNITS: ReadonlyArray<{ unit: NumericUnit; from: number; below: number }> = [
+  { unit: 's', from: 1e9, below: 1e11 },
+  { unit: 'us', from: 1e14, below: 1e17 },
+  { unit: 'ns', from: 1e17, below: 1e20 },
+]
+const UNIT_NAMES: Record<NumericUnit, string> = { s: 'seconds', ms: 'milliseconds', us: 'microseconds', ns: 'nanoseconds' }
 
-/** A numeric timestamp in whole milliseconds, sub-millisecond digits dropped (the clock's resolution) without binary rounding. */
-function numericMs(stamp: string, unit: 'ms' | 's'): number {
+/**
+ * A numeric timestamp in whole milliseconds, sub-millisecond digits dropped
+ * (the clock's resolution) by cutting decimal digits, without binary
+ * rounding; undefined when the milliseconds are beyond 2^53.
+ */
+function numericMs(stamp: string, unit: NumericUnit): number | undefined {
   const [whole, fraction = ''] = stamp.split('.') as [string, string | undefined]
-  return unit === 'ms' ? Number(whole) : Number(whole) * 1000 + Number(fraction.slice(0, 3).padEnd(3, '0'))
+  const ms =
+    unit === 's' ? Number(whole) * 1000 + Number(fraction.slice(0, 3).padEnd(3, '0'))
+    : unit === 'ms' ? Number(whole)
+    : Number(whole.slice(0, unit === 'us' ? -3 : -6) || '0')
+  return Number.isSafeInteger(ms) ? ms : undefined
 }
 
 /**
  * `timestamp,key[,cost]` per line; an optional header line before the
  * first event; `#` comments. Timestamps are milliseconds (epoch or relative),
- * epoch seconds, or ISO 8601 dates; they are shifted so the first is 0, and
+ * epoch seconds, micro- or nanoseconds, or ISO 8601 dates; they are shifted so the first is 0, and
  * must not go backwards. Every malformed line is reported, with its number,
  * in one error.
  */
@@ -165,7 +184,7 @@ export function parseCsv(text: string, name = 'csv', timeUnit: TimeUnit = 'auto'
   const events: TrafficEvent[] = []
   let first: number | undefined
   let previous = -Infinity
-  let unit: 'ms' | 's' | undefined = timeUnit === 'auto' ? undefined : timeUnit
+  let unit: NumericUnit | undefined = timeUnit === 'auto' ? undefined : timeUnit
   let headerAllowed = true
   const lines = text.split(/\r?\n/)
   for (let index = 0; index < lines.length; index++) {
@@ -187,9 +206,14 @@ export function parseCsv(text: string, name = 'csv', timeUnit: TimeUnit = 'auto'
     if (/^\d+(\.\d+)?$/.test(stamp)) {
       if (unit === undefined) {
         const value = Number(stamp)
-        unit = value >= EPOCH_SECONDS.from && value < EPOCH_SECONDS.below ? 's' : 'ms'
+        unit = EPOCH_UNITS.find((epoch) => value >= epoch.from && value < epoch.below)?.unit ?? 'ms'
       }
-      time = numericMs(stamp, unit)
+      const ms = numericMs(stamp, unit)
+      if (ms === undefined) {
+        problems.push({ line: lineNumber, problem: `timestamp ${stamp.slice(0, 40)} is too large for ${UNIT_NAMES[unit]} (more than 2^53 ms); give the unit with --time-unit (ms, s, us, ns)` })
+        continue
+      }
+      time = ms
     } else {
       time = /^\d{4}-\d\d-\d\d/.test(stamp) ? Date.parse(stamp) : Number.NaN
     }
@@ -211,7 +235,7 @@ export function parseCsv(text: string, name = 'csv', timeUnit: TimeUnit = 'auto'
       continue
     }
     if (first !== undefined && time - first > MAX_SPAN_MS) {
-      problems.push({ line: lineNumber, problem: `timestamp ${stamp} is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds? They must be milliseconds or epoch seconds` })
+      problems.push({ line: lineNumber, problem: `timestamp ${stamp} is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds? Say so with --time-unit us or ns` })
       break
     }
     previous = time
@@ -225,6 +249,6 @@ export function parseCsv(text: string, name = 'csv', timeUnit: TimeUnit = 'auto'
   if (problems.length > 0) throw new TrafficError(problems)
   if (events.length === 0) throw new TrafficError([{ line: 0, problem: 'no events: the file holds no "timestamp,key" line' }])
   const last = events[events.length - 1] as TrafficEvent
-  const read = unit === 's' ? `, numeric timestamps read as epoch seconds${timeUnit === 'auto' ? ' (--time-unit ms reads them as milliseconds)' : ''}` : ''
+  const read = unit !== undefined && unit !== 'ms' ? `, numeric timestamps read as ${timeUnit === 'auto' ? 'epoch ' : ''}${UNIT_NAMES[unit]}${timeUnit === 'auto' ? ' (--time-unit ms reads them as milliseconds)' : ''}` : ''
   return { name, description: `recorded traffic${read}, replayed from its first line`, events, durationMs: Math.max(1, last.at + 1) }
 }

@@ -90,7 +90,7 @@ describe('simulator charts', () => {
       assert.match(run('--csv', join(dir, 'epoch.csv'), '--limit', '2', '--window', '1s'), /3 events, 1 key\(s\), 2001ms[^]*sliding-log\s+sliding-log\s+3\/3/)
       assert.match(run('--csv', join(dir, 'epoch.csv'), '--limit', '2', '--window', '1s', '--time-unit', 'ms'), /3 events, 1 key\(s\), 3ms[^]*sliding-log\s+sliding-log\s+2\/3/)
       assert.throws(() => run('--time-unit', 's'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit applies to --csv timestamps only/.test(e.stderr))
-      assert.throws(() => run('--csv', join(dir, 'epoch.csv'), '--time-unit', 'us'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit must be ms or s, got us/.test(e.stderr))
+      assert.throws(() => run('--csv', join(dir, 'epoch.csv'), '--time-unit', 'sec'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit must be ms, s, us or ns, got sec/.test(e.stderr))
       assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /^sluice simulate: unknown pattern "tsunami"/.test(e.stderr))
       // A slip on the command line is said as the CLI says the rest, with the usage after it.
       for (const [args, said] of [[['--algorithm', 'x'], 'unknown option --algorithm'], [['--csv'], '--csv needs a value'], [['--json=yes'], '--json takes no value'], [['--limit', '-3'], '--limit needs a value; write one that starts with "-" as --limit=VALUE'], [['extra'], 'unexpected argument "extra"']] as const) {

@@ -109,6 +109,29 @@ describe('CSV traffic', () => {
     for (const event of parseCsv('0.75,a\n3.999,a\n').events) assert.ok(Number.isSafeInteger(event.at), String(event.at))
   })
 
+  it('reads 16- and 19-digit numbers as epoch micro- and nanoseconds, and any numbers so under timeUnit us or ns', () => {
+    // One second of traffic: as milliseconds it would be a quarter of an hour (micro) or eleven days (nano).
+    const micro = parseCsv('1700000000000000,a\n1700000000250999,b\n1700000001000000,a\n', 'envoy.csv')
+    assert.deepEqual(micro.events.map((e) => e.at), [0, 250, 1000])
+    assert.match(micro.description, /numeric timestamps read as epoch microseconds \(--time-unit ms reads them as milliseconds\)/)
+    const nano = parseCsv('1700000000000000000,a\n1700000000250999999,b\n1700000001000000000,a\n')
+    assert.deepEqual(nano.events.map((e) => e.at), [0, 250, 1000])
+    assert.match(nano.description, /epoch nanoseconds/)
+    // Relative ones, given the unit; digits below a millisecond are cut, not rounded.
+    assert.deepEqual(parseCsv('0,a\n999,a\n1000,a\n2500000,a\n', 'x', 'us').events.map((e) => e.at), [0, 0, 1, 2500])
+    assert.deepEqual(parseCsv('0,a\n999999,a\n1000000,a\n', 'x', 'ns').events.map((e) => e.at), [0, 0, 1])
+    assert.doesNotMatch(parseCsv('0,a\n', 'x', 'us').description, /epoch/)
+    // Epoch milliseconds stay milliseconds.
+    assert.deepEqual(parseCsv('1700000000000,a\n1700000000250,a\n').events.map((e) => e.at), [0, 250])
+  })
+
+  it('refuses a number too large for its unit (beyond 2^53 ms) rather than reading it rounded', () => {
+    assert.throws(() => parseCsv('1,a\n99999999999999999999,a\n'), /line 2: timestamp 99999999999999999999 is too large for milliseconds \(more than 2\^53 ms\); give the unit with --time-unit \(ms, s, us, ns\)$/m)
+    assert.throws(() => parseCsv('100000000000000000000,a\n'), /line 1: timestamp 100000000000000000000 is too large for milliseconds/)
+    assert.throws(() => parseCsv('1700000000000000000,a\n', 'x', 'ms'), /too large for milliseconds/)
+    assert.throws(() => parseCsv('9007199254740992,a\n', 'x', 's'), /too large for seconds/)
+  })
+
   it('rejects malformed lines, every one with its line number', () => {
     const text = ['ts,key', '100,a', 'yesterday,b', '200', '300,c,0', '50,d', '400,e,1,extra', '500,f'].join('\n')
     assert.throws(() => parseCsv(text), (error: unknown) => {
@@ -123,6 +146,6 @@ describe('CSV traffic', () => {
     })
     assert.throws(() => parseCsv('# nothing\n'), /no events/)
     // Nanoseconds read as milliseconds: a span no recording has, and past the simulated clock's end.
-    assert.throws(() => parseCsv('0,a\n1000,a\n9007199254740991,a\n'), /line 3: timestamp 9007199254740991 is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds\? They must be milliseconds or epoch seconds$/)
+    assert.throws(() => parseCsv('0,a\n1000,a\n9007199254740991,a\n'), /line 3: timestamp 9007199254740991 is more than 100 years after the first line's; are the timestamps in micro- or nanoseconds\? Say so with --time-unit us or ns$/)
   })
 })
