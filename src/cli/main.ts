@@ -18,6 +18,7 @@ import { Gateway } from '../gateway/gateway.ts'
 import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
 import { compileMatch } from '../http/match.ts'
 import { LIMITER_CLIENT_OPTIONS, RedisStore, redisKey } from '../stores/redis/redis-store.ts'
+import { connectionErrorMessage } from '../stores/redis/clients.ts'
 import { simulateCommand, SIMULATE_USAGE } from '../simulate/command.ts'
 
 const USAGE = `usage: sluice <command> [options]
@@ -281,7 +282,7 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
   try {
     await client.connect()
   } catch (error) {
-    err(`sluice inspect: cannot reach ${maskCredentials(url)}: ${(cause ?? (error as Error)).message}`)
+    err(`sluice inspect: cannot reach ${maskCredentials(url)}: ${connectionErrorMessage(cause ?? error)}`)
     client.disconnect()
     return 3
   }

@@ -3,7 +3,7 @@
  * a verified JWT with tiers; `sluice inspect` reads the state they left.
  */
 import assert from 'node:assert/strict'
-import type { Server } from 'node:http'
+import { createServer as createHttpServer, type Server } from 'node:http'
 import { connect, createServer, type AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import { SignJWT } from 'jose'
@@ -121,6 +121,17 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     const unreachable = await runCli(['inspect', '--redis', 'redis://127.0.0.1:1', 'user:bob'])
     assert.equal(unreachable.code, 3)
     assert.match(unreachable.stderr, /cannot reach redis:\/\/127\.0\.0\.1:1: connect ECONNREFUSED/)
+    // A port of another server (an HTTP one) is named for what it is, not by the parser's "Unknown RESP type".
+    const web = createHttpServer((_request, response) => response.end('hello'))
+    await new Promise<void>((resolve) => web.listen(0, '127.0.0.1', resolve))
+    try {
+      const notRedis = await runCli(['inspect', '--redis', `redis://127.0.0.1:${(web.address() as AddressInfo).port}`, 'user:bob'])
+      assert.equal(notRedis.code, 3)
+      assert.match(notRedis.stderr, /cannot reach redis:\/\/127\.0\.0\.1:\d+: not a Redis server: its reply starts with "H", as an HTTP server's does/)
+    } finally {
+      web.closeAllConnections()
+      await new Promise((resolve) => web.close(resolve))
+    }
     // The password of a URL that cannot connect stays off the terminal and the CI log.
     const wrongPassword = await runCli(['inspect', '--redis', `redis://admin:hunter2@127.0.0.1:${redis.port}`, 'user:bob'])
     assert.equal(wrongPassword.code, 3)

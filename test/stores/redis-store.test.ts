@@ -521,6 +521,30 @@ describe('RedisStore on a URL it cannot use', () => {
   })
 })
 
+describe('RedisStore on a URL whose port is not a Redis server', () => {
+  it('says so, rather than the parser fault or the reset that follows it: an HTTP server named', async () => {
+    const http = createServer((_request, response) => response.end('hello'))
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve))
+    const store = new RedisStore({ url: `redis://127.0.0.1:${(http.address() as AddressInfo).port}` })
+    const observed: string[] = []
+    try {
+      const limiter = new Limiter({ store, onStoreFailure: 'closed', storeTimeoutMs: 1500, policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, error) => observed.push(error?.message ?? '') } })
+      // The first connection's fault, and each reconnect's (with its EPIPE or reset) after it.
+      for (let attempt = 0; attempt < 3; attempt++) {
+        await sleep(150)
+        const decision = await limiter.limit('k')
+        assert.equal(decision.allowed, false)
+        assert.equal(decision.reason, 'store-error')
+        assert.match(observed.at(-1) ?? '', /not a Redis server: its reply starts with "H", as an HTTP server's does, which the Redis protocol never sends; check the URL's host and port\)$/)
+      }
+    } finally {
+      await store.close()
+      http.closeAllConnections()
+      await new Promise((resolve) => http.close(resolve))
+    }
+  })
+})
+
 describe('RedisStore on a client of yours that re-sends commands after a reconnect', () => {
   it('warns once at construction, naming the setting; a client set up for a limiter, node-redis and a URL get no warning', async () => {
     const port = await freePort()

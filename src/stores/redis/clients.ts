@@ -77,9 +77,35 @@ const connectionErrors = new WeakMap<object, () => string | undefined>()
  */
 export function trackConnectionErrors(client: ConnectionEvents): void {
   let last: string | undefined
-  client.on('error', (error: Error) => { last = error?.message })
+  let notRedis = false
+  client.on('error', (error: Error) => {
+    // A server of another protocol also resets the connection it could not read: keep saying what it is.
+    if (notRedis && /EPIPE|ECONNRESET/.test(String(error?.message))) return
+    last = connectionErrorMessage(error)
+    notRedis = last.startsWith(NOT_REDIS)
+  })
+  client.on('ready', () => { notRedis = false })
   client.on('ready', () => { last = undefined })
   connectionErrors.set(client, () => last)
+}
+
+/**
+ * ioredis and node-redis report a server that answers in another protocol
+ * (a URL given an HTTP port, say) as a parser fault, `Unknown RESP type 72
+ * "H". Please report this.`, which does not say that the URL is wrong.
+ */
+const NOT_RESP = /^Unknown RESP type \d+ "(.)"|^Protocol error, got "(.)" as reply type byte/s
+
+const NOT_REDIS = 'not a Redis server'
+
+/** A connection error's message, saying so where the server does not speak Redis's protocol. */
+export function connectionErrorMessage(error: unknown): string {
+  const message = String((error as Error)?.message ?? error)
+  const notResp = NOT_RESP.exec(message)
+  if (notResp === null) return message
+  const first = (notResp[1] ?? notResp[2]) as string
+  const printable = /^[\x21-\x7e]$/.test(first) ? `"${first}"` : `byte ${first.charCodeAt(0)}`
+  return `${NOT_REDIS}: its reply starts with ${printable}${first === 'H' ? ', as an HTTP server\'s does' : ''}, which the Redis protocol never sends; check the URL's host and port`
 }
 
 function explainingFailures(runner: ScriptRunner, connectionError: () => string | undefined): ScriptRunner {
