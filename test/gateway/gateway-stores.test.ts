@@ -14,7 +14,11 @@ import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { connect } from 'node:tls'
 import { Agent, fetch as undiciFetch } from 'undici'
+import { Cluster } from 'ioredis'
 import { startDemoUpstream } from '../../src/gateway/demo-upstream.ts'
+import { RedisStore } from '../../src/index.ts'
+import { trackConnectionErrors } from '../../src/stores/redis/clients.ts'
+import { LIMITER_CLIENT_OPTIONS } from '../../src/stores/redis/redis-store.ts'
 import { startCluster, type RedisCluster } from '../support/cluster.ts'
 import { startGateway } from '../support/gateway.ts'
 import { commandCalls, startRedis, type RedisServer } from '../support/redis.ts'
@@ -72,6 +76,19 @@ ${route(upstream.url)}`)
         assert.ok(count('fcall') >= 5, `FCALLs: ${count('fcall')}`)
       } finally {
         await gateway.stop()
+      }
+    })
+
+    it('store.cluster seeded with a node not in cluster mode: the store\'s errors say why, not only "Failed to refresh slots cache."', async () => {
+      // The connection the gateway opens for store.cluster, on the standalone master.
+      const client = new Cluster([{ host: '127.0.0.1', port: master.port }], { enableOfflineQueue: false, redisOptions: LIMITER_CLIENT_OPTIONS })
+      trackConnectionErrors(client)
+      const store = new RedisStore({ client })
+      try {
+        await once(client, 'error')
+        await assert.rejects(store.ping(), /\(the connection's last error: Failed to refresh slots cache\. \(the last node's error: ERR This instance has cluster support disabled\)\)$/)
+      } finally {
+        client.disconnect()
       }
     })
 

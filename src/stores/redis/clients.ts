@@ -98,9 +98,16 @@ const NOT_RESP = /^Unknown RESP type \d+ "(.)"|^Protocol error, got "(.)" as rep
 
 const NOT_REDIS = 'not a Redis server'
 
-/** A connection error's message, saying so where the server does not speak Redis's protocol. */
+/**
+ * A connection error's message, saying so where the server does not speak
+ * Redis's protocol, and with the last node's own error where an ioredis
+ * Cluster reports only "Failed to refresh slots cache." (a seed node not in
+ * cluster mode says why there).
+ */
 export function connectionErrorMessage(error: unknown): string {
   const message = String((error as Error)?.message ?? error)
+  const nodeError = (error as { lastNodeError?: unknown } | undefined)?.lastNodeError
+  if (nodeError instanceof Error) return `${message} (the last node's error: ${connectionErrorMessage(nodeError)})`
   const notResp = NOT_RESP.exec(message)
   if (notResp === null) return message
   const first = (notResp[1] ?? notResp[2]) as string
