@@ -234,9 +234,9 @@ export class Gateway {
 
   private async listen(): Promise<void> {
     const { server, admin } = this.runtime.config
-    await listenOn(this.server, server.listen.host, server.listen.port)
+    await listenOn(this.server, server.listen.host, server.listen.port, 'server.listen')
     try {
-      await listenOn(this.admin, admin.listen.host, admin.listen.port)
+      await listenOn(this.admin, admin.listen.host, admin.listen.port, 'admin.listen')
     } catch (error) {
       this.server.close()
       await this.runtime.store.close()
@@ -831,9 +831,10 @@ function differsFromAuthority(req: IncomingMessage): boolean {
   return host !== undefined && authority !== undefined && host.toLowerCase() !== authority.toLowerCase()
 }
 
-function listenOn(server: NetServer, host: string, port: number): Promise<void> {
+function listenOn(server: NetServer, host: string, port: number, field: string): Promise<void> {
   return new Promise((resolve, reject) => {
-    const onError = (error: Error) => reject(new Error(`cannot listen on ${host}:${port}: ${error.message}`))
+    const inUse = (error: Error) => (error as NodeJS.ErrnoException).code === 'EADDRINUSE' ? `; another process listens there: stop it, or give ${field} another port (0 picks a free one)` : ''
+    const onError = (error: Error) => reject(new Error(`cannot listen on ${host.includes(':') ? `[${host}]` : host}:${port} (${field}): ${error.message}${inUse(error)}`))
     server.once('error', onError)
     server.listen(port, host, () => {
       server.off('error', onError)

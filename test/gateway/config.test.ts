@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createServer, type AddressInfo } from 'node:net'
 import { describe, it } from 'node:test'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { exportSPKI, generateKeyPair } from 'jose'
@@ -710,6 +711,23 @@ routes:
     const refused = await runCli(['gateway', '--config', '/nonexistent/sluice.yaml'])
     assert.equal(refused.code, 1)
     assert.match(refused.stderr, /refusing to start/)
+    // A port another process holds is named by its field, with what to do (exit 3: could not run).
+    const holder = createServer()
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-listen-'))
+    try {
+      const taken = (holder.address() as AddressInfo).port
+      writeFileSync(join(dir, 'a.yaml'), `server: { listen: "127.0.0.1:${taken}" }\nadmin: { listen: "127.0.0.1:0" }\nroutes: [{ name: all, upstream: "http://127.0.0.1:1" }]\n`)
+      writeFileSync(join(dir, 'b.yaml'), `server: { listen: "127.0.0.1:0" }\nadmin: { listen: "127.0.0.1:${taken}" }\nroutes: [{ name: all, upstream: "http://127.0.0.1:1" }]\n`)
+      for (const [file, field] of [['a.yaml', 'server.listen'], ['b.yaml', 'admin.listen']]) {
+        const busy = await runCli(['gateway', '--no-watch', '--config', join(dir, file as string)])
+        assert.equal(busy.code, 3, busy.stderr)
+        assert.match(busy.stderr, new RegExp(`^sluice gateway: cannot listen on 127\\.0\\.0\\.1:${taken} \\(${field}\\): listen EADDRINUSE: address already in use 127\\.0\\.0\\.1:${taken}; another process listens there: stop it, or give ${field} another port \\(0 picks a free one\\)$`, 'm'))
+      }
+    } finally {
+      holder.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
     // Every command refuses what it does not take, demo too (it took any argument and ran).
     const demo = await runCli(['demo', '--fast'])
     assert.equal(demo.code, 2)
