@@ -98,6 +98,21 @@ describe('RedisStore', () => {
     }
   })
 
+  it('a node-redis client not yet connected: the failure says to connect it, and decisions come from Redis once it is', async () => {
+    const client = createClient({ url: redis.url })
+    const failures: string[] = []
+    const limiter = new Limiter({ store: new RedisStore({ client }), prefix: 'unconnected', onStoreFailure: 'closed', policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, error) => { if (error !== undefined) failures.push(error.message) } } })
+    const before = await limiter.limit('k')
+    assert.deepEqual([before.allowed, before.reason], [false, 'store-error'])
+    assert.deepEqual(failures, ['The client is closed (a node-redis client takes commands only while connected: await client.connect() before the first decision)'])
+    await client.connect()
+    try {
+      assert.deepEqual((await Promise.all([limiter.limit('k'), limiter.limit('k')])).map((d) => [d.allowed, d.degraded]), [[true, false], [false, false]])
+    } finally {
+      await client.close()
+    }
+  })
+
   it('batches concurrent calls into few script invocations, deciding them exactly as one by one, in order', async () => {
     const admin = redis.client()
     const policies = [{ algorithm: 'sliding-log', limit: 40, windowMs: 1000 }, { algorithm: 'token-bucket', capacity: 30, refillTokens: 1, refillIntervalMs: 10 }] as const

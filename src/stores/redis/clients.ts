@@ -323,12 +323,18 @@ function nodeRedisRunner(client: NodeRedisClient, options: RunnerOptions): Scrip
       }))
     },
   }, options)
+  // node-redis says "The client is closed" of a client never connected too: say what to do.
+  const state = client as unknown as { isOpen?: boolean }
+  const explained = (error: unknown): never => {
+    if (state.isOpen !== false || messageOf(error) !== 'The client is closed') throw error
+    throw new Error('The client is closed (a node-redis client takes commands only while connected: await client.connect() before the first decision)', { cause: error })
+  }
   return {
     cluster,
-    runLimit,
-    del: (keys) => del.call(client, keys),
-    ping: () => ping.call(client),
-    info: (section) => info.call(client, section),
+    runLimit: (keys, args) => runLimit(keys, args).catch(explained),
+    del: (keys) => del.call(client, keys).catch(explained),
+    ping: () => ping.call(client).catch(explained),
+    info: (section) => info.call(client, section).catch(explained),
     quit: async () => {
       if (typeof closer.close === 'function') await closer.close.call(client)
       else if (typeof closer.quit === 'function') await closer.quit.call(client)
