@@ -5,6 +5,7 @@
  * input was wrong (a bad config or policy), 2 bad usage, 3 could not run
  * (a port in use, Redis unreachable).
  */
+import { connect as connectTcp } from 'node:net'
 import { readFileSync, realpathSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
@@ -18,7 +19,7 @@ import { Gateway } from '../gateway/gateway.ts'
 import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
 import { compileMatch } from '../http/match.ts'
 import { LIMITER_CLIENT_OPTIONS, RedisStore, redisKey } from '../stores/redis/redis-store.ts'
-import { connectionErrorMessage } from '../stores/redis/clients.ts'
+import { connectionErrorMessage, isNotRedis, notRedisMessage } from '../stores/redis/clients.ts'
 import { simulateCommand, SIMULATE_USAGE } from '../simulate/command.ts'
 
 const USAGE = `usage: sluice <command> [options]
@@ -277,12 +278,19 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
   const { Redis } = await import('ioredis')
   // The store's own connection settings (nothing re-sent after a reconnect: no warning to give), connecting once and failing fast.
   const client = new Redis(url, { ...LIMITER_CLIENT_OPTIONS, lazyConnect: true, connectTimeout: 1000, commandTimeout: 2000, retryStrategy: () => null })
-  let cause: Error | undefined
-  client.on('error', (error: Error) => { cause ??= error })
+  // The first error says why, except after a server of another protocol: the reset that may come first does not.
+  let cause: string | undefined
+  client.on('error', (error: Error) => {
+    const message = connectionErrorMessage(error)
+    if (cause === undefined || isNotRedis(message)) cause = message
+  })
   try {
     await client.connect()
   } catch (error) {
-    err(`sluice inspect: cannot reach ${maskCredentials(url)}: ${connectionErrorMessage(cause ?? error)}`)
+    // A server of another protocol closes on the client's first commands, whose writes then fail
+    // before its answer is read: ask it once more, to say what it is.
+    if (cause === undefined || /EPIPE|ECONNRESET/.test(cause)) cause = (await notRedisAt(url)) ?? cause
+    err(`sluice inspect: cannot reach ${maskCredentials(url)}: ${cause ?? connectionErrorMessage(error)}`)
     client.disconnect()
     return 3
   }
@@ -324,6 +332,23 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
   } finally {
     await client.quit().catch(() => client.disconnect())
   }
+}
+
+/** Whether a plain `redis://` URL's server answers a PING as Redis does not (undefined: it does, or says nothing in 1 s). */
+function notRedisAt(url: string): Promise<string | undefined> {
+  const { protocol, hostname, port } = new URL(url)
+  if (protocol !== 'redis:') return Promise.resolve(undefined)
+  return new Promise((resolve) => {
+    const socket = connectTcp({ host: hostname.replace(/^\[|\]$/g, ''), port: Number(port || 6379) }, () => socket.write('PING\r\n'))
+    const done = (first?: string) => {
+      socket.destroy()
+      resolve(first === undefined ? undefined : notRedisMessage(first))
+    }
+    socket.setTimeout(1000, () => done())
+    socket.once('data', (data: Buffer) => done(data.toString('latin1', 0, 1)))
+    socket.once('error', () => done())
+    socket.once('close', () => done())
+  })
 }
 
 /** A string state names its algorithm by its first letter (see lua/limit.lua). */

@@ -143,11 +143,12 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     assert.equal(wrongScheme.code, 2)
     assert.match(wrongScheme.stderr, /--redis must be a redis:\/\/ or rediss:\/\/ URL \(got "https:\/\/\*\*\*@127\.0\.0\.1:6379"\)/)
     assert.doesNotMatch(wrongScheme.stderr, /hunter2/)
-    // A policy's block shows beside its state, with when it ends.
-    const limiter = new Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, blockMs: 600_000, name: 'login' }, prefix: 'gw-test:http', store: new RedisStore({ client: redis.client() }) })
+    // A policy's block shows beside its state, with when it ends. (A bucket's state lasts until it is full
+    // again, 60 s on; a fixed window's ends with its window, which may be the next second.)
+    const limiter = new Limiter({ policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000, blockMs: 600_000, name: 'login' }, prefix: 'gw-test:http', store: new RedisStore({ client: redis.client() }) })
     assert.deepEqual([(await limiter.limit('user:carol')).allowed, (await limiter.limit('user:carol')).retryAfterMs], [true, 600_000])
     const blocked = await runCli(['inspect', '--redis', redis.url, '--prefix', 'gw-test', 'user:carol'])
-    assert.match(blocked.stdout, /login: fixed-window state \d+:\d+ \(expires in \d+ ms\)\n {2}login\{block\}: blocked until \d{4}-\d\d-\d\dT[\d:.]+Z \(expires in \d+ ms\)/)
+    assert.match(blocked.stdout, /login: token-bucket state \d+:\d+:\d+ \(expires in \d+ ms\)\n {2}login\{block\}: blocked until \d{4}-\d\d-\d\dT[\d:.]+Z \(expires in \d+ ms\)/)
   })
 
   it('logs, in its own log, that a Redis evicting keys when full can reset limits', async () => {

@@ -82,7 +82,7 @@ export function trackConnectionErrors(client: ConnectionEvents): void {
     // A server of another protocol also resets the connection it could not read: keep saying what it is.
     if (notRedis && /EPIPE|ECONNRESET/.test(String(error?.message))) return
     last = connectionErrorMessage(error)
-    notRedis = last.startsWith(NOT_REDIS)
+    notRedis = isNotRedis(last)
   })
   client.on('ready', () => { notRedis = false })
   client.on('ready', () => { last = undefined })
@@ -97,6 +97,8 @@ export function trackConnectionErrors(client: ConnectionEvents): void {
 const NOT_RESP = /^Unknown RESP type \d+ "(.)"|^Protocol error, got "(.)" as reply type byte/s
 
 const NOT_REDIS = 'not a Redis server'
+/** Whether a message of `connectionErrorMessage` says the server speaks another protocol. */
+export const isNotRedis = (message: string): boolean => message.startsWith(NOT_REDIS)
 
 /**
  * A connection error's message, saying so where the server does not speak
@@ -109,8 +111,15 @@ export function connectionErrorMessage(error: unknown): string {
   const nodeError = (error as { lastNodeError?: unknown } | undefined)?.lastNodeError
   if (nodeError instanceof Error) return `${message} (the last node's error: ${connectionErrorMessage(nodeError)})`
   const notResp = NOT_RESP.exec(message)
-  if (notResp === null) return message
-  const first = (notResp[1] ?? notResp[2]) as string
+  return (notResp === null ? undefined : notRedisMessage((notResp[1] ?? notResp[2]) as string)) ?? message
+}
+
+/** RESP2's and RESP3's reply types: the first byte of anything a Redis server sends. */
+const RESP_TYPES = '+-:$*_#,(!=%~>|'
+
+/** What to say of a server whose reply starts with `first`, or undefined if that is how Redis replies start. */
+export function notRedisMessage(first: string): string | undefined {
+  if (first.length !== 1 || RESP_TYPES.includes(first)) return undefined
   const printable = /^[\x21-\x7e]$/.test(first) ? `"${first}"` : `byte ${first.charCodeAt(0)}`
   return `${NOT_REDIS}: its reply starts with ${printable}${first === 'H' ? ', as an HTTP server\'s does' : ''}, which the Redis protocol never sends; check the URL's host and port`
 }
