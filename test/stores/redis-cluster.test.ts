@@ -52,7 +52,8 @@ describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
     const limiter = new Limiter({
       store: new RedisStore({ client }),
       prefix: 'spread',
-      policies: [{ algorithm: 'fixed-window', limit: 5, windowMs: 60_000 }, { algorithm: 'sliding-log', limit: 5, windowMs: 60_000 }, { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }],
+      // An hour's window: a minute's could end, and its keys expire, between the calls and the count.
+      policies: [{ algorithm: 'fixed-window', limit: 5, windowMs: 3_600_000 }, { algorithm: 'sliding-log', limit: 5, windowMs: 60_000 }, { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 }],
     })
     for (let i = 0; i < 60; i++) assert.equal((await limiter.limit(`user-${i}`)).allowed, true)
     // Braces in a key cannot split a call's keys over slots: `}x` would make an empty hash tag, which Redis ignores.

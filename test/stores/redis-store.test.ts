@@ -463,7 +463,7 @@ describe('RedisStore', () => {
 
   it('reset deletes the key of every policy', async () => {
     const admin = redis.client()
-    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'reset', policies: [{ algorithm: 'fixed-window', limit: 1, windowMs: 60_000 }, { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000 }] })
+    const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix: 'reset', policies: [{ algorithm: 'fixed-window', limit: 1, windowMs: 3_600_000 }, { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000 }] })
     await limiter.limit('k')
     assert.equal((await limiter.limit('k')).allowed, false)
     assert.equal((await scanKeys(admin, 'reset:*')).length, 2)
