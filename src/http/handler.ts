@@ -6,7 +6,7 @@
 import { monotonicClock, type Clock } from '../core/clock.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
-import { checkBoolean, rejectUnknown } from '../core/options.ts'
+import { checkBoolean, checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { checkObserver, checkPrefix, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
@@ -259,6 +259,7 @@ const OPTIONS = new Set(['rules', 'skip', 'caseSensitive', 'allow', 'deny', 'key
 /** Distinct unknown tier names reported per pipeline, a bound on what a client-written tier can make it log. */
 const MAX_UNKNOWN_TIERS = 10
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs', 'count'])
+const TIERS_OPTIONS = new Set(['of', 'policies', 'default'])
 
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
 export function createRateLimitHandler(options: RateLimitOptions): (request: HttpRequest) => Promise<HttpOutcome> {
@@ -422,9 +423,13 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       throw new ArgumentError(`rules[${index}]`, name, 'needs either policies or tiers')
     }
     if (rule.tiers !== undefined) {
+      checkOptions(`rule "${name}" tiers`, `a tiers option (rule "${name}")`, rule.tiers, TIERS_OPTIONS)
       const { of, policies, default: fallback } = rule.tiers
       if (typeof of !== 'function') throw new ArgumentError(`rule "${name}" tiers.of`, of, 'must be a function of the request')
-      const byTier = new Map(Object.entries(policies ?? {}).map(([tier, p]) => [tier, inContext(`rule "${name}" tier "${tier}"`, () => makeLimiter(p, base, refundable))]))
+      if (typeof policies !== 'object' || policies === null || Array.isArray(policies) || Object.keys(policies).length === 0) {
+        throw new ArgumentError(`rule "${name}" tiers.policies`, policies, 'must be an object of policies by tier name, as { free: {...}, pro: [...] }')
+      }
+      const byTier = new Map(Object.entries(policies).map(([tier, p]) => [tier, inContext(`rule "${name}" tier "${tier}"`, () => makeLimiter(p, base, refundable))]))
       const fallbackLimiter = byTier.get(fallback)
       if (fallbackLimiter === undefined) throw new ArgumentError(`rule "${name}" tiers.default`, fallback, `must name one of the tiers (${[...byTier.keys()].join(', ')})`)
       limiters = [...byTier.values()]

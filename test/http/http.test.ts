@@ -486,6 +486,13 @@ describe('HTTP configuration', () => {
     // A policy's mistake says which rule (and tier) it is in.
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }, { name: 'login', policies: { algorithm: 'fixed-window', windowMs: 1000, name: 'login' } as never }] }), /^PolicyError: rule "login": policy "login": limit is required$/)
     assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', tiers: { of: () => 'pro', default: 'pro', policies: { pro: { algorithm: 'token-bucket', capacity: 0, refillTokens: 1, refillIntervalMs: 1000 } } } }] }), /^PolicyError: rule "api" tier "pro": capacity must be a positive integer \(got 0\)$/)
+    // tiers that are not a tiers object, or whose policies are not policies by tier, are named (not a TypeError from inside).
+    const pro = { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 } as const
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', tiers: null as never }] }), /^ArgumentError: rule "api" tiers must be an object like \{ of, policies, default \} \(got null\)$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', tiers: { of: () => 'pro', default: 'pro', policies: { pro }, tier: 'x' } as never }] }), /^ArgumentError: tier is not a tiers option \(rule "api"\) \(known: of, policies, default\)/)
+    for (const policies of ['pro', [pro], {}, null]) {
+      assert.throws(() => createRateLimitHandler({ rules: [{ name: 'api', tiers: { of: () => 'pro', default: 'pro', policies: policies as never } }] }), /^ArgumentError: rule "api" tiers\.policies must be an object of policies by tier name/, JSON.stringify(policies))
+    }
     // A proxy list that trusts every address lets each client write its own key: said at start-up.
     const warnings: string[] = []
     createRateLimitHandler({ rules: [{ policies }], clientIp: { trustProxy: ['0.0.0.0/0'] }, onWarning: (message) => warnings.push(message) })
