@@ -155,6 +155,9 @@ const limit = z.strictObject({
   if (value.maxWaitMs !== undefined && value.action !== 'queue') context.addIssue({ code: 'custom', path: ['maxWaitMs'], message: 'applies only with action: queue' })
 }).meta({ id: 'limit', description: 'policies, tiers, or Spring Cloud Gateway\'s replenishRate + burstCapacity (+ requestedTokens).' })
 
+/** The token-bucket fields Spring Cloud Gateway's RequestRateLimiter fields become. */
+const SCG_FIELDS: Record<string, string | undefined> = { capacity: 'burstCapacity', refillTokens: 'replenishRate' }
+
 const upstreamUrl = z.string({ error: (issue) => `expected an http:// or https:// URL, got ${show(issue.input)}` }).superRefine((value, context) => {
   let url: URL | undefined
   try {
@@ -695,13 +698,17 @@ function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
       const policies = new Map<string, Policy[]>()
       for (const [tier, { raw, path: tierPath }] of byTier) {
         const list = (Array.isArray(raw) ? raw : [raw]) as Array<Record<string, unknown>>
-        // Unnamed policies are named after their limit, so equal policies on two routes never share state.
-        const named = list.map((p, k) => ({ ...p, name: typeof p.name === 'string' ? p.name : derivedName(owner, limit.name ?? `limit-${j}`, k, resolvePolicy(p).name) }) as Policy)
         let checked: readonly ResolvedPolicy[]
+        let named: Policy[]
         try {
+          // Unnamed policies are named after their limit, so equal policies on two routes never share state.
+          named = list.map((p, k) => ({ ...p, name: typeof p.name === 'string' ? p.name : derivedName(owner, limit.name ?? `limit-${j}`, k, resolvePolicy(p).name) }) as Policy)
           checked = resolvePolicies(named)
         } catch (error) {
-          report(tierPath, (error as Error).message)
+          // Spring Cloud Gateway's fields were checked one by one; as a token bucket they may still be too large together.
+          const scgField = error instanceof PolicyError && limit.burstCapacity !== undefined ? SCG_FIELDS[error.field] : undefined
+          if (scgField !== undefined) report([...where, scgField], `as the token bucket it stands for, ${(error as PolicyError).message}`)
+          else report(tierPath, (error as Error).message)
           continue
         }
         checked.forEach((p, k) => {

@@ -225,6 +225,20 @@ routes:
     ])
   })
 
+  it('Spring Cloud Gateway fields too large together, as the token bucket they stand for, are a problem of the file, at their line', async () => {
+    const text = `
+routes:
+  - name: a
+    upstream: http://127.0.0.1:9
+    limits:
+      - { name: fine, replenishRate: 10, burstCapacity: 9007199254740 }
+      - { name: huge, replenishRate: 1, burstCapacity: 9999999999999 }
+`
+    assert.deepEqual(await problems(text), [
+      'routes[0].limits[1].burstCapacity: as the token bucket it stands for, capacity is too large: capacity x refillIntervalMs (1000) must stay below 2^53 for exact arithmetic (got 9999999999999) (line 7)',
+    ])
+  })
+
   it('finds routes that can never match: taken by an earlier route (first match wins), or excluding all their own paths', async () => {
     const route = (name: string, match: string) => `  - { name: ${name}, match: ${match}, upstream: "http://127.0.0.1:9" }`
     const text = `
