@@ -137,9 +137,9 @@ export class TrafficError extends SluiceError {
   }
 }
 
-/** How numeric timestamps are read; `auto` takes the epoch unit a number's size can only be. */
 export const NUMERIC_UNITS = ['ms', 's', 'us', 'ns'] as const
 type NumericUnit = (typeof NUMERIC_UNITS)[number]
+/** How numeric timestamps are read; `auto` takes the epoch unit a number's size can only be. */
 export type TimeUnit = 'auto' | NumericUnit
 export const isNumericUnit = (text: string): text is NumericUnit => (NUMERIC_UNITS as readonly string[]).includes(text)
 
@@ -147,9 +147,10 @@ export const isNumericUnit = (text: string): text is NumericUnit => (NUMERIC_UNI
  * Epoch seconds now have 10 digits (`date +%s`, nginx's `$msec`): as
  * milliseconds they would be January 1970, and a relative recording does
  * not start 11 days in. Epoch milliseconds have 13 digits, microseconds 16
- * (Envoy, Go's `UnixMicro`) and nanoseconds 19 (`date +%s%N`, OpenTelemetry):
- * each unit owns the sizes its epoch has from 1973 to the year 5138, which
- * no other unit's epoch has then, and no relative recording reaches.
+ * (Envoy, Go's `UnixMicro`) and nanoseconds 19 (`date +%s%N`, OpenTelemetry).
+ * Each band below holds one unit's epoch times (seconds from 2001, the others
+ * from 1973, all until the year 5138), which no other unit's epoch times and
+ * no relative recording reach.
  */
 const EPOCH_UNITS: ReadonlyArray<{ unit: NumericUnit; from: number; below: number }> = [
   { unit: 's', from: 1e9, below: 1e11 },

@@ -84,8 +84,10 @@ export function trackConnectionErrors(client: ConnectionEvents): void {
     last = connectionErrorMessage(error)
     notRedis = isNotRedis(last)
   })
-  client.on('ready', () => { notRedis = false })
-  client.on('ready', () => { last = undefined })
+  client.on('ready', () => {
+    last = undefined
+    notRedis = false
+  })
   connectionErrors.set(client, () => last)
 }
 
