@@ -281,7 +281,7 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
   // The first error says why, except after a server of another protocol: the reset that may come first does not.
   let cause: string | undefined
   client.on('error', (error: Error) => {
-    const message = connectionErrorMessage(error)
+    const message = connectionErrorMessage(error, { tls: url.startsWith('rediss:') })
     if (cause === undefined || isNotRedis(message)) cause = message
   })
   try {

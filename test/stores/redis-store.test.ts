@@ -536,6 +536,22 @@ describe('RedisStore on a URL it cannot use', () => {
   })
 })
 
+describe('RedisStore on rediss:// to a Redis that does not speak TLS', () => {
+  let redis: RedisServer
+  before(async () => { redis = await startRedis() })
+  after(async () => { await redis.stop() })
+
+  it('says the handshake may be why the connection timed out', async () => {
+    const store = new RedisStore({ url: `rediss://127.0.0.1:${redis.port}` })
+    try {
+      // The first call waits out the connect timeout (2 s), then fails naming the connection's error.
+      await assert.rejects(store.ping(), /connect ETIMEDOUT \(over TLS, as rediss:\/\/ asks: a server that does not speak TLS never completes the handshake; is this port the server's TLS port\?\)/)
+    } finally {
+      await store.close()
+    }
+  })
+})
+
 describe('RedisStore on a URL whose port is not a Redis server', () => {
   it('says so, rather than the parser fault or the reset that follows it: an HTTP server named', async () => {
     const http = createServer((_request, response) => response.end('hello'))

@@ -75,13 +75,13 @@ const connectionErrors = new WeakMap<object, () => string | undefined>()
  * errors then also carry the connection's last error (`WRONGPASS ...`,
  * `connect ECONNREFUSED 127.0.0.1:6379`), which logs and /status show.
  */
-export function trackConnectionErrors(client: ConnectionEvents): void {
+export function trackConnectionErrors(client: ConnectionEvents, options: { tls?: boolean } = {}): void {
   let last: string | undefined
   let notRedis = false
   client.on('error', (error: Error) => {
     // A server of another protocol also resets the connection it could not read: keep saying what it is.
     if (notRedis && /EPIPE|ECONNRESET/.test(String(error?.message))) return
-    last = connectionErrorMessage(error)
+    last = connectionErrorMessage(error, options)
     notRedis = isNotRedis(last)
   })
   client.on('ready', () => {
@@ -104,12 +104,14 @@ export const isNotRedis = (message: string): boolean => message.startsWith(NOT_R
 
 /**
  * A connection error's message, saying so where the server does not speak
- * Redis's protocol, and with the last node's own error where an ioredis
+ * Redis's protocol (or may not speak TLS), and with the last node's own error where an ioredis
  * Cluster reports only "Failed to refresh slots cache." (a seed node not in
  * cluster mode says why there).
  */
-export function connectionErrorMessage(error: unknown): string {
+export function connectionErrorMessage(error: unknown, options: { tls?: boolean } = {}): string {
   const message = String((error as Error)?.message ?? error)
+  // ioredis names a TLS handshake that never ends as it names a connection that never opens.
+  if (options.tls === true && /^connect ETIMEDOUT/.test(message)) return `${message} (over TLS, as rediss:// asks: a server that does not speak TLS never completes the handshake; is this port the server's TLS port?)`
   const nodeError = (error as { lastNodeError?: unknown } | undefined)?.lastNodeError
   if (nodeError instanceof Error) return `${message} (the last node's error: ${connectionErrorMessage(nodeError)})`
   const notResp = NOT_RESP.exec(message)

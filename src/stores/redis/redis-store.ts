@@ -371,7 +371,7 @@ function connect(url: string, runnerOptions: RunnerOptions): { runner: ScriptRun
   const loading = import('ioredis').then(({ Redis }) => {
     const client = new Redis(url, LIMITER_CLIENT_OPTIONS)
     // Reported through the failing calls, which name it; the client reconnects.
-    trackConnectionErrors(client)
+    trackConnectionErrors(client, { tls: url.startsWith('rediss:') })
     return client
   })
   let runner: ScriptRunner | undefined
@@ -389,7 +389,8 @@ function connect(url: string, runnerOptions: RunnerOptions): { runner: ScriptRun
           client.off('error', settle)
           resolve()
         }
-        const timer = setTimeout(settle, LIMITER_CLIENT_OPTIONS.connectTimeout)
+        // A little past the client's own connect timeout, so that its error (ETIMEDOUT) is the one calls name.
+        const timer = setTimeout(settle, LIMITER_CLIENT_OPTIONS.connectTimeout + 250)
         client.once('ready', settle)
         client.once('error', settle)
       }),
