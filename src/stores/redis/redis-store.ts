@@ -380,7 +380,7 @@ function connect(url: string, runnerOptions: RunnerOptions): { runner: ScriptRun
       new Promise<void>((resolve) => {
         runner = runnerFor(client, runnerOptions)
         if (client.status === 'ready') return resolve()
-        // Wait for the first connection, but never longer than a connect timeout,
+        // Wait for the first connection, but never much longer than a connect timeout,
         // and not at all once it has failed: calls then fail at once, naming the
         // connection's error, instead of timing out on a refused connection.
         const settle = (): void => {
