@@ -566,10 +566,28 @@ describe('RedisStore on a URL whose port is not a Redis server', () => {
         const decision = await limiter.limit('k')
         assert.equal(decision.allowed, false)
         assert.equal(decision.reason, 'store-error')
-        assert.match(observed.at(-1) ?? '', /not a Redis server: its reply starts with "H", as an HTTP server's does, which the Redis protocol never sends; check the URL's host and port\)$/)
+        assert.match(observed.at(-1) ?? '', /not a Redis server: its reply starts with "H", as an HTTP server's does, which the Redis protocol never sends; check the host and port it connects to\)$/)
       }
     } finally {
       await store.close()
+      http.closeAllConnections()
+      await new Promise((resolve) => http.close(resolve))
+    }
+  })
+
+  it('says so through a client of yours too (ioredis fails the call itself with the parser\'s words)', async () => {
+    const http = createServer((_request, response) => response.end('hello'))
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve))
+    const client = new Redis({ host: '127.0.0.1', port: (http.address() as AddressInfo).port, autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 1 })
+    client.on('error', () => {})
+    const observed: string[] = []
+    try {
+      const limiter = new Limiter({ store: new RedisStore({ client }), onStoreFailure: 'closed', storeTimeoutMs: 1500, policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, error) => observed.push(error?.message ?? '') } })
+      const decision = await limiter.limit('k')
+      assert.deepEqual([decision.allowed, decision.reason], [false, 'store-error'])
+      assert.equal(observed.at(-1), 'not a Redis server: its reply starts with "H", as an HTTP server\'s does, which the Redis protocol never sends; check the host and port it connects to')
+    } finally {
+      client.disconnect()
       http.closeAllConnections()
       await new Promise((resolve) => http.close(resolve))
     }

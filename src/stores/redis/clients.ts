@@ -125,7 +125,7 @@ const RESP_TYPES = '+-:$*_#,(!=%~>|'
 export function notRedisMessage(first: string): string | undefined {
   if (first.length !== 1 || RESP_TYPES.includes(first)) return undefined
   const printable = /^[\x21-\x7e]$/.test(first) ? `"${first}"` : `byte ${first.charCodeAt(0)}`
-  return `${NOT_REDIS}: its reply starts with ${printable}${first === 'H' ? ', as an HTTP server\'s does' : ''}, which the Redis protocol never sends; check the URL's host and port`
+  return `${NOT_REDIS}: its reply starts with ${printable}${first === 'H' ? ', as an HTTP server\'s does' : ''}, which the Redis protocol never sends; check the host and port it connects to`
 }
 
 function explainingFailures(runner: ScriptRunner, connectionError: () => string | undefined): ScriptRunner {
@@ -164,13 +164,16 @@ const REFUSED = /^(READONLY|LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|MOVED|A
 /**
  * The error a failed call rejects with: a `StoreNotAppliedError` where the
  * client or Redis says the call did nothing (a refund that met it can safely
- * be given again), else the client's own error.
+ * be given again), else the client's own error (named for what it is where
+ * the server does not speak Redis's protocol).
  */
 export function asStoreFailure(error: unknown): unknown {
   for (let cause = error, depth = 0; cause instanceof Error && depth < 4; cause = cause.cause, depth++) {
     const { message } = cause
     if (NEVER_SENT.some((words) => message.startsWith(words)) || REFUSED.test(message)) return new StoreNotAppliedError((error as Error).message, { cause: error })
   }
+  // A client of yours on a port that is not Redis's fails its calls with the parser's words.
+  if (error instanceof Error && NOT_RESP.test(error.message)) return new Error(connectionErrorMessage(error), { cause: error })
   return error
 }
 
