@@ -151,7 +151,8 @@ function explainingFailures(runner: ScriptRunner, connectionError: () => string 
  * ("Connection is closed.", "Reached the max retries per request limit",
  * "Socket closed unexpectedly", ECONNRESET): Redis may have run it.
  */
-const NEVER_SENT = ["Stream isn't writeable and enableOfflineQueue options is false", 'The client is closed', 'The client is offline']
+const NODE_REDIS_CLOSED = 'The client is closed'
+const NEVER_SENT = ["Stream isn't writeable and enableOfflineQueue options is false", NODE_REDIS_CLOSED, 'The client is offline']
 
 /**
  * Redis's refusals of a command it did not run: a replica's READONLY (a primary
@@ -170,7 +171,11 @@ const REFUSED = /^(READONLY|LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|MOVED|A
 export function asStoreFailure(error: unknown): unknown {
   for (let cause = error, depth = 0; cause instanceof Error && depth < 4; cause = cause.cause, depth++) {
     const { message } = cause
-    if (NEVER_SENT.some((words) => message.startsWith(words)) || REFUSED.test(message)) return new StoreNotAppliedError((error as Error).message, { cause: error })
+    if (NEVER_SENT.some((words) => message.startsWith(words)) || REFUSED.test(message)) {
+      // node-redis says "The client is closed" of a client never connected too: say what to do.
+      const said = (error as Error).message
+      return new StoreNotAppliedError(said === NODE_REDIS_CLOSED ? `${said} (a node-redis client takes commands only while connected: await client.connect() before the first decision)` : said, { cause: error })
+    }
   }
   // A client of yours on a port that is not Redis's fails its calls with the parser's words.
   if (error instanceof Error && NOT_RESP.test(error.message)) return new Error(connectionErrorMessage(error), { cause: error })
@@ -339,18 +344,12 @@ function nodeRedisRunner(client: NodeRedisClient, options: RunnerOptions): Scrip
       }))
     },
   }, options)
-  // node-redis says "The client is closed" of a client never connected too: say what to do.
-  const state = client as unknown as { isOpen?: boolean }
-  const explained = (error: unknown): never => {
-    if (state.isOpen !== false || messageOf(error) !== 'The client is closed') throw error
-    throw new Error('The client is closed (a node-redis client takes commands only while connected: await client.connect() before the first decision)', { cause: error })
-  }
   return {
     cluster,
-    runLimit: (keys, args) => runLimit(keys, args).catch(explained),
-    del: (keys) => del.call(client, keys).catch(explained),
-    ping: () => ping.call(client).catch(explained),
-    info: (section) => info.call(client, section).catch(explained),
+    runLimit,
+    del: (keys) => del.call(client, keys),
+    ping: () => ping.call(client),
+    info: (section) => info.call(client, section),
     quit: async () => {
       if (typeof closer.close === 'function') await closer.close.call(client)
       else if (typeof closer.quit === 'function') await closer.quit.call(client)
