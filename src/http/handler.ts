@@ -247,6 +247,8 @@ interface CompiledRule {
   limiter: (request: HttpRequest) => Limiter | Promise<Limiter>
   key: KeyResolver
   cost: (request: HttpRequest) => number
+  /** For a cost read from the request: the 413 of a cost this limiter can never admit, else undefined. */
+  beyondReach: ((limiter: Limiter, cost: number) => HttpOutcome | undefined) | undefined
   shadow: boolean
   maxWaitMs: number
   count: Count
@@ -495,7 +497,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       matches,
       limiter: limiterFor,
       key: rule.key ?? defaultKey,
-      cost: typeof cost === 'function' ? cost : () => cost,
+      cost: typeof cost === 'function' ? checkedCost(cost, name) : () => cost,
+      beyondReach: typeof cost === 'function' ? costBeyondReach(limiters) : undefined,
       shadow: rule.shadow ?? options.shadow ?? false,
       maxWaitMs,
       count,
@@ -557,20 +560,32 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
    */
   const provisional = (applied: Applied[]) => applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && failedAs(entry.limiter, entry.decision) !== 'open')
 
-  const resolveRule = (request: HttpRequest, rule: CompiledRule): Matched | HttpOutcome | Promise<Matched | HttpOutcome> => {
+  const resolveRule = (request: HttpRequest, rule: CompiledRule): Matched | HttpOutcome | undefined | Promise<Matched | HttpOutcome | undefined> => {
     const resolved = rule.key(request)
     return isPromise(resolved) ? resolved.then((key) => withKey(request, rule, key)) : withKey(request, rule, resolved)
   }
-  const withKey = (request: HttpRequest, rule: CompiledRule, resolvedKey: string | undefined): Matched | HttpOutcome | Promise<Matched> => {
+  const withKey = (request: HttpRequest, rule: CompiledRule, resolvedKey: string | undefined): Matched | HttpOutcome | undefined | Promise<Matched | HttpOutcome | undefined> => {
     let key = resolvedKey
     if (key === undefined || key === '') {
       if (emptyKey === 'forbid') return problem(403, 'Forbidden', 'The request carries no identity this API accepts.', [])
       key = 'anonymous'
     }
     const chosen = rule.limiter(request)
-    if (isPromise(chosen)) return chosen.then((limiter) => ({ rule, limiter, key, cost: rule.cost(request) }))
-    return { rule, limiter: chosen, key, cost: rule.cost(request) }
+    return isPromise(chosen) ? chosen.then((limiter) => costed(request, rule, limiter, key)) : costed(request, rule, chosen, key)
   }
+  /** The rule's entry with its cost; undefined for a shadow rule's cost it could never admit (it would answer 413, and never enforces). */
+  const costed = (request: HttpRequest, rule: CompiledRule, limiter: Limiter, key: string): Matched | HttpOutcome | undefined => {
+    const cost = rule.cost(request)
+    const refusal = rule.beyondReach?.(limiter, cost)
+    if (refusal === undefined) return { rule, limiter, key, cost }
+    if (!rule.shadow) return refusal
+    if (!shadowBeyondReach.has(rule.name)) {
+      shadowBeyondReach.add(rule.name)
+      warn(`sluice: shadow rule "${rule.name}" met a request costing ${cost} units, more than one of its policies admits at once; enforcing, it would answer 413. It is left out of such requests' decisions`)
+    }
+    return undefined
+  }
+  const shadowBeyondReach = new Set<string>()
   /**
    * Every matching rule from `from` on, with its key, limiter (tier) and cost; or the 403 of a request with no identity.
    * The list is made by the first match, one entry long (an empty array's first push reserves room for 16, per request).
@@ -582,10 +597,12 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       const entry = resolveRule(request, rule)
       if (isPromise(entry)) {
         return entry.then((settled) => {
+          if (settled === undefined) return matchRules(request, i + 1, matched)
           if (!('rule' in settled)) return settled
           return matchRules(request, i + 1, appended(matched, settled))
         })
       }
+      if (entry === undefined) continue
       if (!('rule' in entry)) return entry
       matched = appended(matched, entry)
     }
@@ -804,6 +821,35 @@ function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule
   for (const policy of policies) {
     const limit = limitOf(policy)
     if (cost > limit) throw new ArgumentError(`rule "${rule}" cost`, cost, `exceeds the limit ${limit} of policy "${policy.name}", so the rule would refuse every request`)
+  }
+}
+
+/** A rule's cost function, its answer checked: a bug in it (NaN, 0, a fraction, a promise) fails the request with the rule's name. */
+function checkedCost(cost: (request: HttpRequest) => number, rule: string): (request: HttpRequest) => number {
+  return (request) => {
+    const units: unknown = cost(request)
+    if (typeof units === 'number' && Number.isSafeInteger(units) && units >= 1) return units
+    if (isPromise(units)) Promise.resolve(units).catch(() => {}) // the request fails here; its rejection must not also crash the process
+    throw new ArgumentError(`rule "${rule}" cost()`, units, 'must return a positive integer at once (not a promise)')
+  }
+}
+
+/**
+ * A cost read from the request can exceed what a policy ever admits at once
+ * (a 5 MB upload against 1 MB a minute, an endpoint a tier cannot afford).
+ * No wait would admit it: a 429 would send a retrying client round forever,
+ * so it is a 413 that names the policy, and nothing is charged.
+ */
+function costBeyondReach(limiters: readonly Limiter[]): (limiter: Limiter, cost: number) => HttpOutcome | undefined {
+  const tightest = new Map(limiters.map((limiter) => {
+    const policy = limiter.policies.reduce((least, p) => (limitOf(p) < limitOf(least) ? p : least))
+    return [limiter, { name: policy.name, limit: limitOf(policy) }]
+  }))
+  return (limiter, cost) => {
+    const policy = tightest.get(limiter)
+    if (policy === undefined || cost <= policy.limit) return undefined
+    const detail = `This request costs ${cost} units; policy "${policy.name}" admits at most ${policy.limit} at once, so no wait would admit it. Send a smaller request.`
+    return problem(413, 'Content Too Large', detail, [], { 'violated-policies': [policy.name], limit: policy.limit, cost })
   }
 }
 

@@ -225,6 +225,16 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       assert.equal((await call('pro-user', 'PRO', '/api/export')).status, 429, 'cost 3 does not fit in the 2 left')
       assert.equal((await call('pro-user-2', 'PRO', '/api/export')).status, 200, 'cost 3 fits a fresh PRO key')
       assert.equal((await call('pro-user-2', 'PRO')).status, 429)
+      // Cost 3 never fits FREE's limit of 1: no wait would admit it, so not a 429 (a client would retry forever).
+      const unaffordable = await call('free-user-3', undefined, '/api/export')
+      assert.equal(unaffordable.status, 413)
+      assert.equal(unaffordable.headers.get('retry-after'), null)
+      assert.match(unaffordable.headers.get('content-type') ?? '', /^application\/problem\+json/)
+      assert.deepEqual(await unaffordable.json(), {
+        type: 'about:blank', title: 'Content Too Large', status: 413, 'violated-policies': ['free'], limit: 1, cost: 3,
+        detail: 'This request costs 3 units; policy "free" admits at most 1 at once, so no wait would admit it. Send a smaller request.',
+      })
+      assert.equal((await call('free-user-3')).status, 200, 'the refused request charged nothing')
     })
   })
 
@@ -650,6 +660,31 @@ describe('HTTP pipeline', () => {
     second.settle?.(200)
     assert.equal(open().proceed, true)
   })
+  it('a cost read from the request that a policy can never admit: 413 when enforced; a shadow rule warns once and leaves the request to the other rules', () => {
+    const request = (units: string) => ({ method: 'POST', path: '/upload', host: 'localhost', header: (name: string) => (name === 'x-units' ? units : undefined), remoteAddress: '127.0.0.1' })
+    const warnings: string[] = []
+    const decide = createRateLimitPipeline({
+      rules: [
+        { name: 'bytes-watch', shadow: true, cost: (r) => Number(r.header('x-units')), policies: { algorithm: 'token-bucket', name: 'bytes', capacity: 100, refillTokens: 100, refillIntervalMs: MINUTE } },
+        { name: 'requests', policies: { algorithm: 'fixed-window', name: 'requests', limit: 2, windowMs: MINUTE } },
+      ],
+      clock: fixedClock,
+      onWarning: (message) => warnings.push(message),
+    })
+    const big = decide(request('101')) as HttpOutcome
+    assert.equal(big.proceed, true)
+    assert.deepEqual(big.decision?.policies.map((p) => p.policy), ['requests'], 'the shadow rule is left out; the other still charges')
+    assert.equal((decide(request('500')) as HttpOutcome).proceed, true)
+    assert.equal((decide(request('1')) as HttpOutcome).status, 429, 'two requests were charged to "requests"')
+    assert.deepEqual(warnings, ['sluice: shadow rule "bytes-watch" met a request costing 101 units, more than one of its policies admits at once; enforcing, it would answer 413. It is left out of such requests\' decisions'])
+    const enforced = createRateLimitPipeline({ rules: [{ cost: (r) => Number(r.header('x-units')), policies: { algorithm: 'fixed-window', name: 'bytes', limit: 100, windowMs: MINUTE } }], clock: fixedClock })
+    assert.equal((enforced(request('101')) as HttpOutcome).status, 413)
+    assert.equal((enforced(request('100')) as HttpOutcome).proceed, true, 'exactly the limit fits')
+    assert.throws(() => enforced(request('1.5')), /rule "rule-0" cost\(\) must return a positive integer at once \(not a promise\) \(got 1\.5\)/)
+    assert.throws(() => enforced(request('')), /got 0/)
+    const later = createRateLimitPipeline({ rules: [{ cost: (async () => 2) as never, policies: { algorithm: 'fixed-window', name: 'bytes', limit: 100, windowMs: MINUTE } }], clock: fixedClock })
+    assert.throws(() => later(request('1')), /cost\(\) must return a positive integer at once \(not a promise\) \(got a promise\)/)
+  })
 })
 
 describe('HTTP queueing and aborts', () => {
@@ -790,7 +825,7 @@ describe('node adapter errors', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
     try {
       assert.equal((await fetch(`http://127.0.0.1:${(server.address() as { port: number }).port}/`)).status, 500)
-      assert.deepEqual(warnings, ['a request could not be decided and was answered 500: cost must be a positive integer (got 0)'])
+      assert.deepEqual(warnings, ['a request could not be decided and was answered 500: rule "rule-0" cost() must return a positive integer at once (not a promise) (got 0)'])
     } finally {
       server.closeAllConnections()
       server.close()
