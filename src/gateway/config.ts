@@ -621,6 +621,8 @@ function shapeProblems(doc: Document): Array<{ problem: string; offset: number |
     Pair(_key, pair) {
       const key = pair.key as { range?: [number, number, number] | null } | null
       if (key !== null && typeof key === 'object' && !isScalar(key) && !isAlias(key)) problems.push({ problem: 'a key that is a map or a list; keys are names', offset: key.range?.[0] })
+      // Where the schema reads a map of names (a policy, tiers, headers) it would drop this key unseen.
+      if (isScalar(key) && key.value === '__proto__') problems.push({ problem: '__proto__ is not a name a config can use: JavaScript reserves it, so it would be dropped, not read', offset: key.range?.[0] })
     },
     Node(_key, node) {
       if (isAlias(node)) {

@@ -675,6 +675,16 @@ routes:
     assert.deepEqual(warnings, [])
   })
 
+  it('refuses __proto__ as a key, where a map of names (a policy, tiers, match headers) would drop it unseen', async () => {
+    for (const limits of [
+      '      - { policies: { algorithm: fixed-window, limit: 5, windowMs: 1000, __proto__: { limit: 1 } } }',
+      '      - { tiers: { __proto__: { algorithm: fixed-window, limit: 5, windowMs: 1000 }, free: { algorithm: fixed-window, limit: 1, windowMs: 1000 } } }',
+      '      - { match: { headers: { __proto__: x } }, policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 } }',
+    ]) {
+      assert.deepEqual(await problems(minimal(limits)), ['YAML: __proto__ is not a name a config can use: JavaScript reserves it, so it would be dropped, not read (line 7)'], limits)
+    }
+  })
+
   it('names unnamed policies after their route, so equal limits on two routes never share state', async () => {
     const policy = '{ algorithm: fixed-window, limit: 5, windowMs: 1000 }'
     const config = await parseConfig(`
