@@ -157,6 +157,8 @@ export interface Trip {
   cost: RequestCost
   /** The client's `cost` option, asked before the first attempt when the request named no cost. */
   pricing: (() => RequestCost | Promise<RequestCost>) | undefined
+  /** The request body's size in bytes, where it is known before sending: what it takes from a content-bytes quota. */
+  bodyBytes: number | undefined
   signal: AbortSignal
   retryable: boolean
   /** Its place in the partition's queue, kept across retries. */
@@ -254,7 +256,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     const request = new Request(input, fetchInit)
     // A body read once cannot be sent twice: such requests are sent once.
     const replayable = request.body === null || isReplayable(fetchInit.body)
-    const trip = this.trip(new URL(request.url), request, request.signal, replayable, rateLimit, () => (request.body === null ? request : request.clone()))
+    const trip = this.trip(new URL(request.url), request, request.signal, replayable, rateLimit, () => (request.body === null ? request : request.clone()), bodySize(fetchInit.body, request.headers))
     for (;;) {
       const partition = await this.depart(trip)
       let response: Response
@@ -300,12 +302,12 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
           return undefined
         }
       }
-      intercepted.start((signal) => this.trip(url, { method, headers }, signal, replayable, undefined, asRequest))
+      intercepted.start((signal) => this.trip(url, { method, headers }, signal, replayable, undefined, asRequest, bodySize(body, headers)))
       return true
     }
   }
 
-  private trip(url: URL, request: RequestSummary, signal: AbortSignal, replayable: boolean, rateLimit: RequestLimitOptions | undefined, asRequest: () => Request | undefined): Trip {
+  private trip(url: URL, request: RequestSummary, signal: AbortSignal, replayable: boolean, rateLimit: RequestLimitOptions | undefined, asRequest: () => Request | undefined, bodyBytes: number | undefined): Trip {
     const perRequest = requestOptions(rateLimit)
     const costOf = this.costOf
     const partitionKey = perRequest.partition ?? this.partitionOf(url, request)
@@ -319,6 +321,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
         const copy = asRequest()
         return copy === undefined ? undefined : costOf(copy)
       },
+      bodyBytes,
       signal,
       retryable: this.retry !== undefined && replayable &&
         (IDEMPOTENT.has(request.method.toUpperCase()) || request.headers.has('idempotency-key') || this.retry.nonIdempotent),
@@ -339,7 +342,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     }
     const partition = this.partition(trip.partition)
     // A retried request keeps its place in the queue: it is not the one to be refused again.
-    trip.place = await partition.acquire(trip.priority, trip.signal, trip.maxWaitMs, trip.cost, trip.place)
+    trip.place = await partition.acquire(trip.priority, trip.signal, trip.maxWaitMs, trip, trip.place)
     try {
       await this.gates(trip.partition, partition, trip.signal, trip.maxWaitMs, trip.cost)
     } catch (error) {
@@ -454,7 +457,8 @@ interface Waiter {
   enqueuedAt: number
   reason: WaitReason | undefined
   maxWaitMs: number
-  cost: RequestCost
+  /** The request's trip: its cost is priced against what the partition knows when it reaches the head of the queue. */
+  trip: Pick<Trip, 'cost' | 'bodyBytes'>
   resolve: () => void
   reject: (error: unknown) => void
   signal: AbortSignal
@@ -488,13 +492,13 @@ class Partition {
    * Resolves when the request may go: the quota is charged and it counts as
    * active. Resolves with the request's place in line, which a retry passes back.
    */
-  acquire(priority: number, signal: AbortSignal, maxWaitMs: number, cost: RequestCost, place?: number): Promise<number> {
+  acquire(priority: number, signal: AbortSignal, maxWaitMs: number, trip: Waiter['trip'], place?: number): Promise<number> {
     if (signal.aborted) return Promise.reject(abortReason(signal))
     if (this.queue.length >= this.maxQueue) return Promise.reject(new QueueFullError(this.key, this.maxQueue))
     const seq = place ?? this.seq++
     return new Promise<number>((resolve, reject) => {
       const waiter: Waiter = {
-        priority, seq, enqueuedAt: Date.now(), reason: undefined, maxWaitMs, cost, resolve: () => resolve(seq), reject, signal,
+        priority, seq, enqueuedAt: Date.now(), reason: undefined, maxWaitMs, trip, resolve: () => resolve(seq), reject, signal,
         onAbort: () => {
           const at = this.queue.indexOf(waiter)
           if (at === -1) return
@@ -553,7 +557,9 @@ class Partition {
         return
       }
       const now = Date.now()
-      const admission = this.quota.admit(now, head.cost)
+      // Priced now, not when it queued: requests queued behind the first answer learn the server's units from it.
+      head.trip.cost = this.quota.priced(head.trip.cost, head.trip.bodyBytes)
+      const admission = this.quota.admit(now, head.trip.cost)
       if (admission.kind === 'never') {
         this.queue.shift()
         head.signal.removeEventListener('abort', head.onAbort)
@@ -745,6 +751,17 @@ function headersOf(raw: Dispatcher.DispatchOptions['headers']): Headers {
     for (const [name, value] of Object.entries(raw)) add(name, value)
   }
   return headers
+}
+
+/** A request body's size in bytes where it is known before it is sent (a stream's only from its Content-Length). */
+function bodySize(body: unknown, headers: Headers): number | undefined {
+  if (body === undefined || body === null) return 0
+  if (typeof body === 'string') return Buffer.byteLength(body)
+  if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return body.byteLength
+  if (body instanceof Blob) return body.size
+  if (body instanceof URLSearchParams) return Buffer.byteLength(body.toString())
+  const declared = Number(headers.get('content-length') ?? NaN)
+  return Number.isSafeInteger(declared) && declared >= 0 ? declared : undefined
 }
 
 function isReplayable(body: RequestInit['body']): boolean {

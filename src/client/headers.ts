@@ -49,6 +49,8 @@ export interface AnnouncedQuota {
    * `remaining` more may start, and a unit comes back when a response ends.
    */
   concurrent?: boolean
+  /** The quota counts content bytes (draft-10's `qu="content-bytes"`), not requests. */
+  contentBytes?: boolean
 }
 
 export interface Announcement {
@@ -131,7 +133,7 @@ function dateOf(value: string | undefined): number | undefined {
 function namedItems(header: HeaderLookup): AnnouncedQuota[] | undefined {
   const current = listOf(header('ratelimit'))?.map(([name, params]) => [nameOf(name), params] as const)
   if (current === undefined || current.length === 0 || !current.every(([name]) => name !== undefined)) return undefined
-  const windows = new Map<string, { limit?: number; windowMs?: number; concurrent?: boolean }>()
+  const windows = new Map<string, { limit?: number; windowMs?: number; concurrent?: boolean; contentBytes?: boolean }>()
   for (const [item, params] of listOf(header('ratelimit-policy')) ?? []) {
     const name = nameOf(item)
     if (name === undefined) continue
@@ -140,6 +142,7 @@ function namedItems(header: HeaderLookup): AnnouncedQuota[] | undefined {
     // A quota of requests in progress has no window: a `w` beside it would describe none.
     const concurrent = CONCURRENT_UNITS.has(params.get('qu'))
     windows.set(name, {
+      ...(params.get('qu') === 'content-bytes' && { contentBytes: true }),
       ...(limit !== undefined && { limit }),
       ...(concurrent ? { concurrent } : window !== undefined && window > 0 && { windowMs: window * 1000 }),
     })

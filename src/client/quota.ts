@@ -67,6 +67,8 @@ interface Tracked {
   unknownSinceReset: boolean
   /** A quota of requests in progress at once: `limit` is how many, and `remaining`, `resetAt` stay undefined. */
   concurrent: boolean
+  /** A quota of content bytes: a request takes its body's size from it (see `priced`). */
+  contentBytes: boolean
   /** Of a concurrency quota: units the server counted beyond this partition's own, at the last answer... */
   othersHeld: number
   /** ...believed until this time (epoch ms). */
@@ -75,12 +77,12 @@ interface Tracked {
 
 const rateQuota = (announced: AnnouncedQuota, remaining: number | undefined, resetAt: number | undefined): Tracked => ({
   limit: announced.limit, remaining, resetAt, windowMs: announced.windowMs, unitMs: announced.unitMs, unknownSinceReset: false,
-  concurrent: false, othersHeld: 0, othersUntil: 0,
+  concurrent: false, contentBytes: announced.contentBytes === true, othersHeld: 0, othersUntil: 0,
 })
 
 const concurrencyQuota = (announced: AnnouncedQuota): Tracked => ({
   limit: announced.limit, remaining: undefined, resetAt: undefined, windowMs: undefined, unitMs: undefined, unknownSinceReset: false,
-  concurrent: true, othersHeld: 0, othersUntil: 0,
+  concurrent: true, contentBytes: false, othersHeld: 0, othersUntil: 0,
 })
 
 /** Nothing left of it, as far as the partition can tell. */
@@ -116,6 +118,23 @@ export class PartitionQuota {
   private readonly holding = new Map<string, number>()
 
   constructor(private readonly probeMs: number) {}
+
+  /**
+   * `cost` with what it leaves unsaid about the server's content-bytes quotas:
+   * each one it does not name takes the request's body size, at least 1 (a
+   * quota of bytes may count the response's too, unknown until it comes; 1
+   * keeps a spent quota waiting). A number is the caller's count for every policy.
+   */
+  priced(cost: RequestCost, bodyBytes: number | undefined): RequestCost {
+    if (typeof cost === 'number') return cost
+    let priced: Record<string, number> | undefined
+    for (const [name, quota] of this.tracked) {
+      if (!quota.contentBytes || (cost !== undefined && Object.hasOwn(cost, name))) continue
+      priced ??= { ...cost }
+      priced[name] = Math.max(1, bodyBytes ?? 1)
+    }
+    return priced ?? cost
+  }
 
   /** Whether a request taking `cost` may be sent at `now`; when it may, it is charged and counted in flight. */
   admit(now: number, cost?: RequestCost): Admission {
@@ -246,6 +265,8 @@ export class PartitionQuota {
         quota.limit = announced.limit ?? quota.limit
         quota.windowMs = announced.windowMs ?? quota.windowMs
         quota.unitMs = announced.unitMs ?? quota.unitMs
+        // Not every response describes its policies: one that leaves the unit unsaid does not change it.
+        quota.contentBytes ||= announced.contentBytes === true
         quota.unknownSinceReset = false
       }
       const current = this.tracked.get(announced.name) as Tracked

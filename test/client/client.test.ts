@@ -825,3 +825,67 @@ describe('against a concurrency limit (sluice\'s count: \'in-flight\', announced
     }
   })
 })
+
+describe('against a quota of content bytes (qu="content-bytes")', () => {
+  /** A server allowing `limit` request body bytes an hour, announcing them in draft-10 with qu="content-bytes". */
+  async function uploadServer(limit: number) {
+    const state = { used: 0, admitted: 0, refused: 0, url: '', close: async () => {} }
+    const server = createServer((request, response) => {
+      let bytes = 0
+      request.on('data', (chunk: Buffer) => { bytes += chunk.length })
+      request.on('end', () => {
+        const allowed = state.used + bytes <= limit
+        if (allowed) state.used += bytes
+        if (allowed) state.admitted++
+        else state.refused++
+        response.setHeader('RateLimit-Policy', `"upload-bytes";q=${limit};qu="content-bytes";w=3600`)
+        response.setHeader('RateLimit', `"upload-bytes";r=${limit - state.used};t=3600`)
+        if (!allowed) response.setHeader('Retry-After', '3600')
+        response.statusCode = allowed ? 200 : 429
+        response.end()
+      })
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/upload`
+    state.close = async () => {
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+    return state
+  }
+  const body = (bytes: number) => 'é'.repeat(bytes / 2) // two bytes each in UTF-8: the quota counts bytes, not characters
+
+  it('client.fetch: each upload takes its body size from the quota, so a burst stops where the bytes run out, not after as many requests; one larger than the whole quota is never sent', async () => {
+    const server = await uploadServer(1000)
+    try {
+      const client = createClient({ maxWaitMs: 0 })
+      assert.equal((await client.fetch(server.url, { method: 'POST', body: body(300) })).status, 200)
+      // 700 bytes left: two of these three fit. Counted as requests, all three went, and the server refused one.
+      const burst = await Promise.allSettled([0, 1, 2].map(() => client.fetch(server.url, { method: 'POST', body: body(300) })))
+      assert.deepEqual(burst.map((r) => (r.status === 'fulfilled' ? r.value.status : (r.reason as Error).name)), [200, 200, 'QuotaExhaustedError'])
+      await assert.rejects(client.fetch(server.url, { method: 'POST', body: new Uint8Array(2000) }), (error: unknown) => error instanceof QuotaExhaustedError && /takes 2000 of policy "upload-bytes", whose whole quota is 1000/.test(error.message))
+      // A GET has no body, yet a spent quota holds it too (a quota of bytes may count a download's).
+      const client2 = createClient({ maxWaitMs: 0 })
+      assert.equal((await client2.fetch(server.url, { method: 'POST', body: body(100) })).status, 200)
+      await assert.rejects(client2.fetch(server.url), QuotaExhaustedError)
+      assert.deepEqual([server.admitted, server.refused, server.used], [4, 0, 1000])
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('the undici interceptor reads the body size from a string or bytes body', async () => {
+    const server = await uploadServer(1000)
+    const client = createClient({ maxWaitMs: 0 })
+    const agent = new Agent().compose(client.interceptor())
+    try {
+      assert.equal((await request(server.url, { method: 'POST', body: body(600), dispatcher: agent })).statusCode, 200)
+      await assert.rejects(request(server.url, { method: 'POST', body: Buffer.alloc(500), dispatcher: agent }), QuotaExhaustedError)
+      assert.equal((await request(server.url, { method: 'POST', body: Buffer.alloc(400), dispatcher: agent })).statusCode, 200)
+      assert.deepEqual([server.admitted, server.refused, server.used], [2, 0, 1000])
+    } finally {
+      await agent.close()
+      await server.close()
+    }
+  })
+})

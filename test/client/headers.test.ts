@@ -27,7 +27,7 @@ describe('reading announced limits', () => {
     assert.deepEqual(read({ RateLimit: 'default;r=5;t=3' }).quotas, [{ name: 'default', remaining: 5, resetAfterMs: 3000 }])
   })
 
-  it('draft-10: a quota of requests in progress (qu="concurrent-requests") has neither window nor reset; other quota units read as before', () => {
+  it('draft-10: a quota of requests in progress (qu="concurrent-requests") has neither window nor reset; one of content bytes is marked so', () => {
     const announced = read({
       'RateLimit-Policy': '"exports";q=2;qu="concurrent-requests";w=60, "hour";q=100;w=3600;qu="requests", "bytes";q=5000;qu="content-bytes";w=60',
       RateLimit: '"exports";r=1;t=5, "hour";r=99;t=3000, "bytes";r=4000;t=30',
@@ -35,7 +35,7 @@ describe('reading announced limits', () => {
     assert.deepEqual(announced.quotas, [
       { name: 'exports', limit: 2, concurrent: true, remaining: 1 },
       { name: 'hour', limit: 100, windowMs: 3_600_000, remaining: 99, resetAfterMs: 3_000_000 },
-      { name: 'bytes', limit: 5000, windowMs: 60_000, remaining: 4000, resetAfterMs: 30_000 },
+      { name: 'bytes', limit: 5000, windowMs: 60_000, remaining: 4000, resetAfterMs: 30_000, contentBytes: true },
     ])
     // The unit's name in the working group's first registry text.
     assert.deepEqual(read({ 'RateLimit-Policy': '"jobs";q=3;qu="concurrency"', RateLimit: '"jobs";r=3' }).quotas, [{ name: 'jobs', limit: 3, concurrent: true, remaining: 3 }])

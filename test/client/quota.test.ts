@@ -262,6 +262,26 @@ describe('the learned quota of one partition', () => {
   })
 })
 
+describe('a quota of content bytes (qu="content-bytes")', () => {
+  it('prices a request at its body size for each such policy the cost does not name, at least 1; a number is the caller\'s count for all', () => {
+    const quota = new PartitionQuota(60_000)
+    assert.equal(quota.priced(undefined, 300), undefined, 'nothing learned yet: the default, 1 from each')
+    quota.admit(0)
+    quota.settle({ quotas: [{ name: 'bytes', limit: 1000, remaining: 900, resetAfterMs: 60_000, contentBytes: true }, { name: 'requests', limit: 10, remaining: 9, resetAfterMs: 60_000 }] }, 200, 0)
+    assert.deepEqual(quota.priced(undefined, 300), { bytes: 300 })
+    assert.deepEqual(quota.priced(undefined, 0), { bytes: 1 }, 'a body-less request still takes a unit: a spent quota holds it')
+    assert.deepEqual(quota.priced(undefined, undefined), { bytes: 1 }, 'a stream of unknown length')
+    assert.deepEqual(quota.priced({ requests: 2 }, 300), { requests: 2, bytes: 300 })
+    assert.deepEqual(quota.priced({ bytes: 5 }, 300), { bytes: 5 }, 'named by the caller: theirs')
+    assert.equal(quota.priced(4, 300), 4)
+    // A later answer that describes no unit (RateLimit without RateLimit-Policy) leaves it as it was.
+    quota.admit(1)
+    quota.settle({ quotas: [{ name: 'bytes', remaining: 800, resetAfterMs: 59_000 }] }, 200, 1)
+    assert.deepEqual(quota.priced(undefined, 900), { bytes: 900 })
+    assert.deepEqual(quota.admit(2, { bytes: 900 }), { kind: 'wait', until: 59_001, reason: 'quota' })
+  })
+})
+
 describe('a quota of requests in progress at once (qu="concurrent-requests")', () => {
   const inProgress = (remaining: number, limit = 2): Announcement => ({ quotas: [{ name: 'exports', limit, remaining, concurrent: true }] })
 
