@@ -43,9 +43,17 @@ export const RESERVABLE: ReadonlySet<AlgorithmName> = new Set([
 ])
 
 /** Validates one policy or an array of them (all-or-nothing) into frozen policies. */
+/**
+ * Policies one limiter decides together. Every decision reads and writes each
+ * of them (one Redis call carries all their keys: near 17,000 the client
+ * cannot even build the call); APIs combine a few.
+ */
+export const MAX_POLICIES = 1000
+
 export function resolvePolicies(input: unknown): readonly ResolvedPolicy[] {
   const list = Array.isArray(input) ? input : [input]
   if (list.length === 0) throw new ArgumentError('policies', input, 'must hold at least one policy')
+  if (list.length > MAX_POLICIES) throw new ArgumentError('policies', input, `must hold at most ${MAX_POLICIES} policies: each decision reads and writes every one`)
   const resolved = list.map((policy: unknown) => resolvePolicy(policy))
   const seen = new Set<string>()
   for (const policy of resolved) {

@@ -96,6 +96,10 @@ describe('policy validation', () => {
     assert.throws(() => limiter.limitSync(''), /key must be a non-empty string/)
     assert.throws(() => limiter.limitSync(42 as never), /key must be a non-empty string \(got 42\)/)
     assert.throws(() => new Limiter({ policies: [], prefix: 'x' }), /at least one policy/)
+    // Near 17,000 a Redis call could not even be built ("Maximum call stack size exceeded" on every decision).
+    const many = (n: number) => Array.from({ length: n }, (_, i) => ({ algorithm: 'fixed-window' as const, name: `p${i}`, limit: 5, windowMs: 1000 }))
+    assert.equal(new Limiter({ policies: many(1000) }).policies.length, 1000)
+    assert.throws(() => new Limiter({ policies: many(1001) }), /^ArgumentError: policies must hold at most 1000 policies: each decision reads and writes every one \(got an array of 1001\)$/)
     assert.throws(() => new Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1 }, prefix: 'a b' }), /prefix/)
     assert.throws(() => new Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1 }, storeTimeout: 5 } as never), /storeTimeout is not a Limiter option/)
   })

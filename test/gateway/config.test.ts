@@ -685,6 +685,11 @@ routes:
     }
   })
 
+  it('refuses more policies in one limit than a limiter decides together, naming the line', async () => {
+    const list = Array.from({ length: 1001 }, (_, i) => `          - { algorithm: fixed-window, name: p${i}, limit: 5, windowMs: 1000 }`).join('\n')
+    assert.deepEqual(await problems(minimal(`      - policies:\n${list}`)), ['routes[0].limits[0].policies: policies must hold at most 1000 policies: each decision reads and writes every one (got an array of 1001) (line 8)'])
+  })
+
   it('names unnamed policies after their route, so equal limits on two routes never share state', async () => {
     const policy = '{ algorithm: fixed-window, limit: 5, windowMs: 1000 }'
     const config = await parseConfig(`
