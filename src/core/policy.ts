@@ -42,7 +42,6 @@ export const RESERVABLE: ReadonlySet<AlgorithmName> = new Set([
   'leaky-bucket',
 ])
 
-/** Validates one policy or an array of them (all-or-nothing) into frozen policies. */
 /**
  * Policies one limiter decides together. Every decision reads and writes each
  * of them (one Redis call carries all their keys: near 17,000 the client
@@ -50,6 +49,7 @@ export const RESERVABLE: ReadonlySet<AlgorithmName> = new Set([
  */
 export const MAX_POLICIES = 1000
 
+/** Validates one policy or an array of them (all-or-nothing) into frozen policies. */
 export function resolvePolicies(input: unknown): readonly ResolvedPolicy[] {
   const list = Array.isArray(input) ? input : [input]
   if (list.length === 0) throw new ArgumentError('policies', input, 'must hold at least one policy')
