@@ -297,9 +297,10 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
   rejectUnknown('a rate-limit option', options, OPTIONS)
   const warn = warningSink(options)
   const warned = new Set<string>()
-  const warnOnce = (message: string) => {
-    if (warned.has(message)) return
-    warned.add(message)
+  /** `about`: what is warned of once, where the message itself varies (a count in it). */
+  const warnOnce = (message: string, about = message) => {
+    if (warned.has(about)) return
+    warned.add(about)
     warn(message)
   }
   // An observer that throws must not fail the request it observes: the error is reported, the request goes on.
@@ -579,13 +580,9 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     const refusal = rule.beyondReach?.(limiter, cost)
     if (refusal === undefined) return { rule, limiter, key, cost }
     if (!rule.shadow) return refusal
-    if (!shadowBeyondReach.has(rule.name)) {
-      shadowBeyondReach.add(rule.name)
-      warn(`sluice: shadow rule "${rule.name}" met a request costing ${cost} units, more than one of its policies admits at once; enforcing, it would answer 413. It is left out of such requests' decisions`)
-    }
+    warnOnce(`sluice: shadow rule "${rule.name}" met a request costing ${cost} units, more than one of its policies admits at once; enforcing, it would answer 413. It is left out of such requests' decisions`, `beyond reach\u0000${rule.name}`)
     return undefined
   }
-  const shadowBeyondReach = new Set<string>()
   /**
    * Every matching rule from `from` on, with its key, limiter (tier) and cost; or the 403 of a request with no identity.
    * The list is made by the first match, one entry long (an empty array's first push reserves room for 16, per request).
