@@ -302,7 +302,9 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
         for (const [tier, policies] of limit.policies) {
           const decision = await new Limiter({ policies, prefix, store, blockCache: false }).peek(key)
           for (const entry of decision.policies) {
-            out(`  ${limit.name}${tier === '' ? '' : ` [tier ${tier}]`}  ${entry.policy}: ${entry.remaining}/${entry.limit} left, full in ${entry.resetAfterMs} ms${entry.allowed ? '' : `, refusing for ${entry.retryAfterMs} ms`}`)
+            // A window that has not begun still has a reset ahead; with nothing spent, it is full now.
+            const refill = entry.remaining >= entry.limit ? 'full' : `full in ${entry.resetAfterMs} ms`
+            out(`  ${limit.name}${tier === '' ? '' : ` [tier ${tier}]`}  ${entry.policy}: ${entry.remaining}/${entry.limit} left, ${refill}${entry.allowed ? '' : `, refusing for ${entry.retryAfterMs} ms`}`)
           }
         }
       }

@@ -109,7 +109,9 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     const viaConfig = await runCli(['inspect', '--redis', redis.url, '--config', dir, 'user:bob'], { JWT_SECRET: SECRET })
     assert.equal(viaConfig.code, 0, viaConfig.stderr)
     assert.match(viaConfig.stdout, /api\.plan \[tier pro\] {2}pro-day: 0\/5 left/)
-    assert.match(viaConfig.stdout, /api\.plan \[tier free\] {2}free-day: 2\/2 left/)
+    // Untouched: full now, though its day has hours to run.
+    assert.match(viaConfig.stdout, /api\.plan \[tier free\] {2}free-day: 2\/2 left, full\n/)
+    assert.match(viaConfig.stdout, /api\.plan \[tier pro\] {2}pro-day: 0\/5 left, full in \d+ ms/)
     assert.equal(viaConfig.stderr, '')
     // An address as the client's socket shows it (IPv4-mapped on a dual-stack listener) is read where its quota is kept.
     const mapped = await runCli(['inspect', '--redis', redis.url, '--config', dir, 'ip:::ffff:127.0.0.1'], { JWT_SECRET: SECRET })
