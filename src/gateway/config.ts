@@ -1059,9 +1059,37 @@ function defaultMessage(issue: z.core.$ZodRawIssue): string {
 
 /** The JSON Schema of the file, for editor completion (written to schema/sluice.schema.json). */
 export function configJsonSchema(): Record<string, unknown> {
+  const schema = allowReferences(z.toJSONSchema(configSchema, { io: 'input', unrepresentable: 'any' })) as Record<string, unknown>
   return {
-    ...z.toJSONSchema(configSchema, { io: 'input', unrepresentable: 'any' }),
+    ...schema,
+    $defs: { ...(schema.$defs as object | undefined), envReference: REFERENCE_SCHEMA },
     $id: 'https://github.com/sluice/sluice/schema/sluice.schema.json',
     title: 'sluice gateway configuration',
   }
+}
+
+/** A string holding an `${ENV}` reference (not the `$${` escape): the editor sees it before it is substituted. */
+const REFERENCE_SCHEMA = {
+  type: 'string',
+  pattern: '(^|[^$])\\$\\{[A-Za-z_]',
+  description: 'an environment reference (${NAME} or ${NAME:-default}), checked once substituted',
+}
+
+/**
+ * The editor reads the file as written, references unsubstituted: every value
+ * that a string holding one would fail (a number, a boolean, a pattern, a
+ * format, an enum) also takes one, as the gateway does (`capacity: "${CAP}"`,
+ * `url: ${REDIS_URL}`). Constants stay as they are: they tell the shapes of a
+ * union apart (a policy's `algorithm`, the store's `type`).
+ */
+function allowReferences(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(allowReferences)
+  if (schema === null || typeof schema !== 'object') return schema
+  const node = Object.fromEntries(Object.entries(schema).map(([key, value]) => [key, allowReferences(value)])) as Record<string, unknown>
+  const types = [node.type].flat()
+  const scalar = types.length > 0 && types.every((type) => type === 'string' || type === 'number' || type === 'integer' || type === 'boolean')
+  const refusesReferences = !types.includes('string') || node.pattern !== undefined || node.format !== undefined || node.enum !== undefined
+  if (!scalar || node.const !== undefined || !refusesReferences) return node
+  const { description, default: fallback, ...rest } = node
+  return { ...(description === undefined ? {} : { description }), ...(fallback === undefined ? {} : { default: fallback }), anyOf: [rest, { $ref: '#/$defs/envReference' }] }
 }

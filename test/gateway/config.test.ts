@@ -719,6 +719,16 @@ routes:
     const validate = ajv.compile(committed)
     assert.equal(validate(parse(readFileSync(example, 'utf8'))), true, JSON.stringify(validate.errors))
     assert.equal(validate({ routes: [{ name: 'a', upstream: 'http://x', limits: [{ policies: { algorithm: 'token-bucket', capacity: 5 } }] }] }), false)
+    // An editor reads references unsubstituted: they pass where the gateway would substitute them, and nothing else does.
+    const readmeConfig = /```yaml\n([\s\S]*?)```/.exec(readFileSync(new URL('../../README.md', import.meta.url), 'utf8'))?.[1] as string
+    assert.match(readmeConfig, /url: \$\{REDIS_URL\}/)
+    assert.equal(validate(parse(readmeConfig)), true, JSON.stringify(validate.errors))
+    const withCapacity = (capacity: unknown) => validate({ routes: [{ name: 'a', upstream: 'http://x', limits: [{ policies: { algorithm: 'token-bucket', capacity, refillTokens: 1, refillIntervalMs: 1000 } }] }] })
+    assert.deepEqual([5, '${CAP}', '${CAP:-5}', -5, 'five', '$${CAP}', '${}'].map(withCapacity), [true, true, true, false, false, false, false])
+    const routes = [{ name: 'a', upstream: 'http://x' }]
+    assert.equal(validate({ server: { listen: 8080, tls: { cert: 'c', key: 'k', http2: '${HTTP2}' } }, store: { type: 'redis', url: '${REDIS_URL}', onFailure: '${ON_FAILURE:-open}' }, routes }), true, JSON.stringify(validate.errors))
+    // A constant tells a union's shapes apart, and stays one.
+    assert.equal(validate({ store: { type: '${STORE}' }, routes }), false)
   })
 
   it('sluice check-config: exit 0 for a valid file, 1 with every problem for an invalid one, 2 without a file', async () => {
