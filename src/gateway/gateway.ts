@@ -20,7 +20,7 @@ import { authorityOf, nodeRequest, responseOnSocket, waitTurn } from '../http/ad
 import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
-import { compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
+import { candidatesByPath, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
@@ -49,6 +49,8 @@ interface CompiledRoute {
 interface Runtime {
   config: GatewayConfig
   routes: CompiledRoute[]
+  /** The routes that may match a request, in order (see candidatesByPath): a config of many routes is not tried route by route. */
+  routesFor: (request: HttpRequest) => readonly CompiledRoute[]
   decide: ((request: HttpRequest) => HttpOutcome | Promise<HttpOutcome>) | undefined
   store: OpenedStore
   /** Request headers (lower case) that pick the client's key, tier, route or limits: see decidedBy. */
@@ -349,7 +351,7 @@ export class Gateway {
         answerInstead(res, expectsContinue, runtime.cors.preflight(req), NO_FIELDS)
         return
       }
-      const route = routeFor(runtime.routes, request)
+      const route = routeFor(runtime.routesFor(request), request)
       if (route === AMBIGUOUS) {
         const why = readsDifferently(request)
           ? 'its path holds an encoded slash, a backslash or a ";"; send it as the path meant'
@@ -637,8 +639,30 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
       if (request.outcome === undefined || request.outcome === 'allowed') request.outcome = outcome
     },
     onWarning: (message) => logger.warn(message),
-  }, { storeFailures: storeCalls, ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }) })
-  return { config, routes, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors) }
+  }, {
+    storeFailures: storeCalls,
+    rulesFor: rulesByRoute(config.limitsResolved),
+    ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }),
+  })
+  const routesFor = candidatesByPath(routes, (route) => route.config.match?.path, config.caseSensitive)
+  return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors) }
+}
+
+/** The positions of the limits that apply on a request's route: every route's (global limits) and its own. */
+function rulesByRoute(limits: readonly ResolvedLimit[]): (request: HttpRequest) => readonly number[] {
+  const everywhere: number[] = []
+  const byRoute = new Map<string, number[]>()
+  limits.forEach((limit, index) => {
+    if (limit.route === undefined) {
+      everywhere.push(index)
+      for (const positions of byRoute.values()) positions.push(index)
+    } else {
+      const positions = byRoute.get(limit.route) ?? [...everywhere]
+      positions.push(index)
+      byRoute.set(limit.route, positions)
+    }
+  })
+  return (request) => byRoute.get((request as GatewayRequest).route) ?? everywhere
 }
 
 /** The request headers the config reads to key, tier, route or limit a request, in lower case. */
@@ -706,7 +730,7 @@ function watchLimiters(runtime: Runtime, store: Store): Limiter[] {
 const AMBIGUOUS = Symbol('ambiguous')
 
 /**
- * The first route that matches the request; AMBIGUOUS where its path or method
+ * The first route of `routes` (those that may match, see candidatesByPath) that matches the request; AMBIGUOUS where its path or method
  * reads as another one to some servers (see pathReadings, methodReadings) and
  * the readings pick different routes. Forwarded by the one, it could be served
  * as the other's, past the other's limits: `/static/..%2Flogin` is `/login` to

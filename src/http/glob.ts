@@ -120,6 +120,17 @@ function stepper(parts: readonly string[], optionalTrailingSlash: boolean, caseS
   }
 }
 
+/** Text as the case-insensitive matchers compare it: two texts they take as equal fold alike. */
+export function foldCase(text: string): string {
+  // toUpperCase folds printable ASCII as Canonicalize does; anything else one unit at a time (`ß` stays, where toUpperCase gives `SS`).
+  if (!NON_ASCII.test(text)) return text.toUpperCase()
+  let folded = ''
+  for (let i = 0; i < text.length; i++) folded += String.fromCharCode(foldCode(text.charCodeAt(i)))
+  return folded
+}
+
+const NON_ASCII = /[^ -~]/
+
 /** A UTF-16 unit as a case-insensitive regular expression (no `u` flag) compares it: ECMAScript's Canonicalize. */
 function foldCode(code: number): number {
   if (code < 0x80) return code >= 0x61 && code <= 0x7a ? code - 0x20 : code

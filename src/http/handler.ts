@@ -277,6 +277,11 @@ export interface PipelineExtras {
   headersFor?: (request: HttpRequest) => HeaderOptions | undefined
   /** Where failing store calls are reported (the gateway's log and /status); default: a warning through onWarning. */
   storeFailures?: StoreCallFailures
+  /**
+   * The positions in `options.rules`, ascending, of the rules that may match this request (the
+   * gateway's: those of every route and of the request's own); the rest are not tried. Default: all.
+   */
+  rulesFor?: (request: HttpRequest) => readonly number[]
 }
 
 /**
@@ -587,16 +592,16 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
    * Every matching rule from `from` on, with its key, limiter (tier) and cost; or the 403 of a request with no identity.
    * The list is made by the first match, one entry long (an empty array's first push reserves room for 16, per request).
    */
-  const matchRules = (request: HttpRequest, from: number, matched: Matched[] | undefined): Matched[] | HttpOutcome | Promise<Matched[] | HttpOutcome> => {
-    for (let i = from; i < rules.length; i++) {
-      const rule = rules[i] as CompiledRule
+  const matchRules = (request: HttpRequest, from: number, matched: Matched[] | undefined, only: readonly number[] | undefined): Matched[] | HttpOutcome | Promise<Matched[] | HttpOutcome> => {
+    for (let i = from; i < (only ?? rules).length; i++) {
+      const rule = rules[only === undefined ? i : only[i] as number] as CompiledRule
       if (!rule.matches(request)) continue
       const entry = resolveRule(request, rule)
       if (isPromise(entry)) {
         return entry.then((settled) => {
-          if (settled === undefined) return matchRules(request, i + 1, matched)
+          if (settled === undefined) return matchRules(request, i + 1, matched, only)
           if (!('rule' in settled)) return settled
-          return matchRules(request, i + 1, appended(matched, settled))
+          return matchRules(request, i + 1, appended(matched, settled), only)
         })
       }
       if (entry === undefined) continue
@@ -724,7 +729,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     }
   }
   const afterAllow = (request: HttpRequest): HttpOutcome | Promise<HttpOutcome> => {
-    const matched = matchRules(request, 0, undefined)
+    const matched = matchRules(request, 0, undefined, extras.rulesFor?.(request))
     return isPromise(matched) ? matched.then((settled) => limitMatched(request, settled)) : limitMatched(request, matched)
   }
   const afterDeny = (request: HttpRequest): HttpOutcome | Promise<HttpOutcome> => {

@@ -4,7 +4,7 @@
  */
 import { ArgumentError } from '../core/errors.ts'
 import type { HttpRequest } from './handler.ts'
-import { compileGlob } from './glob.ts'
+import { compileGlob, foldCase } from './glob.ts'
 import { normalizePath } from './path.ts'
 
 export interface MatchOptions {
@@ -194,6 +194,59 @@ export function compilePaths(patterns: string | readonly string[], what: string,
     for (const matches of matchers) if (matches(path)) return true
     return false
   }
+}
+
+/**
+ * The entries (a gateway's routes) whose path patterns may match a request,
+ * in their order, found without trying each: a pattern whose first segment is
+ * literal (`/orders/**`, `/login`) matches only paths whose first segment is
+ * that one (folded alike when matching ignores case), so its entry is looked
+ * up by it. Entries with no path predicate, or a pattern whose first segment
+ * holds a wildcard (`/**`, `/v*`), are candidates for every request. A
+ * request is looked up under each reading of its path (see pathReadings), so
+ * no entry that `compileMatch` would match is ever left out.
+ */
+export function candidatesByPath<T>(entries: readonly T[], pathsOf: (entry: T) => string | string[] | undefined, caseSensitive = true): (request: HttpRequest) => readonly T[] {
+  const fold = caseSensitive ? (segment: string) => segment : foldCase
+  const everywhere: number[] = []
+  const bySegment = new Map<string, number[]>()
+  entries.forEach((entry, index) => {
+    const segments = optionalList(pathsOf(entry))?.map(literalFirstSegment)
+    if (segments === undefined || segments.includes(undefined)) {
+      everywhere.push(index)
+      return
+    }
+    for (const segment of new Set(segments.map((one) => fold(one as string)))) {
+      const indices = bySegment.get(segment)
+      if (indices === undefined) bySegment.set(segment, [index])
+      else indices.push(index)
+    }
+  })
+  if (bySegment.size === 0) return () => entries
+  const sorted = (indices: Iterable<number>): number[] => [...new Set(indices)].sort((a, b) => a - b)
+  // Each segment's entries with the ones for every path, merged once: a request pays one lookup.
+  const indicesFor = new Map([...bySegment].map(([segment, indices]) => [segment, sorted([...indices, ...everywhere])]))
+  const entriesFor = new Map([...indicesFor].map(([segment, indices]) => [segment, indices.map((index) => entries[index] as T)]))
+  const elsewhere = everywhere.map((index) => entries[index] as T)
+  return (request) => {
+    if (!readsDifferently(request)) return entriesFor.get(fold(firstSegment(request.path))) ?? elsewhere
+    const segments = new Set(pathReadings(request).map((path) => fold(firstSegment(path))))
+    if (segments.size === 1) return entriesFor.get([...segments][0] as string) ?? elsewhere
+    return sorted([...segments].flatMap((segment) => indicesFor.get(segment) ?? everywhere)).map((index) => entries[index] as T)
+  }
+}
+
+/** A path's first segment: `orders` of `/orders/42`, `` of `/`. */
+function firstSegment(path: string): string {
+  const end = path.indexOf('/', 1)
+  return path.slice(1, end === -1 ? path.length : end)
+}
+
+/** A pattern's first segment when it is literal (no wildcard in it); undefined otherwise, or for what is not a pattern. */
+function literalFirstSegment(pattern: unknown): string | undefined {
+  if (typeof pattern !== 'string' || !pattern.startsWith('/')) return undefined
+  const segment = firstSegment(pattern)
+  return segment.includes('*') ? undefined : segment
 }
 
 /**

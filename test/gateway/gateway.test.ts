@@ -298,6 +298,39 @@ describe('gateway (child process, real upstream)', () => {
     assert.deepEqual((await Promise.all([slow(200), slow(200)])).map((res) => res.status), [200, 200])
   })
 
+  it('a config of 300 routes: each request meets the first route that matches and that route\'s limits, beside the global ones', async () => {
+    const route = (name: string, path: string, strip: boolean) => `
+  - name: ${name}
+    match: { path: ${path} }
+    upstream: ${upstream.url}${strip ? `\n    stripPrefix: ${path.replace('/**', '')}` : ''}
+    limits:
+      - { key: [ip], policies: { algorithm: fixed-window, name: ${name}, limit: 2, windowMs: 3600000 } }`
+    const routes = Array.from({ length: 300 }, (_, i) => route(`svc${i}`, `/svc${i}/**`, true))
+    // A wildcard in the first segment: a candidate for every path, taking /v1 and /v2 though a route for /v2 comes later.
+    routes.splice(150, 0, route('versioned', '/v*/**', false))
+    routes.push(route('v2', '/v2/**', false))
+    const many = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+limits:
+  - { key: [ip], policies: { algorithm: token-bucket, name: everyone, capacity: 1000, refillTokens: 1, refillIntervalMs: 3600000 } }
+routes:${routes.join('')}
+`)
+    try {
+      const policiesOf = (response: { headers: Headers }) => response.headers.get('ratelimit-policy')?.match(/"[^"]+"/g)?.join(' ')
+      const last = [await get(`${many.url}/svc299/hello`), await get(`${many.url}/SVC299/hello`), await get(`${many.url}/svc299/hello`)]
+      assert.deepEqual(last.map((r) => r.status), [200, 200, 429], 'the last route, also under another case, with its own limit')
+      assert.equal(policiesOf(last[0] as { headers: Headers }), '"everyone" "svc299"')
+      assert.equal((JSON.parse(last[0]?.body ?? '{}') as { path: string }).path, '/hello', 'forwarded by its own route, its prefix stripped')
+      assert.equal(policiesOf(await get(`${many.url}/svc0/hello`)), '"everyone" "svc0"')
+      const versioned = [await get(`${many.url}/v1/x`), await get(`${many.url}/v2/x`), await get(`${many.url}/v3/x`)]
+      assert.deepEqual(versioned.map((r) => r.status === 429 ? 429 : policiesOf(r)), ['"everyone" "versioned"', '"everyone" "versioned"', 429])
+      assert.equal((await get(`${many.url}/elsewhere`)).status, 404)
+    } finally {
+      await many.stop()
+    }
+  })
+
   it('answers 502 when the upstream is down and 504 when it is too slow', async () => {
     const down = await get(`${gateway.url}/down/anything`)
     assert.equal(down.status, 502)
