@@ -14,7 +14,7 @@ import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from './client-ip.ts'
-import { anyReading, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
+import { anyReading, candidatesByPath, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
 import { checkHeaderOptions, rateLimitHeaders, refusalRetryMs, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
@@ -279,7 +279,8 @@ export interface PipelineExtras {
   storeFailures?: StoreCallFailures
   /**
    * The positions in `options.rules`, ascending, of the rules that may match this request (the
-   * gateway's: those of every route and of the request's own); the rest are not tried. Default: all.
+   * gateway's: those of every route and of the request's own); the rest are not tried. Default:
+   * those its path can reach (see candidatesByPath).
    */
   rulesFor?: (request: HttpRequest) => readonly number[]
 }
@@ -511,6 +512,12 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     }
   })
 
+  // A request is tried on the rules its path can reach (see candidatesByPath), not on each in turn.
+  const rulesFor = extras.rulesFor ?? (rules.length < 2 ? undefined : candidatesByPath(rules.map((_, index) => index), (index) => {
+    const match = options.rules[index]?.match
+    return typeof match === 'function' ? undefined : match?.path
+  }, caseSensitive))
+
   // Whether any rule counts only some responses: only then can an allowed request need a refund later.
   const counting = rules.some((rule) => rule.count !== 'all')
 
@@ -729,7 +736,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     }
   }
   const afterAllow = (request: HttpRequest): HttpOutcome | Promise<HttpOutcome> => {
-    const matched = matchRules(request, 0, undefined, extras.rulesFor?.(request))
+    const matched = matchRules(request, 0, undefined, rulesFor?.(request))
     return isPromise(matched) ? matched.then((settled) => limitMatched(request, settled)) : limitMatched(request, matched)
   }
   const afterDeny = (request: HttpRequest): HttpOutcome | Promise<HttpOutcome> => {

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import fc from 'fast-check'
 import { candidatesByPath, compileMatch, pathReadings } from '../../src/http/match.ts'
+import { createRateLimitPipeline, type HttpOutcome, type RuleOptions } from '../../src/http/handler.ts'
 import { pathAsUrlReads, requestPath, requestQuery } from '../../src/http/path.ts'
 import type { HttpRequest } from '../../src/http/handler.ts'
 import { fcOptions } from '../helpers.ts'
@@ -72,5 +73,28 @@ describe('routes looked up by the first segment of their paths', () => {
     assert.deepEqual(names(insensitive(request('/login', 'GET'))), ['any', 'login', 'versioned'])
     // `/orders/x%2F..%2F..%2Flogin` is `/login` to nginx: the routes of both readings are candidates.
     assert.deepEqual(names(insensitive(request('/orders/x%2F..%2F..%2Flogin', 'GET'))), ['orders', 'any', 'login', 'versioned', 'ORDERS'])
+  })
+
+  it('a middleware pipeline decides every request as it would trying each rule in turn', () => {
+    fc.assert(
+      fc.property(fc.array(route, { minLength: 2, maxLength: 8 }), fc.array(fc.tuple(target, fc.constantFrom('GET', 'POST')), { minLength: 1, maxLength: 20 }), fc.boolean(), (matches, requests, caseSensitive) => {
+        const rules: RuleOptions[] = matches.map((match, index) => ({
+          name: `r${index}`,
+          // Every third rule matched by a function, which the lookup cannot see into.
+          match: index % 3 === 2 ? (req: HttpRequest) => req.method === 'POST' : match,
+          policies: { algorithm: 'fixed-window', name: `r${index}`, limit: 2, windowMs: 60_000 },
+          key: () => 'one-client',
+        }))
+        const options = { rules, caseSensitive, clock: () => 1_000_000, onWarning: () => {} }
+        const everyRule = rules.map((_, index) => index)
+        const indexed = createRateLimitPipeline(options)
+        const oneByOne = createRateLimitPipeline(options, { rulesFor: () => everyRule })
+        const seen = (outcome: HttpOutcome) => `${outcome.status} ${outcome.headers.map(([name, value]) => `${name}: ${value}`).join('; ')}`
+        for (const [text, method] of requests) {
+          assert.equal(seen(indexed(request(text, method)) as HttpOutcome), seen(oneByOne(request(text, method)) as HttpOutcome), `${method} ${text}`)
+        }
+      }),
+      fcOptions(500),
+    )
   })
 })
