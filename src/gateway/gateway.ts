@@ -20,7 +20,7 @@ import { authorityOf, nodeRequest, responseOnSocket, waitTurn } from '../http/ad
 import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
-import { candidatesByPath, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
+import { candidatesFor, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
@@ -49,7 +49,7 @@ interface CompiledRoute {
 interface Runtime {
   config: GatewayConfig
   routes: CompiledRoute[]
-  /** The routes that may match a request, in order (see candidatesByPath): a config of many routes is not tried route by route. */
+  /** The routes that may match a request, in order (see candidatesFor): a config of many routes is not tried route by route. */
   routesFor: (request: HttpRequest) => readonly CompiledRoute[]
   decide: ((request: HttpRequest) => HttpOutcome | Promise<HttpOutcome>) | undefined
   store: OpenedStore
@@ -644,7 +644,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     rulesFor: rulesByRoute(config.limitsResolved),
     ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }),
   })
-  const routesFor = candidatesByPath(routes, (route) => route.config.match?.path, config.caseSensitive)
+  const routesFor = candidatesFor(routes, (route) => route.config.match, config.caseSensitive)
   return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors) }
 }
 
@@ -730,7 +730,7 @@ function watchLimiters(runtime: Runtime, store: Store): Limiter[] {
 const AMBIGUOUS = Symbol('ambiguous')
 
 /**
- * The first route of `routes` (those that may match, see candidatesByPath) that matches the request; AMBIGUOUS where its path or method
+ * The first route of `routes` (those that may match, see candidatesFor) that matches the request; AMBIGUOUS where its path or method
  * reads as another one to some servers (see pathReadings, methodReadings) and
  * the readings pick different routes. Forwarded by the one, it could be served
  * as the other's, past the other's limits: `/static/..%2Flogin` is `/login` to

@@ -14,7 +14,7 @@ import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from './client-ip.ts'
-import { anyReading, candidatesByPath, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
+import { anyReading, candidatesFor, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
 import { checkHeaderOptions, rateLimitHeaders, refusalRetryMs, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
@@ -280,7 +280,7 @@ export interface PipelineExtras {
   /**
    * The positions in `options.rules`, ascending, of the rules that may match this request (the
    * gateway's: those of every route and of the request's own); the rest are not tried. Default:
-   * those its path can reach (see candidatesByPath).
+   * those its path and host can reach (see candidatesFor).
    */
   rulesFor?: (request: HttpRequest) => readonly number[]
 }
@@ -512,10 +512,10 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
     }
   })
 
-  // A request is tried on the rules its path can reach (see candidatesByPath), not on each in turn.
-  const rulesFor = extras.rulesFor ?? (rules.length < 2 ? undefined : candidatesByPath(rules.map((_, index) => index), (index) => {
+  // A request is tried on the rules its path and host can reach (see candidatesFor), not on each in turn.
+  const rulesFor = extras.rulesFor ?? (rules.length < 2 ? undefined : candidatesFor(rules.map((_, index) => index), (index) => {
     const match = options.rules[index]?.match
-    return typeof match === 'function' ? undefined : match?.path
+    return typeof match === 'function' ? undefined : match
   }, caseSensitive))
 
   // Whether any rule counts only some responses: only then can an allowed request need a refund later.

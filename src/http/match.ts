@@ -197,16 +197,50 @@ export function compilePaths(patterns: string | readonly string[], what: string,
 }
 
 /**
- * The entries (a gateway's routes) whose path patterns may match a request,
- * in their order, found without trying each: a pattern whose first segment is
- * literal (`/orders/**`, `/login`) matches only paths whose first segment is
- * that one (folded alike when matching ignores case), so its entry is looked
- * up by it. Entries with no path predicate, or a pattern whose first segment
- * holds a wildcard (`/**`, `/v*`), are candidates for every request. A
- * request is looked up under each reading of its path (see pathReadings), so
- * no entry that `compileMatch` would match is ever left out.
+ * The entries (a gateway's routes, a pipeline's rules) that may match a
+ * request, in their order, found without trying each. An entry whose `host`
+ * names only exact hosts is looked up by the request's host; one whose path
+ * patterns all start with a literal segment (`/orders/**`, `/login`), by the
+ * request's first segment, folded alike when matching ignores case. Entries
+ * without such predicates (no `match` object, a `*.example.com` host, a
+ * `/**` or `/v*` pattern) are candidates for every request. A request is
+ * looked up under each reading of its path (see pathReadings) and of its
+ * host (`hostAsUrl`), so no entry that `compileMatch` would match is ever
+ * left out. `matchOf` gives an entry's predicates as compileMatch took them.
  */
-export function candidatesByPath<T>(entries: readonly T[], pathsOf: (entry: T) => string | string[] | undefined, caseSensitive = true): (request: HttpRequest) => readonly T[] {
+export function candidatesFor<T>(entries: readonly T[], matchOf: (entry: T) => MatchOptions | undefined, caseSensitive = true): (request: HttpRequest) => readonly T[] {
+  const byPath = (subset: readonly T[]) => candidatesByPath(subset, (entry) => matchOf(entry)?.path, caseSensitive)
+  const anyHost: T[] = []
+  const byHost = new Map<string, T[]>()
+  for (const entry of entries) {
+    const hosts = optionalList(matchOf(entry)?.host)
+    if (hosts === undefined || hosts.some((host) => host.startsWith('*.'))) {
+      anyHost.push(entry)
+      continue
+    }
+    for (const host of new Set(hosts.map(bareHost))) {
+      const found = byHost.get(host)
+      if (found === undefined) byHost.set(host, [entry])
+      else found.push(entry)
+    }
+  }
+  // Each host's list holds the entries for any host too: bounded, as a config of many hosts and many such routes would make it large.
+  if (byHost.size === 0 || byHost.size * anyHost.length > MAX_HOST_INDEX) return byPath(entries)
+  const position = new Map(entries.map((entry, index) => [entry, index]))
+  const inOrder = (found: Iterable<T>): T[] => [...new Set(found)].sort((a, b) => (position.get(a) as number) - (position.get(b) as number))
+  const forHost = new Map([...byHost].map(([host, own]) => [host, byPath(inOrder([...own, ...anyHost]))]))
+  const elsewhere = byPath(anyHost)
+  const lookUp = (host: string | undefined) => (host === undefined ? elsewhere : forHost.get(bareHost(host)) ?? elsewhere)
+  return (request) => {
+    const found = lookUp(request.host)(request)
+    return request.hostAsUrl === undefined ? found : inOrder([...found, ...lookUp(request.hostAsUrl)(request)])
+  }
+}
+
+const MAX_HOST_INDEX = 100_000
+
+/** candidatesFor by paths alone (see there). */
+function candidatesByPath<T>(entries: readonly T[], pathsOf: (entry: T) => string | string[] | undefined, caseSensitive: boolean): (request: HttpRequest) => readonly T[] {
   const fold = caseSensitive ? (segment: string) => segment : foldCase
   const everywhere: number[] = []
   const bySegment = new Map<string, number[]>()

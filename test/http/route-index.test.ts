@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import fc from 'fast-check'
-import { candidatesByPath, compileMatch, pathReadings } from '../../src/http/match.ts'
+import { candidatesFor, compileMatch, pathReadings, type MatchOptions } from '../../src/http/match.ts'
 import { createRateLimitPipeline, type HttpOutcome, type RuleOptions } from '../../src/http/handler.ts'
 import { pathAsUrlReads, requestPath, requestQuery } from '../../src/http/path.ts'
 import type { HttpRequest } from '../../src/http/handler.ts'
@@ -18,19 +18,23 @@ const pattern = fc.array(segment, { minLength: 1, maxLength: 3 }).map((parts) =>
 const route = fc.record({
   path: fc.option(fc.array(pattern, { minLength: 1, maxLength: 2 }), { nil: undefined }),
   method: fc.option(fc.constantFrom('GET', 'POST'), { nil: undefined }),
+  // Hosts as written in a config: any case, a port, a trailing dot, a wildcard, an IPv6 literal.
+  host: fc.option(fc.array(fc.constantFrom('a.test', 'A.Test', 'a.test:8080', 'a.test.', 'b.test', '*.test', '[::1]'), { minLength: 1, maxLength: 2 }), { nil: undefined }),
 })
+const host = fc.option(fc.constantFrom('a.test', 'A.TEST:80', 'a.test.', 'b.test', 'c.test', 'x.a.test', '[::1]:8080'), { nil: undefined })
 // Targets as clients send them: encoded slashes, backslashes, parameters, dots, a leading `//`.
 const targetPart = fc.constantFrom('api', 'API', 'login', 'K', 'k', '\u212A', 'ſ', 'S', 'ß', 'SS', 'É', 'v1', '%2F', '%2f', '\\', ';x', '..', '.', '', 'x', '%41pi', 'a;b', '%2e')
 const target = fc.tuple(fc.array(targetPart, { minLength: 1, maxLength: 4 }), fc.boolean()).map(([parts, query]) => `/${parts.join('/')}${query ? '?_method=DELETE' : ''}`)
 
-/** The request as the node adapter builds it from a target. */
-function request(targetText: string, method: string): HttpRequest {
+/** The request as the node adapter builds it from a target (and an absolute-form target's host, `hostAsUrl`). */
+function request(targetText: string, method: string, hostName: string | undefined = 'example.test', hostAsUrl?: string): HttpRequest {
   const pathAsUrl = pathAsUrlReads(targetText)
   return {
     method,
     path: requestPath(targetText),
     ...(pathAsUrl === undefined ? {} : { pathAsUrl }),
-    host: 'example.test',
+    ...(hostAsUrl === undefined ? {} : { hostAsUrl }),
+    host: hostName,
     query: requestQuery(targetText) || undefined,
     header: () => undefined,
     remoteAddress: '127.0.0.1',
@@ -38,21 +42,19 @@ function request(targetText: string, method: string): HttpRequest {
 }
 
 describe('routes looked up by the first segment of their paths', () => {
-  it('leave out no route that matches the request under any reading of its path, and keep their order', () => {
+  it('leave out no route that matches the request under any reading of its path and host, and keep their order', () => {
     fc.assert(
-      fc.property(fc.array(route, { minLength: 1, maxLength: 12 }), fc.array(target, { minLength: 1, maxLength: 8 }), fc.boolean(), (routes, targets, caseSensitive) => {
-        const compiled = routes.map((match, index) => ({ index, match: compileMatch(match, `routes[${index}]`, caseSensitive), path: match.path }))
-        const candidatesFor = candidatesByPath(compiled, (entry) => entry.path, caseSensitive)
-        for (const text of targets) {
+      fc.property(fc.array(route, { minLength: 1, maxLength: 12 }), fc.array(fc.tuple(target, host, host), { minLength: 1, maxLength: 8 }), fc.boolean(), (routes, targets, caseSensitive) => {
+        const compiled = routes.map((match, index) => ({ index, test: compileMatch(match, `routes[${index}]`, caseSensitive), match: match as MatchOptions }))
+        const lookUp = candidatesFor(compiled, (entry) => entry.match, caseSensitive)
+        for (const [text, hostName, hostAsUrl] of targets) {
           for (const method of ['GET', 'POST']) {
-            const req = request(text, method)
-            const candidates = candidatesFor(req)
-            const positions = candidates.map((entry) => entry.index)
-            assert.deepEqual(positions, [...positions].sort((a, b) => a - b), 'in the routes\' order, each once')
-            assert.equal(new Set(positions).size, positions.length)
+            const req = request(text, method, hostName, hostAsUrl)
+            const positions = lookUp(req).map((entry) => entry.index)
+            assert.deepEqual(positions, [...new Set(positions)].sort((a, b) => a - b), 'in the routes\' order, each once')
             for (const entry of compiled) {
-              const matches = entry.match(req) || pathReadings(req).some((path) => entry.match.at(req, path))
-              if (matches) assert.ok(positions.includes(entry.index), `routes[${entry.index}] ${JSON.stringify(entry.path)} matches ${JSON.stringify(text)} (${method}, case-sensitive ${caseSensitive}) but is not a candidate (${JSON.stringify(positions)})`)
+              const matches = entry.test(req) || pathReadings(req).some((path) => entry.test.at(req, path))
+              if (matches) assert.ok(positions.includes(entry.index), `routes[${entry.index}] ${JSON.stringify(entry.match)} matches ${JSON.stringify([text, hostName, hostAsUrl])} (${method}, case-sensitive ${caseSensitive}) but is not a candidate (${JSON.stringify(positions)})`)
             }
           }
         }
@@ -62,22 +64,36 @@ describe('routes looked up by the first segment of their paths', () => {
   })
 
   it('skip the routes whose first segment is another, and not the ones that match anywhere', () => {
-    const routes = [{ name: 'orders', path: '/orders/**' }, { name: 'any', path: undefined }, { name: 'login', path: ['/login', '/LOGIN/x'] }, { name: 'versioned', path: '/v*/items' }, { name: 'ORDERS', path: '/Orders' }]
-    const sensitive = candidatesByPath(routes, (r) => r.path, true)
+    const routes: Array<{ name: string; path?: string | string[] }> = [{ name: 'orders', path: '/orders/**' }, { name: 'any' }, { name: 'login', path: ['/login', '/LOGIN/x'] }, { name: 'versioned', path: '/v*/items' }, { name: 'ORDERS', path: '/Orders' }]
+    const sensitive = candidatesFor(routes, (r) => r, true)
     const names = (found: readonly { name: string }[]) => found.map((r) => r.name)
     assert.deepEqual(names(sensitive(request('/orders/42', 'GET'))), ['orders', 'any', 'versioned'])
     assert.deepEqual(names(sensitive(request('/Orders', 'GET'))), ['any', 'versioned', 'ORDERS'])
     assert.deepEqual(names(sensitive(request('/elsewhere', 'GET'))), ['any', 'versioned'])
-    const insensitive = candidatesByPath(routes, (r) => r.path, false)
+    const insensitive = candidatesFor(routes, (r) => r, false)
     assert.deepEqual(names(insensitive(request('/ORDERS/42', 'GET'))), ['orders', 'any', 'versioned', 'ORDERS'])
     assert.deepEqual(names(insensitive(request('/login', 'GET'))), ['any', 'login', 'versioned'])
     // `/orders/x%2F..%2F..%2Flogin` is `/login` to nginx: the routes of both readings are candidates.
     assert.deepEqual(names(insensitive(request('/orders/x%2F..%2F..%2Flogin', 'GET'))), ['orders', 'any', 'login', 'versioned', 'ORDERS'])
   })
 
+  it('skip the routes of other hosts, and not those of any host', () => {
+    const routes: Array<{ name: string; host?: string | string[]; path?: string }> = [
+      { name: 'a', host: 'a.test' }, { name: 'b-orders', host: ['b.test', 'B.test:8443'], path: '/orders/**' }, { name: 'wild', host: '*.test' }, { name: 'any' }, { name: 'b', host: 'b.test' },
+    ]
+    const lookUp = candidatesFor(routes, (r) => r, false)
+    const names = (found: readonly { name: string }[]) => found.map((r) => r.name)
+    assert.deepEqual(names(lookUp(request('/orders/1', 'GET', 'A.test:8080'))), ['a', 'wild', 'any'])
+    assert.deepEqual(names(lookUp(request('/orders/1', 'GET', 'b.test.'))), ['b-orders', 'wild', 'any', 'b'])
+    assert.deepEqual(names(lookUp(request('/other', 'GET', 'b.test'))), ['wild', 'any', 'b'])
+    assert.deepEqual(names(lookUp(request('/x', 'GET', undefined))), ['wild', 'any'])
+    // An absolute-form target's host is read too: `GET http://a.test/x` with `Host: b.test`.
+    assert.deepEqual(names(lookUp(request('/x', 'GET', 'b.test', 'a.test'))), ['a', 'wild', 'any', 'b'])
+  })
+
   it('a middleware pipeline decides every request as it would trying each rule in turn', () => {
     fc.assert(
-      fc.property(fc.array(route, { minLength: 2, maxLength: 8 }), fc.array(fc.tuple(target, fc.constantFrom('GET', 'POST')), { minLength: 1, maxLength: 20 }), fc.boolean(), (matches, requests, caseSensitive) => {
+      fc.property(fc.array(route, { minLength: 2, maxLength: 8 }), fc.array(fc.tuple(target, fc.constantFrom('GET', 'POST'), host, host), { minLength: 1, maxLength: 20 }), fc.boolean(), (matches, requests, caseSensitive) => {
         const rules: RuleOptions[] = matches.map((match, index) => ({
           name: `r${index}`,
           // Every third rule matched by a function, which the lookup cannot see into.
@@ -90,8 +106,9 @@ describe('routes looked up by the first segment of their paths', () => {
         const indexed = createRateLimitPipeline(options)
         const oneByOne = createRateLimitPipeline(options, { rulesFor: () => everyRule })
         const seen = (outcome: HttpOutcome) => `${outcome.status} ${outcome.headers.map(([name, value]) => `${name}: ${value}`).join('; ')}`
-        for (const [text, method] of requests) {
-          assert.equal(seen(indexed(request(text, method)) as HttpOutcome), seen(oneByOne(request(text, method)) as HttpOutcome), `${method} ${text}`)
+        for (const [text, method, hostName, hostAsUrl] of requests) {
+          const asked = () => request(text, method, hostName, hostAsUrl)
+          assert.equal(seen(indexed(asked()) as HttpOutcome), seen(oneByOne(asked()) as HttpOutcome), `${method} ${text} ${hostName} ${hostAsUrl}`)
         }
       }),
       fcOptions(500),
