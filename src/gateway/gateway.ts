@@ -730,9 +730,10 @@ function watchLimiters(runtime: Runtime, store: Store): Limiter[] {
 const AMBIGUOUS = Symbol('ambiguous')
 
 /**
- * The first route of `routes` (those that may match, see candidatesFor) that matches the request; AMBIGUOUS where its path or method
- * reads as another one to some servers (see pathReadings, methodReadings) and
- * the readings pick different routes. Forwarded by the one, it could be served
+ * The first route of `routes` (those that may match: see candidatesFor) that
+ * matches the request; AMBIGUOUS where its path or method reads as another
+ * one to some servers (see pathReadings, methodReadings) and the readings
+ * pick different routes. Forwarded by the one, it could be served
  * as the other's, past the other's limits: `/static/..%2Flogin` is `/login` to
  * nginx, a POST with `X-HTTP-Method-Override: DELETE` a DELETE to Express's
  * method-override.

@@ -224,8 +224,8 @@ export function candidatesFor<T>(entries: readonly T[], matchOf: (entry: T) => M
       else found.push(entry)
     }
   }
-  // Each host's list holds the entries for any host too: bounded, as a config of many hosts and many such routes would make it large.
-  if (byHost.size === 0 || byHost.size * anyHost.length > MAX_HOST_INDEX) return byPath(entries)
+  // Each host's list holds the entries for any host too: past a bound on their sum, entries are looked up by path alone.
+  if (byHost.size === 0 || byHost.size * anyHost.length > MAX_MERGED) return byPath(entries)
   const position = new Map(entries.map((entry, index) => [entry, index]))
   const inOrder = (found: Iterable<T>): T[] => [...new Set(found)].sort((a, b) => (position.get(a) as number) - (position.get(b) as number))
   const forHost = new Map([...byHost].map(([host, own]) => [host, byPath(inOrder([...own, ...anyHost]))]))
@@ -237,7 +237,8 @@ export function candidatesFor<T>(entries: readonly T[], matchOf: (entry: T) => M
   }
 }
 
-const MAX_HOST_INDEX = 100_000
+/** How many entries the lists merged ahead may hold in all (several MB): a config of thousands of routes of both kinds goes past it. */
+const MAX_MERGED = 100_000
 
 /** candidatesFor by paths alone (see there). */
 function candidatesByPath<T>(entries: readonly T[], pathsOf: (entry: T) => string | string[] | undefined, caseSensitive: boolean): (request: HttpRequest) => readonly T[] {
@@ -256,7 +257,8 @@ function candidatesByPath<T>(entries: readonly T[], pathsOf: (entry: T) => strin
       else indices.push(index)
     }
   })
-  if (bySegment.size === 0) return () => entries
+  // Past the bound, each request tries every entry, as it would without the lookup.
+  if (bySegment.size === 0 || bySegment.size * everywhere.length > MAX_MERGED) return () => entries
   const sorted = (indices: Iterable<number>): number[] => [...new Set(indices)].sort((a, b) => a - b)
   // Each segment's entries with the ones for every path, merged once: a request pays one lookup.
   const indicesFor = new Map([...bySegment].map(([segment, indices]) => [segment, sorted([...indices, ...everywhere])]))
