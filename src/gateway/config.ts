@@ -757,6 +757,7 @@ function checkReachable(config: RawConfig, report: Report): void {
     }
   }
   config.limits.forEach((limit, k) => knownMethods(limit.match, ['limits', k]))
+  const coverers = earlierCoverers(config.caseSensitive)
   config.routes.forEach((route, j) => {
     knownMethods(route.match, ['routes', j])
     route.limits.forEach((limit, k) => knownMethods(limit.match, ['routes', j, 'limits', k]))
@@ -764,7 +765,8 @@ function checkReachable(config: RawConfig, report: Report): void {
       report(['routes', j, 'match', 'exclude'], 'excludes every path the route names, so it can never match')
       return
     }
-    const earlier = config.routes.findIndex((other, i) => i < j && matchCovers(other.match ?? {}, route.match ?? {}, config.caseSensitive))
+    const earlier = coverers(route.match).find((i) => matchCovers(config.routes[i]?.match ?? {}, route.match ?? {}, config.caseSensitive)) ?? -1
+    coverers.add(route.match, j)
     if (earlier !== -1) {
       report(['routes', j, ...(route.match !== undefined ? ['match'] : [])], `can never match: routes[${earlier}] (${show(config.routes[earlier]?.name)}) comes first and takes every request this route would; move this route above it, or narrow that one`)
     }
@@ -786,6 +788,43 @@ function checkReachable(config: RawConfig, report: Report): void {
       report(['limits', k, 'match'], `no route takes a request this limit names (${describeMatch(limit.match)}), so it never applies: requests no route takes are answered 404 unlimited`)
     }
   })
+}
+
+/**
+ * The routes added so far that may cover a match (see matchCovers), in order.
+ * A pattern covers another only when it is `/**`, the same pattern, or a
+ * literal prefix of it with `/**` after (`/api/orders/**` covers
+ * `/api/orders/7`): so each route is filed under its patterns' prefixes, and
+ * a route is checked against those filed under its first pattern or one of
+ * that pattern's ancestors, not against every route before it.
+ */
+function earlierCoverers(caseSensitive: boolean): ((match: MatchOptions | undefined) => number[]) & { add(match: MatchOptions | undefined, index: number): void } {
+  const patterns = (match: MatchOptions | undefined) => [match?.path ?? '/**'].flat().map((pattern) => (caseSensitive ? pattern : pattern.toLowerCase()))
+  const filed = new Map<string, number[]>()
+  const file = (key: string, index: number) => {
+    const found = filed.get(key)
+    if (found === undefined) filed.set(key, [index])
+    else if (found[found.length - 1] !== index) found.push(index)
+  }
+  const coverers = (match: MatchOptions | undefined) => {
+    // Every pattern of the route must be covered: those that may cover its first one are enough to try.
+    const first = patterns(match)[0] ?? '/**'
+    const keys = [first]
+    // Its ancestors: `/a/b` for `/a/b/c`, then `/a`, then '' (where `/**` is filed).
+    for (let end = first.lastIndexOf('/'); ; end = first.lastIndexOf('/', end - 1)) {
+      keys.push(first.slice(0, end))
+      if (end <= 0) break
+    }
+    return keys.flatMap((key) => filed.get(key) ?? []).sort((a, b) => a - b)
+  }
+  coverers.add = (match: MatchOptions | undefined, index: number) => {
+    for (const pattern of patterns(match)) {
+      const prefix = pattern.slice(0, -3)
+      // `/**` is filed under '', the key every pattern looks up.
+      file(pattern.endsWith('/**') && !prefix.includes('*') ? prefix : pattern, index)
+    }
+  }
+  return coverers
 }
 
 /** A match's paths and methods, as a problem quotes them. */

@@ -14,6 +14,7 @@ import { seededRandom } from '../../src/simulate/traffic.ts'
 import { ConfigError, configJsonSchema, configWarnings, loadConfig, parseConfig } from '../../src/gateway/config.ts'
 import { runCli } from '../support/gateway.ts'
 import { resolvePolicies, type Policy } from '../../src/index.ts'
+import { matchCovers, type MatchOptions } from '../../src/http/match.ts'
 
 const example = new URL('../../examples/sluice.yaml', import.meta.url).pathname
 const minimal = (limits: string, extra = '') => `
@@ -237,6 +238,29 @@ routes:
     assert.deepEqual(await problems(text), [
       'routes[0].limits[1].burstCapacity: as the token bucket it stands for, capacity is too large: capacity x refillIntervalMs (1000) must stay below 2^53 for exact arithmetic (got 9999999999999) (line 7)',
     ])
+  })
+
+  it('names, for a route taken by earlier ones, the first of them, as a check of every pair would', async () => {
+    const segment = fc.constantFrom('api', 'API', 'orders', 'x', '*', 'v*')
+    const pattern = fc.tuple(fc.array(segment, { maxLength: 3 }), fc.constantFrom('', '/**', '/')).map(([parts, end]) => `/${parts.join('/')}${end}`.replace(/^\/\//, '/'))
+    const match = fc.option(fc.record({
+      path: fc.option(fc.array(pattern, { minLength: 1, maxLength: 2 }), { nil: undefined }),
+      method: fc.option(fc.constantFrom('GET', 'POST'), { nil: undefined }),
+      host: fc.option(fc.constantFrom('a.test', '*.test'), { nil: undefined }),
+    }, { requiredKeys: [] }), { nil: undefined })
+    await fc.assert(
+      fc.asyncProperty(fc.array(match, { minLength: 1, maxLength: 10 }), fc.boolean(), async (matches, caseSensitive) => {
+        const routes = matches.map((m, i) => `  - { name: r${i}, upstream: "http://127.0.0.1:9"${m === undefined ? '' : `, match: ${JSON.stringify(Object.fromEntries(Object.entries(m).filter(([, v]) => v !== undefined)))}`} }`)
+        const found = (await problems(`caseSensitive: ${caseSensitive}\nroutes:\n${routes.join('\n')}\n`))
+          .flatMap((problem) => /^routes\[(\d+)\](?:\.match)?: can never match: routes\[(\d+)\]/.exec(problem)?.slice(1, 3).join(' < ') ?? [])
+        const expected = matches.flatMap((inner, j) => {
+          const earlier = matches.findIndex((outer, i) => i < j && matchCovers((outer ?? {}) as MatchOptions, (inner ?? {}) as MatchOptions, caseSensitive))
+          return earlier === -1 ? [] : [`${j} < ${earlier}`]
+        })
+        assert.deepEqual(found, expected)
+      }),
+      fcOptions(400),
+    )
   })
 
   it('finds routes that can never match: taken by an earlier route (first match wins), or excluding all their own paths', async () => {
