@@ -641,15 +641,20 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     onWarning: (message) => logger.warn(message),
   }, {
     storeFailures: storeCalls,
-    rulesFor: rulesByRoute(config.limitsResolved),
+    rulesFor: rulesByRoute(config.limitsResolved, config.caseSensitive),
     ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }),
   })
   const routesFor = candidatesFor(routes, (route) => route.config.match, config.caseSensitive)
   return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors) }
 }
 
-/** The positions of the limits that apply on a request's route: every route's (global limits) and its own. */
-function rulesByRoute(limits: readonly ResolvedLimit[]): (request: HttpRequest) => readonly number[] {
+/**
+ * The positions of the limits that may apply to a request: of those on its
+ * route (every route's, the global limits, and its own), the ones whose own
+ * `match` may take it (see candidatesFor), so that a route with a limit per
+ * endpoint does not try each.
+ */
+function rulesByRoute(limits: readonly ResolvedLimit[], caseSensitive: boolean): (request: HttpRequest) => readonly number[] {
   const everywhere: number[] = []
   const byRoute = new Map<string, number[]>()
   limits.forEach((limit, index) => {
@@ -662,7 +667,10 @@ function rulesByRoute(limits: readonly ResolvedLimit[]): (request: HttpRequest) 
       byRoute.set(limit.route, positions)
     }
   })
-  return (request) => byRoute.get((request as GatewayRequest).route) ?? everywhere
+  const lookUp = (positions: readonly number[]) => candidatesFor(positions, (index) => limits[index]?.config.match, caseSensitive)
+  const forRoute = new Map([...byRoute].map(([route, positions]) => [route, lookUp(positions)]))
+  const elsewhere = lookUp(everywhere)
+  return (request) => (forRoute.get((request as GatewayRequest).route) ?? elsewhere)(request)
 }
 
 /** The request headers the config reads to key, tier, route or limit a request, in lower case. */

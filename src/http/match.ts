@@ -200,10 +200,10 @@ export function compilePaths(patterns: string | readonly string[], what: string,
  * The entries (a gateway's routes, a pipeline's rules) that may match a
  * request, in their order, found without trying each. An entry whose `host`
  * names only exact hosts is looked up by the request's host; one whose path
- * patterns all start with a literal segment (`/orders/**`, `/login`), by the
- * request's first segment, folded alike when matching ignores case. Entries
- * without such predicates (no `match` object, a `*.example.com` host, a
- * `/**` or `/v*` pattern) are candidates for every request. A request is
+ * patterns start with literal segments (`/api/orders/**`, `/login`), by the
+ * request's leading segments, folded alike when matching ignores case.
+ * Entries without such predicates (no `match` object, a `*.example.com`
+ * host, a `/**` or `/v*` pattern) are candidates for every request. A request is
  * looked up under each reading of its path (see pathReadings) and of its
  * host (`hostAsUrl`), so no entry that `compileMatch` would match is ever
  * left out. `matchOf` gives an entry's predicates as compileMatch took them.
@@ -240,49 +240,80 @@ export function candidatesFor<T>(entries: readonly T[], matchOf: (entry: T) => M
 /** How many entries the lists merged ahead may hold in all (several MB): a config of thousands of routes of both kinds goes past it. */
 const MAX_MERGED = 100_000
 
-/** candidatesFor by paths alone (see there). */
+/**
+ * candidatesFor by paths alone: a tree of the patterns' literal leading
+ * segments (`/api/orders/**` is filed under api, then orders; `/api/v*` and
+ * `/**` where their wildcard begins). A pattern matches only paths that begin
+ * with its literal segments, so a request's candidates are the entries filed
+ * along its own path through the tree: each node holds them, ancestors'
+ * included, merged once.
+ */
 function candidatesByPath<T>(entries: readonly T[], pathsOf: (entry: T) => string | string[] | undefined, caseSensitive: boolean): (request: HttpRequest) => readonly T[] {
   const fold = caseSensitive ? (segment: string) => segment : foldCase
-  const everywhere: number[] = []
-  const bySegment = new Map<string, number[]>()
+  const root = pathNode<T>()
   entries.forEach((entry, index) => {
-    const segments = optionalList(pathsOf(entry))?.map(literalFirstSegment)
-    if (segments === undefined || segments.includes(undefined)) {
-      everywhere.push(index)
-      return
-    }
-    for (const segment of new Set(segments.map((one) => fold(one as string)))) {
-      const indices = bySegment.get(segment)
-      if (indices === undefined) bySegment.set(segment, [index])
-      else indices.push(index)
+    for (const pattern of optionalList(pathsOf(entry)) ?? ['/**']) {
+      let node = root
+      for (const segment of literalSegments(pattern)) {
+        const folded = fold(segment)
+        let next = node.children.get(folded)
+        if (next === undefined) node.children.set(folded, next = pathNode<T>())
+        node = next
+      }
+      if (node.own[node.own.length - 1] !== index) node.own.push(index)
     }
   })
-  // Past the bound, each request tries every entry, as it would without the lookup.
-  if (bySegment.size === 0 || bySegment.size * everywhere.length > MAX_MERGED) return () => entries
-  const sorted = (indices: Iterable<number>): number[] => [...new Set(indices)].sort((a, b) => a - b)
-  // Each segment's entries with the ones for every path, merged once: a request pays one lookup.
-  const indicesFor = new Map([...bySegment].map(([segment, indices]) => [segment, sorted([...indices, ...everywhere])]))
-  const entriesFor = new Map([...indicesFor].map(([segment, indices]) => [segment, indices.map((index) => entries[index] as T)]))
-  const elsewhere = everywhere.map((index) => entries[index] as T)
+  if (root.children.size === 0) return () => entries
+  // Each node's entries with its ancestors', in order; past the bound, every request tries every entry.
+  let merged = 0
+  const fill = (node: PathNode<T>, inherited: readonly number[]): boolean => {
+    node.indices = node.own.length === 0 ? inherited : [...new Set([...inherited, ...node.own])].sort((a, b) => a - b)
+    node.found = node.indices.map((index) => entries[index] as T)
+    merged += node.indices.length
+    if (merged > MAX_MERGED) return false
+    for (const child of node.children.values()) if (!fill(child, node.indices)) return false
+    return true
+  }
+  if (!fill(root, [])) return () => entries
+  const deepest = (path: string): PathNode<T> => {
+    let node = root
+    for (let start = 1; start <= path.length;) {
+      const end = path.indexOf('/', start)
+      const next = node.children.get(fold(path.slice(start, end === -1 ? path.length : end)))
+      if (next === undefined) break
+      node = next
+      if (end === -1) break
+      start = end + 1
+    }
+    return node
+  }
   return (request) => {
-    if (!readsDifferently(request)) return entriesFor.get(fold(firstSegment(request.path))) ?? elsewhere
-    const segments = new Set(pathReadings(request).map((path) => fold(firstSegment(path))))
-    if (segments.size === 1) return entriesFor.get([...segments][0] as string) ?? elsewhere
-    return sorted([...segments].flatMap((segment) => indicesFor.get(segment) ?? everywhere)).map((index) => entries[index] as T)
+    if (!readsDifferently(request)) return deepest(request.path).found
+    const nodes = new Set(pathReadings(request).map(deepest))
+    if (nodes.size === 1) return ([...nodes][0] as PathNode<T>).found
+    return [...new Set([...nodes].flatMap((node) => node.indices))].sort((a, b) => a - b).map((index) => entries[index] as T)
   }
 }
 
-/** A path's first segment: `orders` of `/orders/42`, `` of `/`. */
-function firstSegment(path: string): string {
-  const end = path.indexOf('/', 1)
-  return path.slice(1, end === -1 ? path.length : end)
+interface PathNode<T> {
+  children: Map<string, PathNode<T>>
+  /** The entries with a pattern whose literal segments end here. */
+  own: number[]
+  /** These and every ancestor's, ascending; `found`, the entries themselves. */
+  indices: readonly number[]
+  found: readonly T[]
 }
 
-/** A pattern's first segment when it is literal (no wildcard in it); undefined otherwise, or for what is not a pattern. */
-function literalFirstSegment(pattern: unknown): string | undefined {
-  if (typeof pattern !== 'string' || !pattern.startsWith('/')) return undefined
-  const segment = firstSegment(pattern)
-  return segment.includes('*') ? undefined : segment
+function pathNode<T>(): PathNode<T> {
+  return { children: new Map(), own: [], indices: [], found: [] }
+}
+
+/** A pattern's segments up to its first wildcard: `api`, `orders` of `/api/orders/**`; none of `/**`, or of what is not a pattern. */
+function literalSegments(pattern: unknown): string[] {
+  if (typeof pattern !== 'string' || !pattern.startsWith('/')) return []
+  const segments = pattern.slice(1).split('/')
+  const wild = segments.findIndex((segment) => segment.includes('*'))
+  return wild === -1 ? segments : segments.slice(0, wild)
 }
 
 /**

@@ -298,7 +298,7 @@ describe('gateway (child process, real upstream)', () => {
     assert.deepEqual((await Promise.all([slow(200), slow(200)])).map((res) => res.status), [200, 200])
   })
 
-  it('a config of 300 routes: each request meets the first route that matches and that route\'s limits, beside the global ones', async () => {
+  it('a config of 300 routes: each request meets the first route that matches and that route\'s limits (of 50 on one route, those its path meets), beside the global ones', async () => {
     const route = (name: string, path: string, strip: boolean) => `
   - name: ${name}
     match: { path: ${path} }
@@ -309,6 +309,14 @@ describe('gateway (child process, real upstream)', () => {
     // A wildcard in the first segment: a candidate for every path, taking /v1 and /v2 though a route for /v2 comes later.
     routes.splice(150, 0, route('versioned', '/v*/**', false))
     routes.push(route('v2', '/v2/**', false))
+    // A route with a limit per endpoint, each narrowed by its own match.
+    const endpoints = Array.from({ length: 50 }, (_, i) => `
+      - { name: item${i}, key: [ip], match: { path: /shop/item${i}/** }, policies: { algorithm: fixed-window, name: item${i}, limit: 1, windowMs: 3600000 } }`)
+    routes.push(`
+  - name: shop
+    match: { path: /shop/** }
+    upstream: ${upstream.url}
+    limits:${endpoints.join('')}`)
     const many = await startGateway(`
 server: { listen: 127.0.0.1:0 }
 admin: { listen: 127.0.0.1:0 }
@@ -326,6 +334,8 @@ routes:${routes.join('')}
       const versioned = [await get(`${many.url}/v1/x`), await get(`${many.url}/v2/x`), await get(`${many.url}/v3/x`)]
       assert.deepEqual(versioned.map((r) => r.status === 429 ? 429 : policiesOf(r)), ['"everyone" "versioned"', '"everyone" "versioned"', 429])
       assert.equal((await get(`${many.url}/elsewhere`)).status, 404)
+      const items = [await get(`${many.url}/shop/item49/a`), await get(`${many.url}/shop/ITEM49/b`), await get(`${many.url}/shop/item0/a`), await get(`${many.url}/shop/other`)]
+      assert.deepEqual(items.map((r) => r.status === 429 ? 429 : policiesOf(r)), ['"everyone" "item49"', 429, '"everyone" "item0"', '"everyone"'])
     } finally {
       await many.stop()
     }

@@ -41,7 +41,7 @@ function request(targetText: string, method: string, hostName: string | undefine
   }
 }
 
-describe('routes looked up by the first segment of their paths', () => {
+describe('routes looked up by their hosts and the literal segments of their paths', () => {
   it('leave out no route that matches the request under any reading of its path and host, and keep their order', () => {
     fc.assert(
       fc.property(fc.array(route, { minLength: 1, maxLength: 12 }), fc.array(fc.tuple(target, host, host), { minLength: 1, maxLength: 8 }), fc.boolean(), (routes, targets, caseSensitive) => {
@@ -75,6 +75,18 @@ describe('routes looked up by the first segment of their paths', () => {
     assert.deepEqual(names(insensitive(request('/login', 'GET'))), ['any', 'login', 'versioned'])
     // `/orders/x%2F..%2F..%2Flogin` is `/login` to nginx: the routes of both readings are candidates.
     assert.deepEqual(names(insensitive(request('/orders/x%2F..%2F..%2Flogin', 'GET'))), ['orders', 'any', 'login', 'versioned', 'ORDERS'])
+  })
+
+  it('narrow by every literal segment, not the first alone: routes under one /api prefix are told apart', () => {
+    const routes: Array<{ name: string; path: string | string[] }> = [
+      { name: 'orders', path: '/api/orders/**' }, { name: 'users', path: '/api/users/**' }, { name: 'api', path: '/api/**' }, { name: 'one-user', path: '/api/users/me' }, { name: 'v', path: '/api/v*/items' },
+    ]
+    const lookUp = candidatesFor(routes, (r) => r, false)
+    const names = (found: readonly { name: string }[]) => found.map((r) => r.name)
+    assert.deepEqual(names(lookUp(request('/api/users/42', 'GET'))), ['users', 'api', 'v'])
+    assert.deepEqual(names(lookUp(request('/API/Users/me/', 'GET'))), ['users', 'api', 'one-user', 'v'])
+    assert.deepEqual(names(lookUp(request('/api', 'GET'))), ['api', 'v'])
+    assert.deepEqual(names(lookUp(request('/other', 'GET'))), [])
   })
 
   it('skip the routes of other hosts, and not those of any host', () => {
