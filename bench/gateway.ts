@@ -8,7 +8,8 @@
  * (so every request pays for a decision and none is refused).
  *
  * A fourth row, the least a Node proxy does (bench/bare-proxy.ts), separates
- * sluice's own cost from Node's.
+ * sluice's own cost from Node's. Last, gateways of 20 and 2,000 routes show
+ * what the number of routes costs a request.
  *
  * Peak: wrk, 1 thread, 64 connections. Then p99 at half of each proxy's own
  * peak rate: wrk again, each connection waiting a random (exponential) time
@@ -19,7 +20,7 @@
  * as if every connection sent one request per millisecond.) Each proxy's p99
  * is the median of HALF_RUNS runs after one that calibrates the delay.
  *
- *   npm run bench:gateway              (about three minutes; needs Debian's nginx and wrk)
+ *   npm run bench:gateway              (about four minutes; needs Debian's nginx and wrk)
  *   BENCH_SECONDS=5 npm run bench:gateway
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
@@ -138,6 +139,50 @@ function atRate(url: string, rate: number): Peak {
   return runs[Math.floor(runs.length / 2)] as Peak
 }
 
+/**
+ * What the number of routes costs a request: gateways of a few and of
+ * thousands of routes under one prefix (`/api/svcN/**`, each with a limit of
+ * its own), each measured on a request for its first route, its last, and a
+ * path no route takes (a 404, which anyone can send).
+ */
+async function routeScaling(upstreamPort: number): Promise<void> {
+  const rows: Array<Array<string | number>> = []
+  for (const count of ROUTE_COUNTS) {
+    const routes = Array.from({ length: count }, (_, i) => `
+  - name: svc${i}
+    match: { path: /api/svc${i}/** }
+    upstream: http://127.0.0.1:${upstreamPort}
+    limits:
+      - { policies: { algorithm: fixed-window, name: svc${i}, limit: ${RATE}, windowMs: 1000 } }`)
+    const gateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+logging: { level: info, access: false }
+routes:${routes.join('')}
+`)
+    try {
+      const rates = [`/api/svc0/x`, `/api/svc${count - 1}/x`, '/api/none/x'].map((path) => {
+        wrk(`${gateway.url}${path}`, ['-d2s']) // warm-up, not counted
+        return wrk(`${gateway.url}${path}`).rps
+      })
+      const [first, last, unmatched] = rates as [number, number, number]
+      console.log(`${count} routes: first ${first.toFixed(0)}/s, last ${last.toFixed(0)}/s, unmatched (404) ${unmatched.toFixed(0)}/s`)
+      rows.push([count, Math.round(first), Math.round(last), Math.round(unmatched), `${((last / first) * 100).toFixed(0)}%`])
+    } finally {
+      await gateway.stop()
+    }
+  }
+  emit({
+    bench: 'gateway',
+    title: `Gateway routes: req/s through gateways of ${ROUTE_COUNTS.join(' and ')} routes (/api/svcN/**, each with a limit), wrk 1 thread x ${CONNECTIONS} connections x ${SECONDS} s`,
+    columns: ['routes', 'first route', 'last route', 'no route (404)', 'last / first'],
+    rows,
+    notes: ['routes are looked up by host and literal path segments, not tried in turn: the last route should cost about what the first does'],
+  })
+}
+
+const ROUTE_COUNTS = [20, 2000]
+
 try {
   const [upstreamPort, nginxPort] = [await freePort(), await freePort()]
   await startNginx('upstream', `server { listen 127.0.0.1:${upstreamPort}; location / { return 200 "ok\\n"; } }`, [upstreamPort])
@@ -210,6 +255,7 @@ routes:
   } finally {
     await gateway.stop()
   }
+  await routeScaling(upstreamPort)
 } finally {
   for (const child of children) child.kill('SIGQUIT')
   await sleep(200)
