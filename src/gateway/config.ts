@@ -409,6 +409,8 @@ export interface ResolvedLimit {
 }
 
 export interface GatewayConfig extends RawConfig {
+  /** Values as the file writes them, by path (`server.listen`), where an environment reference was substituted. */
+  written: ReadonlyMap<string, string>
   /** The file it came from, and a short hash of its contents (the config version). */
   file: string
   version: string
@@ -477,10 +479,12 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const problems: string[] = []
   // A value whose variable is missing is reported once, for the variable, not again by the schema.
   const unset = new Set<string>()
+  // Values as written where a reference was substituted: a problem found later (a port in use) can name the variable.
+  const written = new Map<string, string>()
   substituteEnv(doc, env, (path, message, offset) => {
     unset.add(formatPath(path))
     problems.push(`${formatPath(path)}: ${message} (line ${lineOf(offset) ?? '?'})`)
-  })
+  }, (path, raw) => written.set(formatPath(path), raw))
   const unreadable = shapeProblems(doc).map(({ problem, offset }) => `YAML: ${problem} (line ${lineOf(offset) ?? '?'})`)
   if (unreadable.length > 0) throw new ConfigError(file, unreadable)
   let data: unknown
@@ -561,7 +565,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
   const named = [config.server.tls?.cert, config.server.tls?.key, config.identity.jwt?.publicKeyFile, keysFile]
   const files = [resolve(file), ...named.filter((path) => path !== undefined).map(beside)]
-  return { ...config, admin: { ...config.admin, watch }, file, version, files, limitsResolved, tls, jwtPublicKey, apiKeys }
+  return { ...config, admin: { ...config.admin, watch }, file, version, files, limitsResolved, tls, jwtPublicKey, apiKeys, written }
 }
 
 /**
@@ -954,11 +958,12 @@ export function jwtOptions(config: RawConfig, publicKey: string | undefined): Jw
  * would become the value (a secret `${FALLBACK_SECRET}` anyone can read in the
  * file). Problems say where, never what: the string may be a secret.
  */
-function substituteEnv(doc: Document, env: NodeJS.ProcessEnv, report: (path: PropertyKey[], message: string, offset: number | undefined) => void): void {
+function substituteEnv(doc: Document, env: NodeJS.ProcessEnv, report: (path: PropertyKey[], message: string, offset: number | undefined) => void, substituted: (path: PropertyKey[], raw: string) => void): void {
   visit(doc, {
     Scalar(_key, node, ancestors) {
       if (typeof node.value !== 'string' || !node.value.includes('${')) return
       const path = pathOf(ancestors)
+      substituted(path, node.value)
       const expanded = expand(node.value, 0, env, 0)
       for (const problem of [...expanded.malformed, ...expanded.unset]) report(path, problem, node.range?.[0])
       const { text } = expanded

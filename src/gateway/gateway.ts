@@ -235,10 +235,10 @@ export class Gateway {
   }
 
   private async listen(): Promise<void> {
-    const { server, admin } = this.runtime.config
-    await listenOn(this.server, server.listen.host, server.listen.port, 'server.listen')
+    const { server, admin, written } = this.runtime.config
+    await listenOn(this.server, server.listen.host, server.listen.port, 'server.listen', written.get('server.listen'))
     try {
-      await listenOn(this.admin, admin.listen.host, admin.listen.port, 'admin.listen')
+      await listenOn(this.admin, admin.listen.host, admin.listen.port, 'admin.listen', written.get('admin.listen'))
     } catch (error) {
       this.server.close()
       await this.runtime.store.close()
@@ -864,9 +864,14 @@ function differsFromAuthority(req: IncomingMessage): boolean {
   return host !== undefined && authority !== undefined && host.toLowerCase() !== authority.toLowerCase()
 }
 
-function listenOn(server: NetServer, host: string, port: number, field: string): Promise<void> {
+/** `written`: the field as the file writes it, where that holds environment references (`127.0.0.1:${PORT:-8080}`). */
+function listenOn(server: NetServer, host: string, port: number, field: string, written?: string): Promise<void> {
   return new Promise((resolve, reject) => {
-    const inUse = (error: Error) => (error as NodeJS.ErrnoException).code === 'EADDRINUSE' ? `; another process listens there: stop it, or give ${field} another port (0 picks a free one)` : ''
+    const variables = [...(written ?? '').matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((found) => found[1] as string)
+    const how = variables.length === 0
+      ? `give ${field} another port (0 picks a free one)`
+      : `set ${variables.join(' or ')} to another port (${field} is written ${JSON.stringify(written)}; 0 picks a free one)`
+    const inUse = (error: Error) => (error as NodeJS.ErrnoException).code === 'EADDRINUSE' ? `; another process listens there: stop it, or ${how}` : ''
     const onError = (error: Error) => reject(new Error(`cannot listen on ${host.includes(':') ? `[${host}]` : host}:${port} (${field}): ${error.message}${inUse(error)}`))
     server.once('error', onError)
     server.listen(port, host, () => {

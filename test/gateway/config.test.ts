@@ -787,6 +787,10 @@ routes:
         assert.equal(busy.code, 3, busy.stderr)
         assert.match(busy.stderr, new RegExp(`^sluice gateway: cannot listen on 127\\.0\\.0\\.1:${taken} \\(${field}\\): listen EADDRINUSE: address already in use 127\\.0\\.0\\.1:${taken}; another process listens there: stop it, or give ${field} another port \\(0 picks a free one\\)$`, 'm'))
       }
+      // Written with a reference, as the demo's is, the port is changed through the variable: it is named.
+      const demoBusy = await runCli(['gateway', '--no-watch', '--demo-upstream', '--config', example], { PORT: String(taken), ADMIN_PORT: '0' })
+      assert.equal(demoBusy.code, 3, demoBusy.stderr)
+      assert.match(demoBusy.stderr, new RegExp(`another process listens there: stop it, or set PORT to another port \\(server\\.listen is written "127\\.0\\.0\\.1:\\$\\{PORT:-8080\\}"; 0 picks a free one\\)$`, 'm'))
     } finally {
       holder.close()
       rmSync(dir, { recursive: true, force: true })
