@@ -819,7 +819,7 @@ function earlierCoverers(caseSensitive: boolean): ((match: MatchOptions | undefi
       keys.push(first.slice(0, end))
       if (end <= 0) break
     }
-    return keys.flatMap((key) => filed.get(key) ?? []).sort((a, b) => a - b)
+    return [...new Set(keys.flatMap((key) => filed.get(key) ?? []))].sort((a, b) => a - b)
   }
   coverers.add = (match: MatchOptions | undefined, index: number) => {
     for (const pattern of patterns(match)) {
