@@ -18,7 +18,7 @@ import { limitOf, OPTIONAL_POLICY_FIELDS, POLICY_FIELDS, resolvePolicies, resolv
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from '../http/client-ip.ts'
 import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
-import { compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, TOKEN, unknownMethods, type MatchOptions } from '../http/match.ts'
+import { bareHost, compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, TOKEN, unknownMethods, type MatchOptions } from '../http/match.ts'
 import { partitionKeyProblem } from '../http/headers.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
@@ -798,12 +798,17 @@ function checkReachable(config: RawConfig, report: Report): void {
  * The routes added so far that may cover a match (see matchCovers), in order.
  * A pattern covers another only when it is `/**`, the same pattern, or a
  * literal prefix of it with `/**` after (`/api/orders/**` covers
- * `/api/orders/7`): so each route is filed under its patterns' prefixes, and
- * a route is checked against those filed under its first pattern or one of
- * that pattern's ancestors, not against every route before it.
+ * `/api/orders/7`); a host only when it is the same host or a `*.` wildcard
+ * that it ends in, and a route with hosts covers only routes with hosts
+ * (one without covers any). So each route is filed under its hosts and its patterns' prefixes,
+ * and a route is checked against those filed under its first host or a
+ * wildcard above it, with its first pattern or one of that pattern's
+ * ancestors, not against every route before it.
  */
 function earlierCoverers(caseSensitive: boolean): ((match: MatchOptions | undefined) => number[]) & { add(match: MatchOptions | undefined, index: number): void } {
   const patterns = (match: MatchOptions | undefined) => [match?.path ?? '/**'].flat().map((pattern) => (caseSensitive ? pattern : pattern.toLowerCase()))
+  // '' stands for no host: a route without hosts covers any, and is covered only by another without.
+  const hosts = (match: MatchOptions | undefined) => (match?.host === undefined ? [''] : [match.host].flat().map(bareHost))
   const filed = new Map<string, number[]>()
   const file = (key: string, index: number) => {
     const found = filed.get(key)
@@ -811,21 +816,28 @@ function earlierCoverers(caseSensitive: boolean): ((match: MatchOptions | undefi
     else if (found[found.length - 1] !== index) found.push(index)
   }
   const coverers = (match: MatchOptions | undefined) => {
-    // Every pattern of the route must be covered: those that may cover its first one are enough to try.
+    // Every pattern and host of the route must be covered: those that may cover its first ones are enough to try.
     const first = patterns(match)[0] ?? '/**'
-    const keys = [first]
+    const paths = [first]
     // Its ancestors: `/a/b` for `/a/b/c`, then `/a`, then '' (where `/**` is filed).
     for (let end = first.lastIndexOf('/'); ; end = first.lastIndexOf('/', end - 1)) {
-      keys.push(first.slice(0, end))
+      paths.push(first.slice(0, end))
       if (end <= 0) break
     }
-    return [...new Set(keys.flatMap((key) => filed.get(key) ?? []))].sort((a, b) => a - b)
+    // Routes without hosts, the host itself, and the wildcards above it: `*.b.test` and `*.test` for a.b.test (or for `*.b.test`).
+    const host = hosts(match)[0] ?? ''
+    const names = host === '' ? [host] : ['', host]
+    const labels = host.startsWith('*.') ? host.slice(2) : host
+    for (let dot = labels.indexOf('.'); dot !== -1; dot = labels.indexOf('.', dot + 1)) names.push(`*.${labels.slice(dot + 1)}`)
+    return [...new Set(names.flatMap((name) => paths.flatMap((path) => filed.get(`${name} ${path}`) ?? [])))].sort((a, b) => a - b)
   }
   coverers.add = (match: MatchOptions | undefined, index: number) => {
-    for (const pattern of patterns(match)) {
-      const prefix = pattern.slice(0, -3)
-      // `/**` is filed under '', the key every pattern looks up.
-      file(pattern.endsWith('/**') && !prefix.includes('*') ? prefix : pattern, index)
+    for (const host of hosts(match)) {
+      for (const pattern of patterns(match)) {
+        const prefix = pattern.slice(0, -3)
+        // `/**` is filed under '', the key every pattern looks up.
+        file(`${host} ${pattern.endsWith('/**') && !prefix.includes('*') ? prefix : pattern}`, index)
+      }
     }
   }
   return coverers

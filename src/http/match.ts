@@ -199,42 +199,103 @@ export function compilePaths(patterns: string | readonly string[], what: string,
 /**
  * The entries (a gateway's routes, a pipeline's rules) that may match a
  * request, in their order, found without trying each. An entry whose `host`
- * names only exact hosts is looked up by the request's host; one whose path
- * patterns start with literal segments (`/api/orders/**`, `/login`), by the
+ * names hosts is looked up by the request's host: an exact host under that
+ * host, a `*.example.com` under the hosts that end in `.example.com` (a tree
+ * of labels from the right, as DNS reads them). One whose path patterns start
+ * with literal segments (`/api/orders/**`, `/login`) is looked up by the
  * request's leading segments, folded alike when matching ignores case.
- * Entries without such predicates (no `match` object, a `*.example.com`
- * host, a `/**` or `/v*` pattern) are candidates for every request. A request is
- * looked up under each reading of its path (see pathReadings) and of its
- * host (`hostAsUrl`), so no entry that `compileMatch` would match is ever
- * left out. `matchOf` gives an entry's predicates as compileMatch took them.
+ * Entries without such predicates (no `match` object, a `/**` or `/v*`
+ * pattern) are candidates for every request. A request is looked up under
+ * each reading of its path (see pathReadings) and of its host (`hostAsUrl`),
+ * so no entry that `compileMatch` would match is ever left out. `matchOf`
+ * gives an entry's predicates as compileMatch took them.
  */
 export function candidatesFor<T>(entries: readonly T[], matchOf: (entry: T) => MatchOptions | undefined, caseSensitive = true): (request: HttpRequest) => readonly T[] {
   const byPath = (subset: readonly T[]) => candidatesByPath(subset, (entry) => matchOf(entry)?.path, caseSensitive)
-  const anyHost: T[] = []
-  const byHost = new Map<string, T[]>()
-  for (const entry of entries) {
+  const anyHost: number[] = []
+  const root = hostNode<T>()
+  entries.forEach((entry, index) => {
     const hosts = optionalList(matchOf(entry)?.host)
-    if (hosts === undefined || hosts.some((host) => host.startsWith('*.'))) {
-      anyHost.push(entry)
-      continue
+    if (hosts === undefined) {
+      anyHost.push(index)
+      return
     }
-    for (const host of new Set(hosts.map(bareHost))) {
-      const found = byHost.get(host)
-      if (found === undefined) byHost.set(host, [entry])
-      else found.push(entry)
+    for (const host of hosts) {
+      const bare = bareHost(host)
+      const wildcard = bare.startsWith('*.')
+      let node = root
+      for (const label of (wildcard ? bare.slice(2) : bare).split('.').reverse()) {
+        let next = node.children.get(label)
+        if (next === undefined) node.children.set(label, next = hostNode<T>())
+        node = next
+      }
+      const own = wildcard ? node.below : node.exact
+      if (own[own.length - 1] !== index) own.push(index)
+    }
+  })
+  if (root.children.size === 0) return byPath(entries)
+  // Each node's two lists hold the entries for any host too: past a bound on their sum, entries are looked up by path alone.
+  let merged = 0
+  const lists = new Map<string, (request: HttpRequest) => readonly T[]>()
+  const lookUpOf = (indices: readonly number[]) => {
+    const sorted = [...new Set(indices)].sort((a, b) => a - b)
+    const id = sorted.join(',')
+    let found = lists.get(id)
+    if (found === undefined) {
+      merged += sorted.length
+      lists.set(id, found = byPath(sorted.map((index) => entries[index] as T)))
+    }
+    return found
+  }
+  root.belowIndices = anyHost
+  root.belowLookUp = lookUpOf(anyHost)
+  const fill = (node: HostNode<T>, parent: HostNode<T>): boolean => {
+    node.exactLookUp = node.exact.length === 0 ? parent.belowLookUp : lookUpOf([...parent.belowIndices, ...node.exact])
+    node.belowIndices = node.below.length === 0 ? parent.belowIndices : [...parent.belowIndices, ...node.below]
+    node.belowLookUp = node.below.length === 0 ? parent.belowLookUp : lookUpOf(node.belowIndices)
+    if (merged > MAX_MERGED) return false
+    for (const child of node.children.values()) if (!fill(child, node)) return false
+    return true
+  }
+  for (const child of root.children.values()) if (!fill(child, root)) return byPath(entries)
+  const elsewhere = root.belowLookUp
+  // Walks the host's labels from the right as far as the tree names them: its node if it gets to the end, else the wildcards above.
+  const lookUp = (host: string | undefined): ((request: HttpRequest) => readonly T[]) => {
+    if (host === undefined) return elsewhere
+    const bare = bareHost(host)
+    let node = root
+    for (let end = bare.length; ;) {
+      // At 0, lastIndexOf would find index 0 again: a leading dot leaves an empty label, and the walk ends.
+      const dot = end === 0 ? -1 : bare.lastIndexOf('.', end - 1)
+      const next = node.children.get(bare.slice(dot + 1, end))
+      if (next === undefined) return node.belowLookUp
+      if (dot === -1) return next.exactLookUp
+      node = next
+      end = dot
     }
   }
-  // Each host's list holds the entries for any host too: past a bound on their sum, entries are looked up by path alone.
-  if (byHost.size === 0 || byHost.size * anyHost.length > MAX_MERGED) return byPath(entries)
   const position = new Map(entries.map((entry, index) => [entry, index]))
   const inOrder = (found: Iterable<T>): T[] => [...new Set(found)].sort((a, b) => (position.get(a) as number) - (position.get(b) as number))
-  const forHost = new Map([...byHost].map(([host, own]) => [host, byPath(inOrder([...own, ...anyHost]))]))
-  const elsewhere = byPath(anyHost)
-  const lookUp = (host: string | undefined) => (host === undefined ? elsewhere : forHost.get(bareHost(host)) ?? elsewhere)
   return (request) => {
     const found = lookUp(request.host)(request)
     return request.hostAsUrl === undefined ? found : inOrder([...found, ...lookUp(request.hostAsUrl)(request)])
   }
+}
+
+interface HostNode<T> {
+  children: Map<string, HostNode<T>>
+  /** The entries naming the host that ends here, and those naming `*.` and it. */
+  exact: number[]
+  below: number[]
+  /** The entries for a host that ends here, and for one below it: wildcards from here up, and entries for any host. */
+  exactLookUp: (request: HttpRequest) => readonly T[]
+  belowIndices: readonly number[]
+  belowLookUp: (request: HttpRequest) => readonly T[]
+}
+
+function hostNode<T>(): HostNode<T> {
+  const none = () => []
+  return { children: new Map(), exact: [], below: [], exactLookUp: none, belowIndices: [], belowLookUp: none }
 }
 
 /** How many entries the lists merged ahead may hold in all (several MB): a config of thousands of routes of both kinds goes past it. */
@@ -411,7 +472,7 @@ function hostMatches(hosts: ReadonlyArray<(bare: string) => boolean>, host: stri
  * follows, as Express's req.hostname and Fastify's request.hostname end it:
  * `Host: api.test:x` is api.test to them.
  */
-function bareHost(host: string): string {
+export function bareHost(host: string): string {
   const lower = host.toLowerCase()
   const colon = lower.indexOf(':', lower.startsWith('[') ? lower.indexOf(']') + 1 : 0)
   let end = colon === -1 ? lower.length : colon

@@ -246,7 +246,8 @@ routes:
     const match = fc.option(fc.record({
       path: fc.option(fc.array(pattern, { minLength: 1, maxLength: 2 }), { nil: undefined }),
       method: fc.option(fc.constantFrom('GET', 'POST'), { nil: undefined }),
-      host: fc.option(fc.constantFrom('a.test', '*.test'), { nil: undefined }),
+      // One host or several, exact or wildcards at several depths, in any case.
+      host: fc.option(fc.oneof(fc.constantFrom('a.test', '*.test', 'b.a.test', '*.a.test', 'A.Test', '*.b.a.test', 'test', '[::1]'), fc.array(fc.constantFrom('a.test', '*.test', '*.a.test', 'x.test'), { minLength: 1, maxLength: 2 })), { nil: undefined }),
     }, { requiredKeys: [] }), { nil: undefined })
     await fc.assert(
       fc.asyncProperty(fc.array(match, { minLength: 1, maxLength: 10 }), fc.boolean(), async (matches, caseSensitive) => {

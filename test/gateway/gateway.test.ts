@@ -298,7 +298,7 @@ describe('gateway (child process, real upstream)', () => {
     assert.deepEqual((await Promise.all([slow(200), slow(200)])).map((res) => res.status), [200, 200])
   })
 
-  it('a config of 300 routes: each request meets the first route that matches and that route\'s limits (of 50 on one route, those its path meets), beside the global ones', async () => {
+  it('a config of 400 routes: each request meets the first route that matches (100 by wildcard host) and that route\'s limits (of 50 on one route, those its path meets), beside the global ones', async () => {
     const route = (name: string, path: string, strip: boolean) => `
   - name: ${name}
     match: { path: ${path} }
@@ -312,6 +312,14 @@ describe('gateway (child process, real upstream)', () => {
     // A route with a limit per endpoint, each narrowed by its own match.
     const endpoints = Array.from({ length: 50 }, (_, i) => `
       - { name: item${i}, key: [ip], match: { path: /shop/item${i}/** }, policies: { algorithm: fixed-window, name: item${i}, limit: 1, windowMs: 3600000 } }`)
+    // Tenants by wildcard host, ahead of every other route: a tenant's subdomains meet its own route, and other hosts none of them.
+    const tenants = Array.from({ length: 100 }, (_, i) => `
+  - name: tenant${i}
+    match: { host: '*.t${i}.test' }
+    upstream: ${upstream.url}
+    limits:
+      - { key: [ip], policies: { algorithm: fixed-window, name: tenant${i}, limit: 1, windowMs: 3600000 } }`)
+    routes.unshift(...tenants)
     routes.push(`
   - name: shop
     match: { path: /shop/** }
@@ -336,6 +344,10 @@ routes:${routes.join('')}
       assert.equal((await get(`${many.url}/elsewhere`)).status, 404)
       const items = [await get(`${many.url}/shop/item49/a`), await get(`${many.url}/shop/ITEM49/b`), await get(`${many.url}/shop/item0/a`), await get(`${many.url}/shop/other`)]
       assert.deepEqual(items.map((r) => r.status === 429 ? 429 : policiesOf(r)), ['"everyone" "item49"', 429, '"everyone" "item0"', '"everyone"'])
+      const hosts = ['a.shop.T99.test', 'x.t99.test.', 'x.t98.test', 't99.test']
+      const tenantStatus = []
+      for (const host of hosts) tenantStatus.push((await rawRequest(many.url, '/hello', { headers: { host } })).status)
+      assert.deepEqual(tenantStatus, [200, 429, 200, 404], 'tenant99\'s own quota for its subdomains, tenant98\'s apart; t99.test itself is no subdomain of it')
     } finally {
       await many.stop()
     }

@@ -18,23 +18,24 @@ const pattern = fc.array(segment, { minLength: 1, maxLength: 3 }).map((parts) =>
 const route = fc.record({
   path: fc.option(fc.array(pattern, { minLength: 1, maxLength: 2 }), { nil: undefined }),
   method: fc.option(fc.constantFrom('GET', 'POST'), { nil: undefined }),
-  // Hosts as written in a config: any case, a port, a trailing dot, a wildcard, an IPv6 literal.
-  host: fc.option(fc.array(fc.constantFrom('a.test', 'A.Test', 'a.test:8080', 'a.test.', 'b.test', '*.test', '[::1]'), { minLength: 1, maxLength: 2 }), { nil: undefined }),
+  // Hosts as written in a config: any case, a port, a trailing dot, wildcards at several depths, IPv4 and IPv6 literals.
+  host: fc.option(fc.array(fc.constantFrom('a.test', 'A.Test', 'a.test:8080', 'a.test.', 'b.test', '*.test', '*.A.test:99', '*.b.a.test', 'x.a.test', 'test', '[::1]', '1.2.3.4', '*.3.4'), { minLength: 1, maxLength: 3 }), { nil: undefined }),
 })
-const host = fc.option(fc.constantFrom('a.test', 'A.TEST:80', 'a.test.', 'b.test', 'c.test', 'x.a.test', '[::1]:8080'), { nil: undefined })
+// Request hosts: nested below wildcards, empty and leading-dot labels, a bare top label, an empty Host.
+const host = fc.option(fc.constantFrom('a.test', 'A.TEST:80', 'a.test.', 'b.test', 'c.test', 'x.a.test', 'X.A.Test.:8080', 'y.x.a.test', 'b.a.test', 'z.b.a.test', '.a.test', 'x..a.test', 'test', '', '[::1]:8080', '1.2.3.4', '9.3.4'), { nil: null })
 // Targets as clients send them: encoded slashes, backslashes, parameters, dots, a leading `//`.
 const targetPart = fc.constantFrom('api', 'API', 'login', 'K', 'k', '\u212A', 'ſ', 'S', 'ß', 'SS', 'É', 'v1', '%2F', '%2f', '\\', ';x', '..', '.', '', 'x', '%41pi', 'a;b', '%2e')
 const target = fc.tuple(fc.array(targetPart, { minLength: 1, maxLength: 4 }), fc.boolean()).map(([parts, query]) => `/${parts.join('/')}${query ? '?_method=DELETE' : ''}`)
 
 /** The request as the node adapter builds it from a target (and an absolute-form target's host, `hostAsUrl`). */
-function request(targetText: string, method: string, hostName: string | undefined = 'example.test', hostAsUrl?: string): HttpRequest {
+function request(targetText: string, method: string, hostName: string | null = 'example.test', hostAsUrl?: string | null): HttpRequest {
   const pathAsUrl = pathAsUrlReads(targetText)
   return {
     method,
     path: requestPath(targetText),
     ...(pathAsUrl === undefined ? {} : { pathAsUrl }),
-    ...(hostAsUrl === undefined ? {} : { hostAsUrl }),
-    host: hostName,
+    ...(hostAsUrl === undefined || hostAsUrl === null ? {} : { hostAsUrl }),
+    host: hostName ?? undefined,
     query: requestQuery(targetText) || undefined,
     header: () => undefined,
     remoteAddress: '127.0.0.1',
@@ -98,9 +99,28 @@ describe('routes looked up by their hosts and the literal segments of their path
     assert.deepEqual(names(lookUp(request('/orders/1', 'GET', 'A.test:8080'))), ['a', 'wild', 'any'])
     assert.deepEqual(names(lookUp(request('/orders/1', 'GET', 'b.test.'))), ['b-orders', 'wild', 'any', 'b'])
     assert.deepEqual(names(lookUp(request('/other', 'GET', 'b.test'))), ['wild', 'any', 'b'])
-    assert.deepEqual(names(lookUp(request('/x', 'GET', undefined))), ['wild', 'any'])
+    // A request without a Host (HTTP/1.0) meets no route that names hosts, wildcards included.
+    assert.deepEqual(names(lookUp(request('/x', 'GET', null))), ['any'])
     // An absolute-form target's host is read too: `GET http://a.test/x` with `Host: b.test`.
     assert.deepEqual(names(lookUp(request('/x', 'GET', 'b.test', 'a.test'))), ['a', 'wild', 'any', 'b'])
+  })
+
+  it('look wildcard hosts up by their labels from the right: a tenant\'s routes are not tried for another tenant', () => {
+    const routes: Array<{ name: string; host?: string | string[] }> = [
+      { name: 'acme-any', host: '*.acme.test' }, { name: 'acme', host: 'acme.test' }, { name: 'all', host: '*.test' }, { name: 'globex-any', host: '*.Globex.test:8443' }, { name: 'deep', host: '*.eu.acme.test' }, { name: 'anywhere' },
+    ]
+    const lookUp = candidatesFor(routes, (r) => r, false)
+    const names = (host: string) => lookUp(request('/x', 'GET', host)).map((r) => r.name)
+    assert.deepEqual(names('shop.acme.test'), ['acme-any', 'all', 'anywhere'])
+    assert.deepEqual(names('a.shop.EU.acme.test.'), ['acme-any', 'all', 'deep', 'anywhere'])
+    // `*.acme.test` does not take acme.test itself.
+    assert.deepEqual(names('acme.test:80'), ['acme', 'all', 'anywhere'])
+    assert.deepEqual(names('x.globex.test'), ['all', 'globex-any', 'anywhere'])
+    assert.deepEqual(names('other.test'), ['all', 'anywhere'])
+    assert.deepEqual(names('test'), ['anywhere'])
+    assert.deepEqual(names('acme.example'), ['anywhere'])
+    // An empty label still ends in `.acme.test`, as compileMatch reads it.
+    assert.deepEqual(names('.acme.test'), ['acme-any', 'all', 'anywhere'])
   })
 
   it('a middleware pipeline decides every request as it would trying each rule in turn', () => {
