@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto'
 import { dirname, resolve } from 'node:path'
 import { createSecureContext } from 'node:tls'
 import { isUtf8 } from 'node:buffer'
+import { Worker } from 'node:worker_threads'
 import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import safeRegex from 'safe-regex2'
 import { z } from 'zod'
@@ -469,6 +470,66 @@ export async function loadConfig(file: string, env: NodeJS.ProcessEnv = process.
   const notText = bytes.includes(0) ? 'it holds NUL bytes' : isUtf8(bytes) ? undefined : 'it holds bytes that are not UTF-8'
   if (notText !== undefined) throw new ConfigError(file, [`not a UTF-8 text file (${notText}): is it the right file?`])
   return parseConfig(bytes.toString('utf8'), file, env)
+}
+
+/**
+ * loadConfig on a worker thread, for a running gateway's reload: parsing and
+ * checking a file of thousands of routes takes most of a second, which on the
+ * gateway's own thread would hold every request it is serving. A file that
+ * makes the parser run out of memory ends the worker, not the gateway. Where no
+ * worker can load this module (run from TypeScript sources through a loader
+ * that does not reach workers), the file is loaded here, as at start.
+ */
+export async function loadConfigOffThread(file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
+  try {
+    return await loadConfigInWorker(file, env)
+  } catch (error) {
+    if (error instanceof WorkerUnavailableError) return loadConfig(file, env)
+    throw error
+  }
+}
+
+/** The worker could not load the config module: loading on the calling thread is the way left. */
+export class WorkerUnavailableError extends Error {}
+
+type WorkerAnswer = { config: GatewayConfig } | { problems: string[] } | { error: string } | { unavailable: string }
+
+// CommonJS, as an eval'd worker runs: it imports this module by URL and sends back what loadConfig gives, or its problems.
+const WORKER_SOURCE = `
+const { parentPort, workerData } = require('node:worker_threads')
+import(workerData.module).then(
+  ({ loadConfig, ConfigError }) => loadConfig(workerData.file, workerData.env).then(
+    (config) => parentPort.postMessage({ config }),
+    (error) => parentPort.postMessage(error instanceof ConfigError ? { problems: [...error.problems] } : { error: String(error && error.message || error) })),
+  (error) => parentPort.postMessage({ unavailable: String(error && error.message || error) }))
+`
+
+/** loadConfig on a worker thread of its own (see loadConfigOffThread); WorkerUnavailableError when none can load this module. */
+export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
+  const answer = await new Promise<WorkerAnswer>((resolve, reject) => {
+    let worker: Worker
+    try {
+      worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { module: import.meta.url, file, env: { ...env } } })
+    } catch (error) {
+      reject(new WorkerUnavailableError((error as Error).message))
+      return
+    }
+    // A gateway stopping mid-reload does not wait for it.
+    worker.unref()
+    worker.once('message', (message: WorkerAnswer) => {
+      resolve(message)
+      void worker.terminate()
+    })
+    worker.once('error', (error) => reject(new ConfigError(file, [`the worker reading it failed: ${error.message}`])))
+    worker.once('exit', (code) => reject(new ConfigError(file, [`the worker reading it stopped (exit code ${code}) before it was read`])))
+  })
+  if ('unavailable' in answer) throw new WorkerUnavailableError(answer.unavailable)
+  if ('problems' in answer) throw new ConfigError(file, answer.problems)
+  if ('error' in answer) throw new Error(answer.error)
+  // Structured cloning gives a Buffer back as a plain Uint8Array.
+  const tls = answer.config.tls
+  const asBuffer = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  return { ...answer.config, tls: tls === undefined ? undefined : { cert: asBuffer(tls.cert), key: asBuffer(tls.key) } }
 }
 
 export async function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {

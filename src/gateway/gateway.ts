@@ -24,7 +24,7 @@ import { candidatesFor, compileMatch, methodReadings, overridesMethod, pathReadi
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
-import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
+import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, loadConfigOffThread, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
 import { connectionTokens, createAgent, HOP_BY_HOP, forward, pathRewriter, respond, Upstreams, type PathRewrite, type Upgrade, type UpstreamFailure } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
@@ -425,7 +425,7 @@ export class Gateway {
     }
     let config: GatewayConfig
     try {
-      config = await loadConfig(current.config.file, this.options.env)
+      config = await loadConfigOffThread(current.config.file, this.options.env)
     } catch (error) {
       refuse({ problems: error instanceof ConfigError ? error.problems : [(error as Error).message], version: current.config.version })
       return
@@ -535,14 +535,16 @@ export class Gateway {
     }
     const key = JSON.stringify([...names].map(([dir, set]) => [dir, [...set].sort()]).sort())
     if (key === this.watchedKey) return
-    this.closeWatchers()
+    // Files now elsewhere (a link moved) were read before these watchers existed: a reload reads them again once they do,
+    // so a change made in between is not missed; one already pending is kept.
+    const moved = this.watchedKey !== ''
+    this.closeWatchers(!moved)
     this.watchedKey = key
     for (const [dir, watched] of names) {
       try {
         const watcher = watch(dir, (_event, name) => {
           if (name !== null && !watched.has(name) && !name.startsWith('..')) return
-          clearTimeout(this.reloadTimer)
-          this.reloadTimer = setTimeout(() => { void this.reload() }, 100)
+          this.reloadSoon()
         })
         watcher.on('error', () => {})
         watcher.unref()
@@ -551,12 +553,18 @@ export class Gateway {
         this.logger.warn({ dir }, 'cannot watch this directory for config changes; reload with SIGHUP')
       }
     }
+    if (moved) this.reloadSoon()
   }
 
-  private closeWatchers(): void {
+  private reloadSoon(): void {
+    clearTimeout(this.reloadTimer)
+    this.reloadTimer = setTimeout(() => { void this.reload() }, 100)
+  }
+
+  private closeWatchers(cancelReload = true): void {
     for (const watcher of this.watchers) watcher.close()
     this.watchers = []
-    clearTimeout(this.reloadTimer)
+    if (cancelReload) clearTimeout(this.reloadTimer)
   }
 
   private async probeStore(): Promise<void> {

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import { spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -11,7 +12,7 @@ import { parse } from 'yaml'
 import { maskCredentials } from '../../src/core/errors.ts'
 import { fcOptions } from '../helpers.ts'
 import { seededRandom } from '../../src/simulate/traffic.ts'
-import { ConfigError, configJsonSchema, configWarnings, loadConfig, parseConfig } from '../../src/gateway/config.ts'
+import { ConfigError, configJsonSchema, configWarnings, loadConfig, loadConfigOffThread, parseConfig } from '../../src/gateway/config.ts'
 import { runCli } from '../support/gateway.ts'
 import { resolvePolicies, type Policy } from '../../src/index.ts'
 import { matchCovers, type MatchOptions } from '../../src/http/match.ts'
@@ -806,5 +807,46 @@ routes:
       assert.equal(slip.code, 2, args.join(' '))
       assert.ok(slip.stderr.startsWith(`${said}\n\nusage: sluice ${args[0]}`), slip.stderr)
     }
+  })
+})
+
+describe('a config read on a worker thread (as a running gateway reloads it)', () => {
+  it('is what loadConfig reads, its TLS files as Buffers, its environment references substituted; a wrong file gives the same problems', async () => {
+    // The built module, as the gateway runs it: a worker loads it by its URL.
+    const built = (await import(new URL('../../dist/gateway/config.js', import.meta.url).href)) as typeof import('../../src/gateway/config.ts')
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
+    try {
+      const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
+        '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { encoding: 'utf8' })
+      assert.equal(made.status, 0, made.stderr)
+      writeFileSync(join(dir, 'keys.txt'), 'k1\nk2\n')
+      const file = join(dir, 'sluice.yaml')
+      writeFileSync(file, `
+server: { listen: "127.0.0.1:\${PORT}", tls: { cert: cert.pem, key: key.pem } }
+identity: { apiKey: { header: x-api-key, keysFile: keys.txt } }
+routes:
+  - name: api
+    match: { path: /api/**, host: "*.example.test" }
+    upstream: http://127.0.0.1:9
+    limits:
+      - { name: api, policies: { algorithm: token-bucket, capacity: "\${CAP}", refillTokens: 1, refillIntervalMs: 1000 } }
+`)
+      const env = { PORT: '0', CAP: '7' }
+      const here = await built.loadConfig(file, env)
+      const there = await built.loadConfigInWorker(file, env)
+      assert.deepEqual(there, here)
+      assert.ok(Buffer.isBuffer(there.tls?.cert) && Buffer.isBuffer(there.tls?.key))
+      assert.equal(there.written.get('server.listen'), '127.0.0.1:${PORT}')
+      writeFileSync(file, 'routes:\n  - { name: a, upstream: http://127.0.0.1:9, limits: [{ policies: { algorithm: fixed-window, limit: -5, windowMs: 1000 } }] }\n')
+      const expected = await built.loadConfig(file, env).then(() => [], (error: InstanceType<typeof built.ConfigError>) => error.problems)
+      assert.ok(expected.length > 0)
+      await assert.rejects(built.loadConfigInWorker(file, env), (error) => error instanceof built.ConfigError && assert.deepEqual(error.problems, expected) === undefined)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('from the TypeScript sources too (a loader that does not reach workers): loaded on the calling thread then', async () => {
+    assert.deepEqual(await loadConfigOffThread(example), await loadConfig(example))
   })
 })
