@@ -89,6 +89,7 @@ export class Gateway {
   private readonly tunnels = new Set<Duplex>()
   private draining = false
   private reloading: Promise<void> = Promise.resolve()
+  private queuedReload: Promise<void> | undefined
   private storeUp = true
   private storeError: string | undefined
 
@@ -181,9 +182,20 @@ export class Gateway {
    * every problem, and the running config stays.
    */
   reload(): Promise<void> {
-    // One reload at a time, in order.
-    this.reloading = this.reloading.then(() => this.reloadNow())
-    return this.reloading
+    // One reload at a time. One that has not begun yet reads the file as it is when it begins, so
+    // later calls join it: a burst of SIGHUPs reads the file twice at most, not once per signal.
+    if (this.queuedReload !== undefined) return this.queuedReload
+    const queued = this.reloading.then(() => {
+      this.queuedReload = undefined
+      return this.reloadNow()
+    }).catch((error: unknown) => {
+      // Only a bug gets here; callers of reload() (a signal, a file watch) have nowhere to send it, and later reloads must still run.
+      this.metrics.configRefused()
+      this.logger.error({ err: error }, 'config reload failed')
+    })
+    this.queuedReload = queued
+    this.reloading = queued
+    return queued
   }
 
   /** Stops accepting, lets requests in flight finish (up to the config's shutdownMs), then closes everything. */

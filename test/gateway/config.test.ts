@@ -850,3 +850,48 @@ routes:
     assert.deepEqual(await loadConfigOffThread(example), await loadConfig(example))
   })
 })
+
+describe('reloads asked for in a burst (SIGHUPs, saves)', () => {
+  it('read the file once more after the one in progress, not once each; one asked for during a read still reads again after it', async () => {
+    const { Gateway } = await import('../../src/gateway/gateway.ts')
+    const { pino } = await import('pino')
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-reloads-'))
+    const file = join(dir, 'sluice.yaml')
+    const valid = (limit: number) => `
+server: { listen: "127.0.0.1:0" }
+admin: { listen: "127.0.0.1:0" }
+routes:
+  - { name: api, upstream: "http://127.0.0.1:9", limits: [{ name: api, policies: { algorithm: fixed-window, limit: ${limit}, windowMs: 1000 } }] }
+`
+    writeFileSync(file, valid(1))
+    const gateway = await Gateway.start(file, { logger: pino({ level: 'silent' }), watchFile: false })
+    const reloads = async () => {
+      const metric = await gateway.metrics.registry.getSingleMetric('sluice_config_reloads_total')?.get()
+      const count = (result: string) => metric?.values.find((value) => value.labels.result === result)?.value ?? 0
+      return { applied: count('applied'), refused: count('refused') }
+    }
+    try {
+      writeFileSync(file, 'routes: [ { name: broken')
+      const burst = Array.from({ length: 10 }, () => gateway.reload())
+      assert.equal(new Set(burst).size, 1)
+      await Promise.all(burst)
+      assert.deepEqual(await reloads(), { applied: 0, refused: 1 })
+
+      // A read has begun when the file changes: the calls made after the change are not joined to it, but read again, once.
+      writeFileSync(file, valid(5))
+      const first = gateway.reload()
+      await new Promise((resolve) => setImmediate(resolve))
+      writeFileSync(file, valid(7))
+      const later = [gateway.reload(), gateway.reload(), gateway.reload()]
+      assert.notEqual(later[0], first)
+      assert.equal(new Set(later).size, 1)
+      await Promise.all([first, ...later])
+      assert.equal((await reloads()).refused, 1)
+      const limits = gateway.config.limitsResolved.flatMap((limit) => [...limit.policies.values()].flat().map((policy) => 'limit' in policy ? policy.limit : undefined))
+      assert.deepEqual(limits, [7])
+    } finally {
+      await gateway.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
