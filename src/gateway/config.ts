@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto'
 import { dirname, resolve } from 'node:path'
 import { createSecureContext } from 'node:tls'
 import { isUtf8 } from 'node:buffer'
+import { getHeapStatistics } from 'node:v8'
 import { Worker } from 'node:worker_threads'
 import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import safeRegex from 'safe-regex2'
@@ -474,15 +475,15 @@ export async function loadConfig(file: string, env: NodeJS.ProcessEnv = process.
 
 /**
  * loadConfig on a worker thread, for a running gateway's reload: parsing and
- * checking a file of thousands of routes takes most of a second, which on the
+ * checking a file of thousands of routes takes a second or more, which on the
  * gateway's own thread would hold every request it is serving. A file that
  * makes the parser run out of memory ends the worker, not the gateway. Where no
  * worker can load this module (run from TypeScript sources through a loader
  * that does not reach workers), the file is loaded here, as at start.
  */
-export async function loadConfigOffThread(file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
+export async function loadConfigOffThread(file: string, env: NodeJS.ProcessEnv = process.env, signal?: AbortSignal): Promise<GatewayConfig> {
   try {
-    return await loadConfigInWorker(file, env)
+    return await loadConfigInWorker(file, env, signal === undefined ? {} : { signal })
   } catch (error) {
     if (error instanceof WorkerUnavailableError) return loadConfig(file, env)
     throw error
@@ -504,23 +505,49 @@ import(workerData.module).then(
   (error) => parentPort.postMessage({ unavailable: String(error && error.message || error) }))
 `
 
+/**
+ * The heap a worker may fill reading a config: half of this thread's limit. A
+ * worker without a limit of its own that runs out of memory ends the process
+ * (V8's fatal error), not itself; with one, node ends the worker alone.
+ */
+const workerHeapMb = () => Math.max(64, Math.floor(getHeapStatistics().heap_size_limit / 2 / 1024 / 1024))
+
+export interface WorkerLoadOptions {
+  /** The most heap the worker may fill (default: half of this thread's limit); past it the file is refused as too large. */
+  heapMb?: number
+  /** Ends the worker and rejects with the signal's reason (a gateway closing mid-reload). */
+  signal?: AbortSignal
+}
+
 /** loadConfig on a worker thread of its own (see loadConfigOffThread); WorkerUnavailableError when none can load this module. */
-export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
+export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = process.env, options: WorkerLoadOptions = {}): Promise<GatewayConfig> {
+  const { heapMb = workerHeapMb(), signal } = options
+  signal?.throwIfAborted()
   const answer = await new Promise<WorkerAnswer>((resolve, reject) => {
     let worker: Worker
     try {
-      worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { module: import.meta.url, file, env: { ...env } } })
+      worker = new Worker(WORKER_SOURCE, {
+        eval: true,
+        workerData: { module: import.meta.url, file, env: { ...env } },
+        resourceLimits: { maxOldGenerationSizeMb: heapMb },
+      })
     } catch (error) {
       reject(new WorkerUnavailableError((error as Error).message))
       return
     }
-    // A gateway stopping mid-reload does not wait for it.
-    worker.unref()
+    const abort = () => {
+      reject(signal?.reason)
+      void worker.terminate()
+    }
+    signal?.addEventListener('abort', abort, { once: true })
+    worker.once('exit', () => signal?.removeEventListener('abort', abort))
     worker.once('message', (message: WorkerAnswer) => {
       resolve(message)
       void worker.terminate()
     })
-    worker.once('error', (error) => reject(new ConfigError(file, [`the worker reading it failed: ${error.message}`])))
+    worker.once('error', (error: Error & { code?: string }) => reject(new ConfigError(file, [error.code === 'ERR_WORKER_OUT_OF_MEMORY'
+      ? `too large to read: parsing it took more than the ${heapMb} MB of memory a reload may use (is it the right file?)`
+      : `the worker reading it failed: ${error.message}`])))
     worker.once('exit', (code) => reject(new ConfigError(file, [`the worker reading it stopped (exit code ${code}) before it was read`])))
   })
   if ('unavailable' in answer) throw new WorkerUnavailableError(answer.unavailable)

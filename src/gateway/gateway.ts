@@ -90,6 +90,8 @@ export class Gateway {
   private draining = false
   private reloading: Promise<void> = Promise.resolve()
   private queuedReload: Promise<void> | undefined
+  /** Ends a reload's reading of the file when the gateway closes. */
+  private readonly closing = new AbortController()
   private storeUp = true
   private storeError: string | undefined
 
@@ -202,6 +204,7 @@ export class Gateway {
   async close(): Promise<void> {
     if (this.draining) return
     this.draining = true
+    this.closing.abort()
     this.closeWatchers()
     clearInterval(this.probe)
     for (const route of this.runtime.routes) route.upstreams.stop()
@@ -437,8 +440,9 @@ export class Gateway {
     }
     let config: GatewayConfig
     try {
-      config = await loadConfigOffThread(current.config.file, this.options.env)
+      config = await loadConfigOffThread(current.config.file, this.options.env, this.closing.signal)
     } catch (error) {
+      if (this.draining) return
       refuse({ problems: error instanceof ConfigError ? error.problems : [(error as Error).message], version: current.config.version })
       return
     }

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -846,6 +847,22 @@ routes:
     }
   })
 
+  it('a file whose parsing outgrows the memory a reload may use is refused, and only the worker ends (the process goes on)', async () => {
+    const built = (await import(new URL('../../dist/gateway/config.js', import.meta.url).href)) as typeof import('../../src/gateway/config.ts')
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
+    try {
+      const file = join(dir, 'sluice.yaml')
+      // 2 MB of text, some hundreds of MB once parsed.
+      writeFileSync(file, `routes: [${Array(1_000_000).fill('1').join(',')}]\n`)
+      await assert.rejects(built.loadConfigInWorker(file, {}, { heapMb: 32 }), (error) => error instanceof built.ConfigError &&
+        assert.deepEqual(error.problems, ['too large to read: parsing it took more than the 32 MB of memory a reload may use (is it the right file?)']) === undefined)
+      // The same limit reads a real config.
+      assert.deepEqual(await built.loadConfigInWorker(example, {}, { heapMb: 32 }), await built.loadConfig(example, {}))
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   it('from the TypeScript sources too (a loader that does not reach workers): loaded on the calling thread then', async () => {
     assert.deepEqual(await loadConfigOffThread(example), await loadConfig(example))
   })
@@ -889,6 +906,30 @@ routes:
       assert.equal((await reloads()).refused, 1)
       const limits = gateway.config.limitsResolved.flatMap((limit) => [...limit.policies.values()].flat().map((policy) => 'limit' in policy ? policy.limit : undefined))
       assert.deepEqual(limits, [7])
+    } finally {
+      await gateway.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('a gateway closing while it reads a new file ends the read instead of waiting for it', async () => {
+    // The built module, as the gateway runs: a worker reads the file (from the sources it would be read on this thread).
+    const { Gateway } = (await import(new URL('../../dist/gateway/gateway.js', import.meta.url).href)) as typeof import('../../src/gateway/gateway.ts')
+    const { pino } = await import('pino')
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-reloads-'))
+    const file = join(dir, 'sluice.yaml')
+    writeFileSync(file, 'server: { listen: "127.0.0.1:0" }\nadmin: { listen: "127.0.0.1:0" }\nroutes: [{ name: api, upstream: "http://127.0.0.1:9" }]\n')
+    const gateway = await Gateway.start(file, { logger: pino({ level: 'silent' }), watchFile: false })
+    try {
+      // Seconds to parse, and refused at the end of it: a read that ran to its end would count a refusal.
+      writeFileSync(file, `routes: [${Array(1_000_000).fill('1').join(',')}]\n`)
+      const reloading = gateway.reload()
+      await sleep(200)
+      await gateway.close()
+      // Ended at once; a read left to run would take seconds more.
+      assert.equal(await Promise.race([reloading.then(() => 'ended'), sleep(2000).then(() => 'still reading')]), 'ended')
+      const metric = await gateway.metrics.registry.getSingleMetric('sluice_config_reloads_total')?.get()
+      assert.deepEqual(metric?.values.filter((value) => value.value > 0), [])
     } finally {
       await gateway.close()
       rmSync(dir, { recursive: true, force: true })
