@@ -27,11 +27,23 @@ import { partitionKeyProblem } from '../http/headers.ts'
 export class ConfigError extends SluiceError {
   readonly problems: readonly string[]
 
-  constructor(file: string, problems: readonly string[]) {
-    super('ERR_SLUICE_CONFIG', `${file}: ${problems.length} problem${problems.length === 1 ? '' : 's'}\n${problems.map((p) => `  - ${p}`).join('\n')}`)
-    this.problems = problems
+  /** How many problems the file has; past MAX_PROBLEMS, `problems` lists the first ones and a line saying how many more. */
+  readonly count: number
+
+  constructor(file: string, problems: readonly string[], count = problems.length) {
+    // A file given by mistake can have a problem per element (a list of a million numbers had a million): a log line or a
+    // terminal takes the first ones, and the count says how many more there are.
+    const listed = problems.length <= MAX_PROBLEMS || problems.length < count
+      ? problems
+      : [...problems.slice(0, MAX_PROBLEMS), `${count - MAX_PROBLEMS} more problems not listed: is it the right file?`]
+    super('ERR_SLUICE_CONFIG', `${file}: ${count} problem${count === 1 ? '' : 's'}\n${listed.map((p) => `  - ${p}`).join('\n')}`)
+    this.problems = listed
+    this.count = count
   }
 }
+
+/** The most problems a ConfigError lists. */
+const MAX_PROBLEMS = 100
 
 /**
  * A value in a problem, cut short (a file given by mistake, a key list or a
@@ -490,20 +502,18 @@ export async function loadConfigOffThread(file: string, env: NodeJS.ProcessEnv =
   }
 }
 
-/** The worker could not load the config module: loading on the calling thread is the way left. */
+/** The worker could not load its module: loading on the calling thread is the way left. */
 export class WorkerUnavailableError extends Error {}
 
-type WorkerAnswer = { config: GatewayConfig } | { problems: string[] } | { error: string } | { unavailable: string }
+/** What the worker (config-worker.ts) is given, and what it sends back. */
+export interface ConfigWorkerData { file: string; env: NodeJS.ProcessEnv }
+export type ConfigWorkerAnswer = { config: GatewayConfig } | { problems: string[]; count: number } | { error: string }
 
-// CommonJS, as an eval'd worker runs: it imports this module by URL and sends back what loadConfig gives, or its problems.
-const WORKER_SOURCE = `
-const { parentPort, workerData } = require('node:worker_threads')
-import(workerData.module).then(
-  ({ loadConfig, ConfigError }) => loadConfig(workerData.file, workerData.env).then(
-    (config) => parentPort.postMessage({ config }),
-    (error) => parentPort.postMessage(error instanceof ConfigError ? { problems: [...error.problems] } : { error: String(error && error.message || error) })),
-  (error) => parentPort.postMessage({ unavailable: String(error && error.message || error) }))
-`
+/** The worker's module beside this one: compiled JavaScript in the package, TypeScript when run from the sources. */
+const CONFIG_WORKER = new URL(import.meta.url.endsWith('.ts') ? './config-worker.ts' : './config-worker.js', import.meta.url)
+
+/** A worker that fails with these never ran its module: the thread cannot load it (TypeScript sources, a bundle). */
+const MODULE_UNAVAILABLE = new Set(['ERR_UNKNOWN_FILE_EXTENSION', 'ERR_MODULE_NOT_FOUND', 'ERR_WORKER_PATH', 'ERR_WORKER_UNSUPPORTED_EXTENSION'])
 
 /**
  * The heap a worker may fill reading a config: half of this thread's limit. A
@@ -523,12 +533,11 @@ export interface WorkerLoadOptions {
 export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = process.env, options: WorkerLoadOptions = {}): Promise<GatewayConfig> {
   const { heapMb = workerHeapMb(), signal } = options
   signal?.throwIfAborted()
-  const answer = await new Promise<WorkerAnswer>((resolve, reject) => {
+  const answer = await new Promise<ConfigWorkerAnswer>((resolve, reject) => {
     let worker: Worker
     try {
-      worker = new Worker(WORKER_SOURCE, {
-        eval: true,
-        workerData: { module: import.meta.url, file, env: { ...env } },
+      worker = new Worker(CONFIG_WORKER, {
+        workerData: { file, env: { ...env } } satisfies ConfigWorkerData,
         resourceLimits: { maxOldGenerationSizeMb: heapMb },
       })
     } catch (error) {
@@ -541,17 +550,22 @@ export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = 
     }
     signal?.addEventListener('abort', abort, { once: true })
     worker.once('exit', () => signal?.removeEventListener('abort', abort))
-    worker.once('message', (message: WorkerAnswer) => {
+    worker.once('message', (message: ConfigWorkerAnswer) => {
       resolve(message)
       void worker.terminate()
     })
-    worker.once('error', (error: Error & { code?: string }) => reject(new ConfigError(file, [error.code === 'ERR_WORKER_OUT_OF_MEMORY'
-      ? `too large to read: parsing it took more than the ${heapMb} MB of memory a reload may use (is it the right file?)`
-      : `the worker reading it failed: ${error.message}`])))
+    worker.once('error', (error: Error & { code?: string }) => {
+      if (MODULE_UNAVAILABLE.has(error.code ?? '') && String((error as { url?: unknown }).url ?? error.message).includes('config-worker')) {
+        reject(new WorkerUnavailableError(error.message))
+      } else {
+        reject(new ConfigError(file, [error.code === 'ERR_WORKER_OUT_OF_MEMORY'
+          ? `too large to read: parsing it took more than the ${heapMb} MB of memory a reload may use (is it the right file?)`
+          : `the worker reading it failed: ${error.message}`]))
+      }
+    })
     worker.once('exit', (code) => reject(new ConfigError(file, [`the worker reading it stopped (exit code ${code}) before it was read`])))
   })
-  if ('unavailable' in answer) throw new WorkerUnavailableError(answer.unavailable)
-  if ('problems' in answer) throw new ConfigError(file, answer.problems)
+  if ('problems' in answer) throw new ConfigError(file, answer.problems, answer.count)
   if ('error' in answer) throw new Error(answer.error)
   // Structured cloning gives a Buffer back as a plain Uint8Array.
   const tls = answer.config.tls

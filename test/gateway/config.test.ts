@@ -863,6 +863,28 @@ routes:
     }
   })
 
+  it('a file with a problem per element lists the first 100 and counts the rest, here and from the worker', async () => {
+    const built = (await import(new URL('../../dist/gateway/config.js', import.meta.url).href)) as typeof import('../../src/gateway/config.ts')
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
+    try {
+      const file = join(dir, 'sluice.yaml')
+      writeFileSync(file, `routes: [${Array(1000).fill('1').join(',')}]\n`)
+      for (const load of [built.loadConfig, built.loadConfigInWorker]) {
+        await assert.rejects(load(file, {}), (error) => {
+          assert.ok(error instanceof built.ConfigError)
+          assert.equal(error.count, 1000)
+          assert.equal(error.problems.length, 101)
+          assert.equal(error.problems[99], 'routes[99]: expected object, got 1 (line 1)')
+          assert.equal(error.problems[100], '900 more problems not listed: is it the right file?')
+          assert.equal(error.message.split('\n')[0], `${file}: 1000 problems`)
+          return true
+        })
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   it('from the TypeScript sources too (a loader that does not reach workers): loaded on the calling thread then', async () => {
     assert.deepEqual(await loadConfigOffThread(example), await loadConfig(example))
   })

@@ -1,0 +1,18 @@
+/**
+ * The worker thread a running gateway reads a reloaded config on (see
+ * loadConfigInWorker in config.ts): it loads the file and sends back the
+ * config, or the file's problems. A module of its own rather than config.ts
+ * itself, so that nothing else the package's modules do at load runs twice.
+ */
+import { isMainThread, parentPort, workerData } from 'node:worker_threads'
+import { ConfigError, loadConfig, type ConfigWorkerAnswer, type ConfigWorkerData } from './config.ts'
+
+if (isMainThread || parentPort === null) throw new Error('sluice: gateway/config-worker runs as a worker thread only')
+const { file, env } = workerData as ConfigWorkerData
+let answer: ConfigWorkerAnswer
+try {
+  answer = { config: await loadConfig(file, env) }
+} catch (error) {
+  answer = error instanceof ConfigError ? { problems: [...error.problems], count: error.count } : { error: error instanceof Error ? error.message : String(error) }
+}
+parentPort.postMessage(answer)
