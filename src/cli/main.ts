@@ -13,7 +13,7 @@ import { commandLineProblem, maskCredentials, SluiceError } from '../core/errors
 import { resolvePolicies } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
-import { canonicalKey, ConfigError, configWarnings, loadConfig, type GatewayConfig } from '../gateway/config.ts'
+import { canonicalKey, ConfigError, configWarnings, loadConfigOffThread, type GatewayConfig } from '../gateway/config.ts'
 import { startDemoUpstream } from '../gateway/demo-upstream.ts'
 import { Gateway } from '../gateway/gateway.ts'
 import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
@@ -219,7 +219,7 @@ async function checkConfig(args: readonly string[], out: Out, err: Out): Promise
     return 2
   }
   try {
-    const config = await loadConfig(files[0] as string)
+    const config = await loadConfigOffThread(files[0] as string)
     const policies = config.limitsResolved.reduce((n, limit) => n + [...limit.policies.values()].reduce((m, list) => m + list.length, 0), 0)
     for (const warning of configWarnings(config)) err(`warning: ${warning}`)
     out(`${config.file}: valid (version ${config.version}): ${config.routes.length} route${config.routes.length === 1 ? '' : 's'}, ${config.limitsResolved.length} limit${config.limitsResolved.length === 1 ? '' : 's'}, ${policies} polic${policies === 1 ? 'y' : 'ies'}, store ${config.store.type}`)
@@ -259,10 +259,10 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     err(`sluice inspect: --redis must be a redis:// or rediss:// URL (got ${maskCredentials(JSON.stringify(url))})`)
     return 2
   }
-  let config: Awaited<ReturnType<typeof loadConfig>> | undefined
+  let config: GatewayConfig | undefined
   if (parsed.values.config !== undefined) {
     try {
-      config = await loadConfig(parsed.values.config)
+      config = await loadConfigOffThread(parsed.values.config)
     } catch (error) {
       if (error instanceof ConfigError) {
         err(error.message)

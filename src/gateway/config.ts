@@ -486,12 +486,14 @@ export async function loadConfig(file: string, env: NodeJS.ProcessEnv = process.
 }
 
 /**
- * loadConfig on a worker thread, for a running gateway's reload: parsing and
- * checking a file of thousands of routes takes a second or more, which on the
- * gateway's own thread would hold every request it is serving. A file that
- * makes the parser run out of memory ends the worker, not the gateway. Where no
- * worker can load this module (run from TypeScript sources through a loader
- * that does not reach workers), the file is loaded here, as at start.
+ * loadConfig on a worker thread, as the gateway and the CLI read a config:
+ * parsing and checking a file of thousands of routes takes a second or more,
+ * which on a running gateway's own thread would hold every request it is
+ * serving; and a file whose parsing runs out of memory (a large file given by
+ * mistake) ends the worker, which the process can tell as a refusal, where on
+ * this thread it would end the process. Where no worker can load its module
+ * (run from TypeScript sources through a loader that does not reach workers),
+ * the file is loaded on this thread.
  */
 export async function loadConfigOffThread(file: string, env: NodeJS.ProcessEnv = process.env, signal?: AbortSignal): Promise<GatewayConfig> {
   try {
@@ -559,7 +561,7 @@ export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = 
         reject(new WorkerUnavailableError(error.message))
       } else {
         reject(new ConfigError(file, [error.code === 'ERR_WORKER_OUT_OF_MEMORY'
-          ? `too large to read: parsing it took more than the ${heapMb} MB of memory a reload may use (is it the right file?)`
+          ? `too large to read: parsing it took more than the ${heapMb} MB of memory reading a config may use (is it the right file?)`
           : `the worker reading it failed: ${error.message}`]))
       }
     })

@@ -24,7 +24,7 @@ import { candidatesFor, compileMatch, methodReadings, overridesMethod, pathReadi
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
-import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfig, loadConfigOffThread, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
+import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfigOffThread, type GatewayConfig, type ResolvedLimit, type RouteConfig } from './config.ts'
 import { createAdminServer } from './admin.ts'
 import { connectionTokens, createAgent, HOP_BY_HOP, forward, pathRewriter, respond, Upstreams, type PathRewrite, type Upgrade, type UpstreamFailure } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
@@ -133,7 +133,7 @@ export class Gateway {
 
   /** Loads the file (a ConfigError lists every problem), opens the store and both listeners. */
   static async start(file: string, options: GatewayOptions = {}): Promise<Gateway> {
-    const config = await loadConfig(file, options.env)
+    const config = await loadConfigOffThread(file, options.env)
     const logger = options.logger ?? pino({ level: config.logging.level, base: null })
     const metrics = new GatewayMetrics()
     const store = await openStore(config, (message) => logger.warn(message))

@@ -847,7 +847,7 @@ routes:
     }
   })
 
-  it('a file whose parsing outgrows the memory a reload may use is refused, and only the worker ends (the process goes on)', async () => {
+  it('a file whose parsing outgrows the memory reading a config may use is refused, and only the worker ends (the process goes on)', async () => {
     const built = (await import(new URL('../../dist/gateway/config.js', import.meta.url).href)) as typeof import('../../src/gateway/config.ts')
     const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
     try {
@@ -855,9 +855,26 @@ routes:
       // 2 MB of text, some hundreds of MB once parsed.
       writeFileSync(file, `routes: [${Array(1_000_000).fill('1').join(',')}]\n`)
       await assert.rejects(built.loadConfigInWorker(file, {}, { heapMb: 32 }), (error) => error instanceof built.ConfigError &&
-        assert.deepEqual(error.problems, ['too large to read: parsing it took more than the 32 MB of memory a reload may use (is it the right file?)']) === undefined)
+        assert.deepEqual(error.problems, ['too large to read: parsing it took more than the 32 MB of memory reading a config may use (is it the right file?)']) === undefined)
       // The same limit reads a real config.
       assert.deepEqual(await built.loadConfigInWorker(example, {}, { heapMb: 32 }), await built.loadConfig(example, {}))
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('check-config and the gateway refuse a file too large to parse with exit 1, not a crash of the process (a small heap here)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
+    try {
+      const file = join(dir, 'sluice.yaml')
+      writeFileSync(file, `routes: [${Array(1_000_000).fill('1').join(',')}]\n`)
+      // Read on this thread, the same file ends a process of this heap with V8's fatal out-of-memory error.
+      const smallHeap = { NODE_OPTIONS: '--max-old-space-size=64' }
+      for (const args of [['check-config', file], ['gateway', '--config', file]]) {
+        const { code, stderr } = await runCli(args, smallHeap)
+        assert.equal(code, 1, stderr)
+        assert.match(stderr, /: 1 problem\n {2}- too large to read: parsing it took more than the \d+ MB of memory reading a config may use \(is it the right file\?\)/)
+      }
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
