@@ -39,15 +39,21 @@ export function createAdminServer(gateway: Gateway): Server {
 
 async function status(gateway: Gateway): Promise<Record<string, unknown>> {
   const config = gateway.config
-  const policiesOf = (owner: string | undefined) => config.limitsResolved
-    .filter((limit) => limit.route === owner)
-    .map((limit) => ({
+  // Grouped by route in one pass: a config of thousands of routes would otherwise scan every limit for each route.
+  const byOwner = new Map<string | undefined, Array<Record<string, unknown>>>()
+  for (const limit of config.limitsResolved) {
+    const shown = {
       name: limit.name,
       shadow: limit.config.shadow ?? config.shadow,
       cost: limit.cost,
       ...(limit.config.action === 'queue' ? { action: 'queue', maxWaitMs: limit.config.maxWaitMs ?? 10_000 } : {}),
       policies: Object.fromEntries([...limit.policies].map(([tier, list]) => [tier === '' ? 'all' : tier, list])),
-    }))
+    }
+    const owned = byOwner.get(limit.route)
+    if (owned === undefined) byOwner.set(limit.route, [shown])
+    else owned.push(shown)
+  }
+  const policiesOf = (owner: string | undefined) => byOwner.get(owner) ?? []
   const upstreams = gateway.upstreamStates()
   return {
     version: config.version,

@@ -237,6 +237,7 @@ export class Gateway {
   async watched(): Promise<Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>>> {
     const { config, store } = this.runtime
     const result: Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>> = {}
+    if (config.admin.watch.length === 0) return result
     const limiters = watchLimiters(this.runtime, store.store)
     for (const key of config.admin.watch) {
       const perPolicy: Record<string, { limit: number; remaining: number; resetAfterMs: number }> = {}
