@@ -504,7 +504,7 @@ export async function loadConfigOffThread(file: string, env: NodeJS.ProcessEnv =
   }
 }
 
-/** The worker could not load its module: loading on the calling thread is the way left. */
+/** The worker failed for want of something other than memory (it could not load its module, say): loading on the calling thread is the way left. */
 export class WorkerUnavailableError extends Error {}
 
 /** What the worker (config-worker.ts) is given, and what it sends back. */
@@ -513,9 +513,6 @@ export type ConfigWorkerAnswer = { config: GatewayConfig } | { problems: string[
 
 /** The worker's module beside this one: compiled JavaScript in the package, TypeScript when run from the sources. */
 const CONFIG_WORKER = new URL(import.meta.url.endsWith('.ts') ? './config-worker.ts' : './config-worker.js', import.meta.url)
-
-/** A worker that fails with these never ran its module: the thread cannot load it (TypeScript sources, a bundle). */
-const MODULE_UNAVAILABLE = new Set(['ERR_UNKNOWN_FILE_EXTENSION', 'ERR_MODULE_NOT_FOUND', 'ERR_WORKER_PATH', 'ERR_WORKER_UNSUPPORTED_EXTENSION'])
 
 /**
  * The heap a worker may fill reading a config: half of this thread's limit. A
@@ -556,16 +553,12 @@ export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = 
       resolve(message)
       void worker.terminate()
     })
-    worker.once('error', (error: Error & { code?: string }) => {
-      if (MODULE_UNAVAILABLE.has(error.code ?? '') && String((error as { url?: unknown }).url ?? error.message).includes('config-worker')) {
-        reject(new WorkerUnavailableError(error.message))
-      } else {
-        reject(new ConfigError(file, [error.code === 'ERR_WORKER_OUT_OF_MEMORY'
-          ? `too large to read: parsing it took more than the ${heapMb} MB of memory reading a config may use (is it the right file?)`
-          : `the worker reading it failed: ${error.message}`]))
-      }
-    })
-    worker.once('exit', (code) => reject(new ConfigError(file, [`the worker reading it stopped (exit code ${code}) before it was read`])))
+    // Running out of memory is the file's doing. Any other failure is the worker's (its module cannot be loaded here:
+    // TypeScript sources, a bundle; no thread could be started): the file is read on the calling thread instead.
+    worker.once('error', (error: Error & { code?: string }) => reject(error.code === 'ERR_WORKER_OUT_OF_MEMORY'
+      ? new ConfigError(file, [`too large to read: parsing it took more than the ${heapMb} MB of memory reading a config may use (is it the right file?)`])
+      : new WorkerUnavailableError(error.message)))
+    worker.once('exit', (code) => reject(new WorkerUnavailableError(`the worker stopped (exit code ${code}) before it answered`)))
   })
   if ('problems' in answer) throw new ConfigError(file, answer.problems, answer.count)
   if ('error' in answer) throw new Error(answer.error)

@@ -880,6 +880,12 @@ routes:
     }
   })
 
+  it('where no worker may be started (node\'s permission model without --allow-worker), the file is read on the main thread', async () => {
+    const { code, stdout, stderr } = await runCli(['check-config', example], { NODE_OPTIONS: '--experimental-permission --allow-fs-read=*' })
+    assert.equal(code, 0, stderr)
+    assert.match(stdout, /sluice\.yaml: valid \(version [0-9a-f]+\): 3 routes/)
+  })
+
   it('a file with a problem per element lists the first 100 and counts the rest, here and from the worker', async () => {
     const built = (await import(new URL('../../dist/gateway/config.js', import.meta.url).href)) as typeof import('../../src/gateway/config.ts')
     const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
