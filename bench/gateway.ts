@@ -9,7 +9,8 @@
  *
  * A fourth row, the least a Node proxy does (bench/bare-proxy.ts), separates
  * sluice's own cost from Node's. Last, gateways of 20 and 2,000 routes show
- * what the number of routes costs a request.
+ * what the number of routes costs a request, and one of 5,000 what a reload
+ * costs the requests it is serving.
  *
  * Peak: wrk, 1 thread, 64 connections. Then p99 at half of each proxy's own
  * peak rate: wrk again, each connection waiting a random (exponential) time
@@ -183,6 +184,68 @@ routes:${routes.join('')}
 
 const ROUTE_COUNTS = [20, 2000]
 
+/**
+ * What a reload costs the requests being served: a gateway of RELOAD_ROUTES
+ * routes (each with a limit) gets one request after another on its last route
+ * while its file changes and SIGHUP reloads it; the longest wait between two
+ * answers, against the usual one, is how long the reload held the gateway's
+ * thread. The file is read and checked on a worker thread; what is left is
+ * building the new routes and limiters from it.
+ */
+async function reloadStall(upstreamPort: number): Promise<void> {
+  const yaml = (limit: number) => `
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+logging: { level: info, access: false }
+routes:${Array.from({ length: RELOAD_ROUTES }, (_, i) => `
+  - name: svc${i}
+    match: { path: /api/svc${i}/** }
+    upstream: http://127.0.0.1:${upstreamPort}
+    limits:
+      - { policies: { algorithm: fixed-window, name: svc${i}, limit: ${limit}, windowMs: 1000 } }`).join('')}
+`
+  const gateway = await startGateway(yaml(RATE))
+  try {
+    const url = `${gateway.url}/api/svc${RELOAD_ROUTES - 1}/x`
+    const answered: number[] = []
+    const deadline = performance.now() + 60_000
+    let reloaded = false
+    const loop = (async () => {
+      // A bounded loop: until the reload is seen and a second has passed, at most a minute.
+      let after = Infinity
+      while (performance.now() < Math.min(deadline, after)) {
+        await (await fetch(url)).arrayBuffer()
+        answered.push(performance.now())
+        if (reloaded && after === Infinity) after = performance.now() + 1000
+      }
+    })()
+    await sleep(1000)
+    const sent = performance.now()
+    gateway.writeConfig(yaml(RATE - 1))
+    gateway.child.kill('SIGHUP')
+    await gateway.waitForLog((line) => line.msg === 'config reloaded', 60_000)
+    const reloadMs = performance.now() - sent
+    reloaded = true
+    await loop
+    const gaps = answered.slice(1).map((at, i) => [at, at - (answered[i] as number)] as const)
+    const before = gaps.filter(([at]) => at < sent).map(([, gap]) => gap).sort((a, b) => a - b)
+    const usual = before[Math.floor(before.length / 2)] ?? NaN
+    const longest = Math.max(...gaps.filter(([at]) => at >= sent).map(([, gap]) => gap))
+    console.log(`reload of ${RELOAD_ROUTES} routes: ${reloadMs.toFixed(0)} ms from SIGHUP to applied; longest wait between answers meanwhile ${longest.toFixed(0)} ms (usually ${usual.toFixed(2)} ms)`)
+    emit({
+      bench: 'gateway',
+      title: `Gateway reload: one request after another on the last of ${RELOAD_ROUTES} routes (each with a limit) while SIGHUP reloads a changed file`,
+      columns: ['routes', 'SIGHUP to applied', 'longest wait between answers', 'usual wait'],
+      rows: [[RELOAD_ROUTES, `${reloadMs.toFixed(0)} ms`, `${longest.toFixed(0)} ms`, `${usual.toFixed(2)} ms`]],
+      notes: ['the file is read and checked on a worker thread; the longest wait is what building the new routes and limiters holds the gateway for'],
+    })
+  } finally {
+    await gateway.stop()
+  }
+}
+
+const RELOAD_ROUTES = 5000
+
 try {
   const [upstreamPort, nginxPort] = [await freePort(), await freePort()]
   await startNginx('upstream', `server { listen 127.0.0.1:${upstreamPort}; location / { return 200 "ok\\n"; } }`, [upstreamPort])
@@ -256,6 +319,7 @@ routes:
     await gateway.stop()
   }
   await routeScaling(upstreamPort)
+  await reloadStall(upstreamPort)
 } finally {
   for (const child of children) child.kill('SIGQUIT')
   await sleep(200)
