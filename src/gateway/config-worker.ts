@@ -1,8 +1,7 @@
 /**
- * The worker thread a running gateway reads a reloaded config on (see
- * loadConfigInWorker in config.ts): it loads the file and sends back the
- * config, or the file's problems. A module of its own rather than config.ts
- * itself, so that nothing else the package's modules do at load runs twice.
+ * The worker thread a config is read on, at the gateway's start, on its
+ * reloads and by the CLI (see loadConfigInWorker in config.ts): it loads the
+ * file and sends back the config, or the file's problems.
  */
 import { isMainThread, parentPort, workerData } from 'node:worker_threads'
 import { ConfigError, loadConfig, type ConfigWorkerAnswer, type ConfigWorkerData } from './config.ts'

@@ -528,7 +528,11 @@ export interface WorkerLoadOptions {
   signal?: AbortSignal
 }
 
-/** loadConfig on a worker thread of its own (see loadConfigOffThread); WorkerUnavailableError when none can load this module. */
+/**
+ * loadConfig on a worker thread of its own (see loadConfigOffThread): a
+ * ConfigError for the file's problems, one of its own when parsing it outgrows
+ * `heapMb`; a WorkerUnavailableError when the worker failed for another reason.
+ */
 export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = process.env, options: WorkerLoadOptions = {}): Promise<GatewayConfig> {
   const { heapMb = workerHeapMb(), signal } = options
   signal?.throwIfAborted()
