@@ -595,6 +595,12 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     // The yaml package's guard against alias expansion bombs ("billion laughs").
     throw new ConfigError(file, [`YAML: ${(error as Error).message}`])
   }
+  // A file that is not a mapping of sections is the wrong file (a .env, a key, a list): say what it is, not what it holds,
+  // which may be a secret bound for a CI log.
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) {
+    const what = Array.isArray(data) ? `a list of ${data.length} item${data.length === 1 ? '' : 's'}` : typeof data === 'string' ? `text (${data.length} characters, not shown)` : show(data)
+    throw new ConfigError(file, [`(file): expected the config's sections (server, store, identity, limits, routes, ...), got ${what}: is it the right file?`])
+  }
   const at = (path: readonly PropertyKey[]) => lineOf(nodeOffset(doc, path))
   const report = (path: readonly PropertyKey[], message: string) => {
     const line = at(path)
