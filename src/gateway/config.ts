@@ -515,14 +515,16 @@ export type ConfigWorkerAnswer = { config: GatewayConfig } | { problems: string[
 const CONFIG_WORKER = new URL(import.meta.url.endsWith('.ts') ? './config-worker.ts' : './config-worker.js', import.meta.url)
 
 /**
- * The heap a worker may fill reading a config: half of this thread's limit. A
- * worker without a limit of its own that runs out of memory ends the process
- * (V8's fatal error), not itself; with one, node ends the worker alone.
+ * The heap a worker may fill reading a config: this thread's own limit, so
+ * that a file this thread could have read (20,000 routes take more than 256
+ * MB) is read there too. A worker without a limit of its own that runs out of
+ * memory ends the process (V8's fatal error), not itself; with one, node ends
+ * the worker alone.
  */
-const workerHeapMb = () => Math.max(64, Math.floor(getHeapStatistics().heap_size_limit / 2 / 1024 / 1024))
+const workerHeapMb = () => Math.max(64, Math.floor(getHeapStatistics().heap_size_limit / 1024 / 1024))
 
 export interface WorkerLoadOptions {
-  /** The most heap the worker may fill (default: half of this thread's limit); past it the file is refused as too large. */
+  /** The most heap the worker may fill (default: this thread's limit); past it the file is refused as too large. */
   heapMb?: number
   /** Ends the worker and rejects with the signal's reason (a gateway closing mid-reload). */
   signal?: AbortSignal
