@@ -814,12 +814,13 @@ routes:
   })
 })
 
-describe('a config read on a worker thread (as a running gateway reloads it)', () => {
+describe('a config read on a worker thread (as the gateway and the CLI read it)', () => {
+  // The built module, as the gateway runs it: a worker loads its module beside it (from the sources, none can).
+  const builtConfig = async () => (await import(new URL('../../dist/gateway/config.js', import.meta.url).href)) as typeof import('../../src/gateway/config.ts')
+
   it('is what loadConfig reads, its TLS files as Buffers, its environment references substituted; a wrong file gives the same problems', async () => {
-    // The built module, as the gateway runs it: a worker loads it by its URL.
-    const built = (await import(new URL('../../dist/gateway/config.js', import.meta.url).href)) as typeof import('../../src/gateway/config.ts')
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
-    try {
+    const built = await builtConfig()
+    await inTempDir(async (dir) => {
       const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
         '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { encoding: 'utf8' })
       assert.equal(made.status, 0, made.stderr)
@@ -845,15 +846,12 @@ routes:
       const expected = await built.loadConfig(file, env).then(() => [], (error: InstanceType<typeof built.ConfigError>) => error.problems)
       assert.ok(expected.length > 0)
       await assert.rejects(built.loadConfigInWorker(file, env), (error) => error instanceof built.ConfigError && assert.deepEqual(error.problems, expected) === undefined)
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('a file whose parsing outgrows the memory reading a config may use is refused, and only the worker ends (the process goes on)', async () => {
-    const built = (await import(new URL('../../dist/gateway/config.js', import.meta.url).href)) as typeof import('../../src/gateway/config.ts')
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
-    try {
+    const built = await builtConfig()
+    await inTempDir(async (dir) => {
       const file = join(dir, 'sluice.yaml')
       // 2 MB of text, some hundreds of MB once parsed.
       writeFileSync(file, `routes: [${Array(1_000_000).fill('1').join(',')}]\n`)
@@ -861,14 +859,11 @@ routes:
         assert.deepEqual(error.problems, ['too large to read: parsing it took more than the 32 MB of memory reading a config may use (is it the right file?)']) === undefined)
       // The same limit reads a real config.
       assert.deepEqual(await built.loadConfigInWorker(example, {}, { heapMb: 32 }), await built.loadConfig(example, {}))
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('check-config and the gateway refuse a file too large to parse with exit 1, not a crash of the process (a small heap here)', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
-    try {
+    await inTempDir(async (dir) => {
       const file = join(dir, 'sluice.yaml')
       writeFileSync(file, `routes: [${Array(1_000_000).fill('1').join(',')}]\n`)
       // Read on this thread, the same file ends a process of this heap with V8's fatal out-of-memory error.
@@ -878,9 +873,7 @@ routes:
         assert.equal(code, 1, stderr)
         assert.match(stderr, /: 1 problem\n {2}- too large to read: parsing it took more than the \d+ MB of memory reading a config may use \(is it the right file\?\)/)
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('where no worker may be started (node\'s permission model without --allow-worker), the file is read on the main thread', async () => {
@@ -890,9 +883,8 @@ routes:
   })
 
   it('a file with a problem per element lists the first 100 and counts the rest, here and from the worker', async () => {
-    const built = (await import(new URL('../../dist/gateway/config.js', import.meta.url).href)) as typeof import('../../src/gateway/config.ts')
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-worker-'))
-    try {
+    const built = await builtConfig()
+    await inTempDir(async (dir) => {
       const file = join(dir, 'sluice.yaml')
       writeFileSync(file, `routes: [${Array(1000).fill('1').join(',')}]\n`)
       for (const load of [built.loadConfig, built.loadConfigInWorker]) {
@@ -906,9 +898,7 @@ routes:
           return true
         })
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('from the TypeScript sources too (a loader that does not reach workers): loaded on the calling thread then', async () => {
