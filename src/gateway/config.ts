@@ -380,7 +380,9 @@ export const configSchema = z.strictObject({
     listen: listen.default({ host: '127.0.0.1', port: 9090 }),
     /** Keys whose remaining quota `/status` shows, read without charging (e.g. `apikey:partner-1`). */
     watch: z.array(nonEmpty).default([]),
-  }).default({ listen: { host: '127.0.0.1', port: 9090 }, watch: [] }),
+    /** `sluice_request_duration_seconds` by route (16 series each), or one histogram for every route (`route="*"`). */
+    durationByRoute: z.boolean().default(true),
+  }).default({ listen: { host: '127.0.0.1', port: 9090 }, watch: [], durationByRoute: true }),
   store: store.default({ type: 'memory' }),
   /** State key namespace, so several gateways can share one Redis. */
   prefix: z.string().regex(/^[\x21-\x7a\x7c\x7e]{1,48}$/, { error: (issue) => `expected 1 to 48 printable ASCII characters without spaces or braces, got ${show(issue.input)}` }).default('sluice'),

@@ -124,6 +124,7 @@ export class Gateway {
     http1.requestTimeout = serverConfig.timeouts.requestMs
     http1.keepAliveTimeout = serverConfig.timeouts.keepAliveMs
     this.admin = createAdminServer(this)
+    this.metrics.setDurationByRoute(runtime.config.admin.durationByRoute)
     this.metrics.configLoaded(runtime.config.version, undefined)
     this.probe = setInterval(() => { void this.probeStore() }, 1000)
     this.probe.unref()
@@ -493,6 +494,7 @@ export class Gateway {
     const tlsFiles = tlsFrom.server.tls === undefined ? undefined : { ...tlsFrom.server.tls, http2 }
     next.config = { ...next.config, server: { ...current.config.server, tls: tlsFiles }, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: tlsFrom.tls }
     this.runtime = next
+    this.metrics.setDurationByRoute(config.admin.durationByRoute)
     // The level of a logger the gateway made follows the file; one passed in is its owner's to set.
     if (this.options.logger === undefined) this.logger.level = config.logging.level
     for (const route of current.routes) route.upstreams.stop()

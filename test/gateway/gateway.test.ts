@@ -621,6 +621,26 @@ describe('gateway reload and shutdown', () => {
     }
   })
 
+  it('admin.durationByRoute: false keeps one request-duration histogram for every route, route="*"; a reload switches it', async () => {
+    const gateway = await startGateway(config(upstream.url, downPort, 1000), { args: ['--no-watch'] })
+    try {
+      // Read from the text: the Prometheus parser here drops a histogram's labels.
+      const durations = async () => [...(await (await fetch(`${gateway.adminUrl}/metrics`)).text()).matchAll(/^sluice_request_duration_seconds_count\{route="([^"]*)"\} (\d+)$/gm)]
+        .map(([, route, count]) => [route, Number(count)])
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'd' })).status, 200)
+      assert.deepEqual(await durations(), [['api', 1]])
+      gateway.writeConfig(config(upstream.url, downPort, 1000).replace('watch: [apikey:alpha]', 'watch: [apikey:alpha]\n  durationByRoute: false'))
+      gateway.child.kill('SIGHUP')
+      await gateway.waitForLog((l) => l.msg === 'config reloaded')
+      // The per-route series go with the switch: they would stop moving.
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'd' })).status, 200)
+      assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'e' })).status, 200)
+      assert.deepEqual(await durations(), [['*', 2]])
+    } finally {
+      await gateway.stop()
+    }
+  })
+
   it('a reload applies logging.level: raised to warn, request lines stop; lowered to info, they come back', async () => {
     const gateway = await startGateway(config(upstream.url, downPort, 1000))
     try {
