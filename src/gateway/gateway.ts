@@ -141,7 +141,7 @@ export class Gateway {
     const storeCalls = new StoreCallFailures((failure) => logger.warn(failure, 'store call failed; the failure policy decides'))
     let gateway: Gateway
     try {
-      gateway = new Gateway(buildRuntime(config, store, metrics, logger, storeCalls), logger, metrics, storeCalls, options)
+      gateway = new Gateway(await buildRuntime(config, store, metrics, logger, storeCalls), logger, metrics, storeCalls, options)
     } catch (error) {
       await store.close()
       throw error
@@ -473,7 +473,7 @@ export class Gateway {
     }
     let next: Runtime
     try {
-      next = buildRuntime(config, store, this.metrics, this.logger, this.storeCalls)
+      next = await buildRuntime(config, store, this.metrics, this.logger, this.storeCalls)
     } catch (error) {
       if (!sameStore) await store.close()
       refuse({ problems: [(error as Error).message] })
@@ -610,7 +610,14 @@ export class Gateway {
 }
 
 /** Compiles routes and limits into the HTTP layer's rules: global limits match every route, a route's limits its own. */
-function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger, storeCalls: StoreCallFailures): Runtime {
+/**
+ * Lets the requests waiting on this thread in between the steps of building a
+ * runtime: on reload the old runtime serves them meanwhile, and with thousands
+ * of routes each step takes tens of milliseconds.
+ */
+const letRequestsIn = () => new Promise<void>((resolve) => setImmediate(resolve))
+
+async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger, storeCalls: StoreCallFailures): Promise<Runtime> {
   const identity = config.identity
   const jwt = jwtOptions(config, config.jwtPublicKey)
   const verified = jwt === undefined ? undefined : jwtVerifier(jwt)
@@ -637,6 +644,7 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
       : (request: HttpRequest) => request.header(tierFrom.header.toLowerCase())
 
   const rules: RuleOptions[] = config.limitsResolved.map((limit) => ruleOf(limit, config, keyOf(limit.config.key ?? defaultOrder), tierOf))
+  await letRequestsIn()
   const routes = config.routes.map((route) => ({
     config: route,
     matches: compileMatch(route.match ?? {}, `route "${route.name}" match`, config.caseSensitive),
@@ -646,6 +654,9 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
   const failure = config.store.type === 'redis' ? config.store : undefined
   // A route's own header style, over the top-level one.
   const routeHeaders = new Map(config.routes.filter((route) => route.headers !== undefined).map((route) => [route.name, { ...config.headers, ...route.headers }]))
+  await letRequestsIn()
+  const rulesFor = rulesByRoute(config.limitsResolved, config.caseSensitive)
+  await letRequestsIn()
   const decide = rules.length === 0 ? undefined : createRateLimitPipeline({
     rules,
     store: store.store,
@@ -668,9 +679,10 @@ function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: Gatewa
     onWarning: (message) => logger.warn(message),
   }, {
     storeFailures: storeCalls,
-    rulesFor: rulesByRoute(config.limitsResolved, config.caseSensitive),
+    rulesFor,
     ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }),
   })
+  await letRequestsIn()
   const routesFor = candidatesFor(routes, (route) => route.config.match, config.caseSensitive)
   return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors) }
 }
