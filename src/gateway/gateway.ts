@@ -448,6 +448,8 @@ export class Gateway {
       refuse({ problems: error instanceof ConfigError ? error.problems : [(error as Error).message], version: current.config.version })
       return
     }
+    // A gateway that began to close while the file was read, a store opened or a runtime built takes none of them.
+    if (this.draining) return
     // Even unchanged, the files may now be elsewhere (a Kubernetes volume's new `..data`).
     if (this.options.watchFile !== false) this.watchFiles(config.files)
     if (config.version === current.config.version) return
@@ -477,6 +479,10 @@ export class Gateway {
     } catch (error) {
       if (!sameStore) await store.close()
       refuse({ problems: [(error as Error).message] })
+      return
+    }
+    if (this.draining) {
+      if (!sameStore) await store.close()
       return
     }
     const renewTls = !tlsSwitch && config.tls !== undefined && changed(config.tls, current.config.tls)
