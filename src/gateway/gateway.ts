@@ -615,7 +615,6 @@ export class Gateway {
   }
 }
 
-/** Compiles routes and limits into the HTTP layer's rules: global limits match every route, a route's limits its own. */
 /**
  * Lets the requests waiting on this thread in between the steps of building a
  * runtime: on reload the old runtime serves them meanwhile, and with thousands
@@ -623,6 +622,7 @@ export class Gateway {
  */
 const letRequestsIn = () => new Promise<void>((resolve) => setImmediate(resolve))
 
+/** Compiles routes and limits into the HTTP layer's rules: global limits match every route, a route's limits its own. */
 async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger, storeCalls: StoreCallFailures): Promise<Runtime> {
   const identity = config.identity
   const jwt = jwtOptions(config, config.jwtPublicKey)
