@@ -497,9 +497,9 @@ export async function loadConfig(file: string, env: NodeJS.ProcessEnv = process.
  * (run from TypeScript sources through a loader that does not reach workers),
  * the file is loaded on this thread.
  */
-export async function loadConfigOffThread(file: string, env: NodeJS.ProcessEnv = process.env, signal?: AbortSignal): Promise<GatewayConfig> {
+export async function loadConfigOffThread(file: string, env: NodeJS.ProcessEnv = process.env, options: WorkerLoadOptions = {}): Promise<GatewayConfig> {
   try {
-    return await loadConfigInWorker(file, env, signal === undefined ? {} : { signal })
+    return await loadConfigInWorker(file, env, options)
   } catch (error) {
     if (error instanceof WorkerUnavailableError) return loadConfig(file, env)
     throw error
@@ -556,7 +556,6 @@ export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = 
       void worker.terminate()
     }
     signal?.addEventListener('abort', abort, { once: true })
-    worker.once('exit', () => signal?.removeEventListener('abort', abort))
     worker.once('message', (message: ConfigWorkerAnswer) => {
       resolve(message)
       void worker.terminate()
@@ -566,7 +565,11 @@ export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = 
     worker.once('error', (error: Error & { code?: string }) => reject(error.code === 'ERR_WORKER_OUT_OF_MEMORY'
       ? new ConfigError(file, [`too large to read: parsing it took more than the ${heapMb} MB of memory reading a config may use (is it the right file?)`])
       : new WorkerUnavailableError(error.message)))
-    worker.once('exit', (code) => reject(new WorkerUnavailableError(`the worker stopped (exit code ${code}) before it answered`)))
+    // After an answer or an error this changes nothing: the promise is settled.
+    worker.once('exit', (code) => {
+      signal?.removeEventListener('abort', abort)
+      reject(new WorkerUnavailableError(`the worker stopped (exit code ${code}) before it answered`))
+    })
   })
   if ('problems' in answer) throw new ConfigError(file, answer.problems, answer.count)
   if ('error' in answer) throw new Error(answer.error)

@@ -442,7 +442,7 @@ export class Gateway {
     }
     let config: GatewayConfig
     try {
-      config = await loadConfigOffThread(current.config.file, this.options.env, this.closing.signal)
+      config = await loadConfigOffThread(current.config.file, this.options.env, { signal: this.closing.signal })
     } catch (error) {
       if (this.draining) return
       refuse({ problems: error instanceof ConfigError ? error.problems : [(error as Error).message], version: current.config.version })

@@ -907,30 +907,44 @@ routes:
 })
 
 describe('reloads asked for in a burst (SIGHUPs, saves)', () => {
+  type GatewayModule = typeof import('../../src/gateway/gateway.ts')
+  type InProcess = Awaited<ReturnType<GatewayModule['Gateway']['start']>>
+
+  /** A gateway in this process on `yaml` (silent, no file watch), from `module`; closed and its directory removed after `body`. */
+  async function withGateway(module: Promise<GatewayModule>, yaml: string, body: (gateway: InProcess, file: string) => Promise<void>): Promise<void> {
+    const [{ Gateway }, { pino }] = await Promise.all([module, import('pino')])
+    await inTempDir(async (dir) => {
+      const file = join(dir, 'sluice.yaml')
+      writeFileSync(file, yaml)
+      const gateway = await Gateway.start(file, { logger: pino({ level: 'silent' }), watchFile: false })
+      try {
+        await body(gateway, file)
+      } finally {
+        await gateway.close()
+      }
+    })
+  }
+
+  /** sluice_config_reloads_total by result. */
+  async function reloads(gateway: InProcess): Promise<{ applied: number; refused: number }> {
+    const metric = await gateway.metrics.registry.getSingleMetric('sluice_config_reloads_total')?.get()
+    const count = (result: string) => metric?.values.find((value) => value.labels.result === result)?.value ?? 0
+    return { applied: count('applied'), refused: count('refused') }
+  }
+
   it('read the file once more after the one in progress, not once each; one asked for during a read still reads again after it', async () => {
-    const { Gateway } = await import('../../src/gateway/gateway.ts')
-    const { pino } = await import('pino')
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-reloads-'))
-    const file = join(dir, 'sluice.yaml')
     const valid = (limit: number) => `
 server: { listen: "127.0.0.1:0" }
 admin: { listen: "127.0.0.1:0" }
 routes:
   - { name: api, upstream: "http://127.0.0.1:9", limits: [{ name: api, policies: { algorithm: fixed-window, limit: ${limit}, windowMs: 1000 } }] }
 `
-    writeFileSync(file, valid(1))
-    const gateway = await Gateway.start(file, { logger: pino({ level: 'silent' }), watchFile: false })
-    const reloads = async () => {
-      const metric = await gateway.metrics.registry.getSingleMetric('sluice_config_reloads_total')?.get()
-      const count = (result: string) => metric?.values.find((value) => value.labels.result === result)?.value ?? 0
-      return { applied: count('applied'), refused: count('refused') }
-    }
-    try {
+    await withGateway(import('../../src/gateway/gateway.ts'), valid(1), async (gateway, file) => {
       writeFileSync(file, 'routes: [ { name: broken')
       const burst = Array.from({ length: 10 }, () => gateway.reload())
       assert.equal(new Set(burst).size, 1)
       await Promise.all(burst)
-      assert.deepEqual(await reloads(), { applied: 0, refused: 1 })
+      assert.deepEqual(await reloads(gateway), { applied: 0, refused: 1 })
 
       // A read has begun when the file changes: the calls made after the change are not joined to it, but read again, once.
       writeFileSync(file, valid(5))
@@ -941,24 +955,17 @@ routes:
       assert.notEqual(later[0], first)
       assert.equal(new Set(later).size, 1)
       await Promise.all([first, ...later])
-      assert.equal((await reloads()).refused, 1)
+      assert.equal((await reloads(gateway)).refused, 1)
       const limits = gateway.config.limitsResolved.flatMap((limit) => [...limit.policies.values()].flat().map((policy) => 'limit' in policy ? policy.limit : undefined))
       assert.deepEqual(limits, [7])
-    } finally {
-      await gateway.close()
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 
   it('a gateway closing while it reads a new file ends the read instead of waiting for it', async () => {
     // The built module, as the gateway runs: a worker reads the file (from the sources it would be read on this thread).
-    const { Gateway } = (await import(new URL('../../dist/gateway/gateway.js', import.meta.url).href)) as typeof import('../../src/gateway/gateway.ts')
-    const { pino } = await import('pino')
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-reloads-'))
-    const file = join(dir, 'sluice.yaml')
-    writeFileSync(file, 'server: { listen: "127.0.0.1:0" }\nadmin: { listen: "127.0.0.1:0" }\nroutes: [{ name: api, upstream: "http://127.0.0.1:9" }]\n')
-    const gateway = await Gateway.start(file, { logger: pino({ level: 'silent' }), watchFile: false })
-    try {
+    const built = import(new URL('../../dist/gateway/gateway.js', import.meta.url).href) as Promise<GatewayModule>
+    const yaml = 'server: { listen: "127.0.0.1:0" }\nadmin: { listen: "127.0.0.1:0" }\nroutes: [{ name: api, upstream: "http://127.0.0.1:9" }]\n'
+    await withGateway(built, yaml, async (gateway, file) => {
       // Seconds to parse, and refused at the end of it: a read that ran to its end would count a refusal.
       writeFileSync(file, `routes: [${Array(1_000_000).fill('1').join(',')}]\n`)
       const reloading = gateway.reload()
@@ -968,9 +975,6 @@ routes:
       assert.equal(await Promise.race([reloading.then(() => 'ended'), sleep(2000).then(() => 'still reading')]), 'ended')
       const metric = await gateway.metrics.registry.getSingleMetric('sluice_config_reloads_total')?.get()
       assert.deepEqual(metric?.values.filter((value) => value.value > 0), [])
-    } finally {
-      await gateway.close()
-      rmSync(dir, { recursive: true, force: true })
-    }
+    })
   })
 })
