@@ -10,7 +10,7 @@
  * A fourth row, the least a Node proxy does (bench/bare-proxy.ts), separates
  * sluice's own cost from Node's. Last, gateways of 20 and 2,000 routes show
  * what the number of routes costs a request, and one of 5,000 what a reload
- * costs the requests it is serving.
+ * and a scrape of /metrics cost the requests it is serving.
  *
  * Peak: wrk, 1 thread, 64 connections. Then p99 at half of each proxy's own
  * peak rate: wrk again, each connection waiting a random (exponential) time
@@ -185,19 +185,51 @@ routes:${routes.join('')}
 const ROUTE_COUNTS = [20, 2000]
 
 /**
- * What a reload costs the requests being served: a gateway of RELOAD_ROUTES
- * routes (each with a limit) gets one request after another on its last route
- * while its file changes and SIGHUP reloads it; the longest wait between two
- * answers, against the usual one, is how long the reload held the gateway's
- * thread. The file is read and checked on a worker thread; what is left is
- * building the new routes and limiters from it.
+ * How long `during` holds the gateway's thread: one request after another on
+ * `url` while it runs, and for a second after; the longest wait between two
+ * answers once it started, against the usual wait before it.
  */
-async function reloadStall(upstreamPort: number): Promise<void> {
+async function longestWait(url: string, during: () => Promise<void>): Promise<{ tookMs: number; longestMs: number; usualMs: number }> {
+  const answered: number[] = []
+  const deadline = performance.now() + 60_000
+  let finished = false
+  const loop = (async () => {
+    // A bounded loop: until `during` is over and a second has passed, at most a minute.
+    let after = Infinity
+    while (performance.now() < Math.min(deadline, after)) {
+      await (await fetch(url)).arrayBuffer()
+      answered.push(performance.now())
+      if (finished && after === Infinity) after = performance.now() + 1000
+    }
+  })()
+  await sleep(1000)
+  const started = performance.now()
+  await during()
+  const tookMs = performance.now() - started
+  finished = true
+  await loop
+  const gaps = answered.slice(1).map((at, i) => [at, at - (answered[i] as number)] as const)
+  const before = gaps.filter(([at]) => at < started).map(([, gap]) => gap).sort((a, b) => a - b)
+  return { tookMs, longestMs: Math.max(...gaps.filter(([at]) => at >= started).map(([, gap]) => gap)), usualMs: before[Math.floor(before.length / 2)] ?? NaN }
+}
+
+/**
+ * What a reload and a scrape of `/metrics` cost the requests being served, on
+ * a gateway of STALL_ROUTES routes (each with a limit), one request after
+ * another on its last route.
+ * - Reload: the file changes and SIGHUP reloads it. The file is read and
+ *   checked on a worker thread; what is left is building the new routes and
+ *   limiters from it.
+ * - Scrape: every route has been used, so the request-duration histogram has
+ *   16 series a route; the text is written a slice at a time, and what is
+ *   left is reading each metric's series.
+ */
+async function stalls(upstreamPort: number): Promise<void> {
   const yaml = (limit: number) => `
 server: { listen: 127.0.0.1:0 }
 admin: { listen: 127.0.0.1:0 }
 logging: { level: info, access: false }
-routes:${Array.from({ length: RELOAD_ROUTES }, (_, i) => `
+routes:${Array.from({ length: STALL_ROUTES }, (_, i) => `
   - name: svc${i}
     match: { path: /api/svc${i}/** }
     upstream: http://127.0.0.1:${upstreamPort}
@@ -206,45 +238,47 @@ routes:${Array.from({ length: RELOAD_ROUTES }, (_, i) => `
 `
   const gateway = await startGateway(yaml(RATE))
   try {
-    const url = `${gateway.url}/api/svc${RELOAD_ROUTES - 1}/x`
-    const answered: number[] = []
-    const deadline = performance.now() + 60_000
-    let reloaded = false
-    const loop = (async () => {
-      // A bounded loop: until the reload is seen and a second has passed, at most a minute.
-      let after = Infinity
-      while (performance.now() < Math.min(deadline, after)) {
-        await (await fetch(url)).arrayBuffer()
-        answered.push(performance.now())
-        if (reloaded && after === Infinity) after = performance.now() + 1000
-      }
-    })()
-    await sleep(1000)
-    const sent = performance.now()
-    gateway.writeConfig(yaml(RATE - 1))
-    gateway.child.kill('SIGHUP')
-    await gateway.waitForLog((line) => line.msg === 'config reloaded', 60_000)
-    const reloadMs = performance.now() - sent
-    reloaded = true
-    await loop
-    const gaps = answered.slice(1).map((at, i) => [at, at - (answered[i] as number)] as const)
-    const before = gaps.filter(([at]) => at < sent).map(([, gap]) => gap).sort((a, b) => a - b)
-    const usual = before[Math.floor(before.length / 2)] ?? NaN
-    const longest = Math.max(...gaps.filter(([at]) => at >= sent).map(([, gap]) => gap))
-    console.log(`reload of ${RELOAD_ROUTES} routes: ${reloadMs.toFixed(0)} ms from SIGHUP to applied; longest wait between answers meanwhile ${longest.toFixed(0)} ms (usually ${usual.toFixed(2)} ms)`)
+    const url = `${gateway.url}/api/svc${STALL_ROUTES - 1}/x`
+    const reload = await longestWait(url, async () => {
+      gateway.writeConfig(yaml(RATE - 1))
+      gateway.child.kill('SIGHUP')
+      await gateway.waitForLog((line) => line.msg === 'config reloaded', 60_000)
+    })
+    console.log(`reload of ${STALL_ROUTES} routes: ${reload.tookMs.toFixed(0)} ms from SIGHUP to applied; longest wait between answers meanwhile ${reload.longestMs.toFixed(0)} ms (usually ${reload.usualMs.toFixed(2)} ms)`)
     emit({
       bench: 'gateway',
-      title: `Gateway reload: one request after another on the last of ${RELOAD_ROUTES} routes (each with a limit) while SIGHUP reloads a changed file`,
+      title: `Gateway reload: one request after another on the last of ${STALL_ROUTES} routes (each with a limit) while SIGHUP reloads a changed file`,
       columns: ['routes', 'SIGHUP to applied', 'longest wait between answers', 'usual wait'],
-      rows: [[RELOAD_ROUTES, `${reloadMs.toFixed(0)} ms`, `${longest.toFixed(0)} ms`, `${usual.toFixed(2)} ms`]],
+      rows: [[STALL_ROUTES, `${reload.tookMs.toFixed(0)} ms`, `${reload.longestMs.toFixed(0)} ms`, `${reload.usualMs.toFixed(2)} ms`]],
       notes: ['the file is read and checked on a worker thread; the longest wait is what building the new routes and limiters holds the gateway for'],
+    })
+
+    for (let i = 0; i < STALL_ROUTES; i += 50) {
+      await Promise.all(Array.from({ length: Math.min(50, STALL_ROUTES - i) }, (_, j) => fetch(`${gateway.url}/api/svc${i + j}/x`).then((res) => res.arrayBuffer())))
+    }
+    const rows: Array<Array<string | number>> = []
+    for (let round = 1; round <= SCRAPES; round++) {
+      let bytes = 0
+      const scrape = await longestWait(url, async () => {
+        bytes = (await (await fetch(`${gateway.adminUrl}/metrics`)).arrayBuffer()).byteLength
+      })
+      console.log(`scrape ${round} with ${STALL_ROUTES} routes in use: ${(bytes / 1e6).toFixed(1)} MB in ${scrape.tookMs.toFixed(0)} ms; longest wait between answers meanwhile ${scrape.longestMs.toFixed(0)} ms (usually ${scrape.usualMs.toFixed(2)} ms)`)
+      rows.push([round, `${(bytes / 1e6).toFixed(1)} MB`, `${scrape.tookMs.toFixed(0)} ms`, `${scrape.longestMs.toFixed(0)} ms`, `${scrape.usualMs.toFixed(2)} ms`])
+    }
+    emit({
+      bench: 'gateway',
+      title: `Gateway /metrics: one request after another on the last of ${STALL_ROUTES} routes, every one of them used, while /metrics is read`,
+      columns: ['scrape', 'size', 'read in', 'longest wait between answers', 'usual wait'],
+      rows,
+      notes: ['the text is written a slice at a time, letting requests in between; the longest wait is mostly reading the request-duration histogram (16 series a route; admin.durationByRoute: false keeps one)'],
     })
   } finally {
     await gateway.stop()
   }
 }
 
-const RELOAD_ROUTES = 5000
+const STALL_ROUTES = 5000
+const SCRAPES = 3
 
 try {
   const [upstreamPort, nginxPort] = [await freePort(), await freePort()]
@@ -319,7 +353,7 @@ routes:
     await gateway.stop()
   }
   await routeScaling(upstreamPort)
-  await reloadStall(upstreamPort)
+  await stalls(upstreamPort)
 } finally {
   for (const child of children) child.kill('SIGQUIT')
   await sleep(200)

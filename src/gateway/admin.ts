@@ -3,6 +3,7 @@
  * Prometheus, `/status` for people, `/healthz` and `/readyz` for orchestrators.
  */
 import { createServer, type Server, type ServerResponse } from 'node:http'
+import { exposition } from '../metrics/exposition.ts'
 import type { Gateway } from './gateway.ts'
 
 export function createAdminServer(gateway: Gateway): Server {
@@ -11,7 +12,7 @@ export function createAdminServer(gateway: Gateway): Server {
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'GET only\n')
     switch (path) {
       case '/metrics':
-        gateway.metrics.registry.metrics().then(
+        exposition(gateway.metrics.registry).then(
           (text) => send(res, 200, gateway.metrics.registry.contentType, text),
           (error: Error) => send(res, 500, 'text/plain', `${error.message}\n`),
         )
