@@ -3,7 +3,8 @@
  * Prometheus, `/status` for people, `/healthz` and `/readyz` for orchestrators.
  */
 import { createServer, type Server, type ServerResponse } from 'node:http'
-import { exposition } from '../metrics/exposition.ts'
+import { messageOf } from '../core/errors.ts'
+import { expositionSlices } from '../metrics/exposition.ts'
 import type { Gateway } from './gateway.ts'
 
 export function createAdminServer(gateway: Gateway): Server {
@@ -12,10 +13,7 @@ export function createAdminServer(gateway: Gateway): Server {
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'GET only\n')
     switch (path) {
       case '/metrics':
-        exposition(gateway.metrics.registry).then(
-          (text) => send(res, 200, gateway.metrics.registry.contentType, text),
-          (error: Error) => send(res, 500, 'text/plain', `${error.message}\n`),
-        )
+        void sendMetrics(gateway, res)
         return
       case '/healthz':
         return send(res, 200, 'text/plain', 'ok\n')
@@ -72,6 +70,47 @@ async function status(gateway: Gateway): Promise<Record<string, unknown>> {
     })),
     watched: await gateway.watched(),
   }
+}
+
+/**
+ * The Prometheus text, sent a slice at a time as it is written: with thousands
+ * of routes in use a scrape is megabytes, which sent in one piece held the
+ * gateway's thread. A failure before the first slice is a 500; one after it
+ * cuts the connection short, which Prometheus counts as a failed scrape.
+ */
+async function sendMetrics(gateway: Gateway, res: ServerResponse): Promise<void> {
+  const type = gateway.metrics.registry.contentType
+  if (res.req.method === 'HEAD') return send(res, 200, type, '')
+  const slices = expositionSlices(gateway.metrics.registry)
+  let next: IteratorResult<string>
+  try {
+    next = await slices.next()
+  } catch (error) {
+    return send(res, 500, 'text/plain', `${messageOf(error)}\n`)
+  }
+  res.writeHead(200, { 'content-type': type, 'cache-control': 'no-store' })
+  try {
+    for (; next.done !== true; next = await slices.next()) {
+      if (!res.write(next.value)) await drainedOrClosed(res)
+      // A scraper that has gone reads no more: stop writing for it.
+      if (res.destroyed) return void (await slices.return(undefined))
+    }
+    res.end()
+  } catch (error) {
+    res.destroy(error instanceof Error ? error : new Error(messageOf(error)))
+  }
+}
+
+function drainedOrClosed(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done)
+      res.off('close', done)
+      resolve()
+    }
+    res.on('drain', done)
+    res.on('close', done)
+  })
 }
 
 function send(res: ServerResponse, status: number, type: string, body: string): void {

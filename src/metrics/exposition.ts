@@ -26,8 +26,12 @@ interface MetricSnapshot {
 /** What a registered prom-client metric offers its registry (not in prom-client's types). */
 interface RegisteredMetric {
   name: string
+  help: string
+  type: string
   getForPromString?: () => Promise<MetricSnapshot> | MetricSnapshot
   get?: () => Promise<MetricSnapshot> | MetricSnapshot
+  /** A metric of sluice's own that writes its series' lines itself (LabelledHistogram), without an object per series. */
+  seriesLines?: () => Iterable<string>
 }
 
 /** Series written between two turns of the event loop: about 2 ms of work. */
@@ -37,29 +41,60 @@ const yieldToEventLoop = (): Promise<void> => new Promise((resolve) => setImmedi
 
 /**
  * `registry.metrics()`'s text, byte for byte, for a registry in the Prometheus
- * format without default labels (the gateway's own). Each metric is read when
- * its turn comes, as prom-client reads them: a counter that moves meanwhile is
- * written as it stands then, as it would be by a scrape a moment later.
+ * format without default labels (the gateway's own), in slices of about
+ * `seriesPerSlice` series, the event loop let go after each: a listener writes
+ * each slice as it comes, rather than holding its thread to send a scrape of
+ * megabytes at once. Each metric is read when its turn comes, as prom-client
+ * reads them: a counter that moves meanwhile is written as it stands then, as
+ * it would be by a scrape a moment later.
  */
-export async function exposition(registry: Registry, seriesPerSlice = SERIES_PER_SLICE): Promise<string> {
-  const sections: string[] = []
-  let written = 0
+export async function* expositionSlices(registry: Registry, seriesPerSlice = SERIES_PER_SLICE): AsyncGenerator<string> {
+  let slice = ''
+  let inSlice = 0
+  let separator = ''
   for (const metric of registry.getMetricsAsArray() as unknown as RegisteredMetric[]) {
-    const snapshot = metric.getForPromString !== undefined ? await metric.getForPromString() : metric.get !== undefined ? await metric.get() : undefined
-    if (snapshot === undefined) {
-      sections.push(await registry.getSingleMetricAsString(metric.name))
-      continue
+    let series: Iterable<string>
+    if (metric.seriesLines !== undefined) {
+      slice += `${separator}${header(metric.name, metric.help, metric.type)}`
+      series = metric.seriesLines()
+    } else {
+      const snapshot = metric.getForPromString !== undefined ? await metric.getForPromString() : metric.get !== undefined ? await metric.get() : undefined
+      if (snapshot === undefined) {
+        slice += `${separator}${await registry.getSingleMetricAsString(metric.name)}`
+        separator = '\n\n'
+        continue
+      }
+      slice += `${separator}${header(snapshot.name, snapshot.help, snapshot.type)}`
+      series = seriesLines(escapeText(snapshot.name), snapshot.values ?? [])
     }
-    const name = escapeText(snapshot.name)
-    const lines = [`# HELP ${name} ${escapeText(snapshot.help)}`, `# TYPE ${name} ${snapshot.type}`]
-    const sharedWritten = new Map<object, string>()
-    for (const series of snapshot.values ?? []) {
-      lines.push(seriesLine(name, series, sharedWritten))
-      if (++written % seriesPerSlice === 0) await yieldToEventLoop()
+    separator = '\n\n'
+    for (const line of series) {
+      slice += `\n${line}`
+      if (++inSlice < seriesPerSlice) continue
+      yield slice
+      slice = ''
+      inSlice = 0
+      await yieldToEventLoop()
     }
-    sections.push(lines.join('\n'))
   }
-  return `${sections.join('\n\n')}\n`
+  yield `${slice}\n`
+}
+
+/** The whole of `expositionSlices`, as one string. */
+export async function exposition(registry: Registry, seriesPerSlice = SERIES_PER_SLICE): Promise<string> {
+  let text = ''
+  for await (const slice of expositionSlices(registry, seriesPerSlice)) text += slice
+  return text
+}
+
+function header(name: string, help: string, type: string): string {
+  const escaped = escapeText(name)
+  return `# HELP ${escaped} ${escapeText(help)}\n# TYPE ${escaped} ${type}`
+}
+
+function* seriesLines(name: string, values: readonly SeriesValue[]): Generator<string> {
+  const sharedWritten = new Map<object, string>()
+  for (const series of values) yield seriesLine(name, series, sharedWritten)
 }
 
 function seriesLine(name: string, series: SeriesValue, sharedWritten: Map<object, string>): string {
@@ -87,13 +122,13 @@ function escapeText(text: string): string {
   return text.includes('\\') || text.includes('\n') ? text.replace(/\\/g, '\\\\').replace(/\n/g, '\\n') : text
 }
 
-function escapeLabelValue(value: string | number | undefined): string {
+export function escapeLabelValue(value: string | number | undefined): string {
   if (typeof value !== 'string') return String(value)
   return value.includes('\\') || value.includes('\n') || value.includes('"') ? escapeText(value).replace(/"/g, '\\"') : value
 }
 
 // prom-client's spelling, 'Nan' included: Prometheus reads the value case-insensitively.
-function valueText(value: number): string {
+export function valueText(value: number): string {
   if (Number.isNaN(value)) return 'Nan'
   if (value === Infinity) return '+Inf'
   if (value === -Infinity) return '-Inf'

@@ -5,10 +5,11 @@
  * the config, outcomes and reasons from fixed sets; no key, path or client
  * ever becomes a label.
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { Decision } from '../core/types.ts'
 import { DecisionMetrics, PendingCounts } from './decisions.ts'
+import { LabelledHistogram } from './histogram.ts'
 
 export class GatewayMetrics {
   readonly registry = new Registry()
@@ -17,7 +18,7 @@ export class GatewayMetrics {
   private readonly requests: Counter<'route' | 'status'>
   private readonly upstreamFailures: Counter<'route' | 'failure'>
   private readonly upstreamRetries: Counter<'route' | 'upstream' | 'failure'>
-  private readonly requestDuration: Histogram<'route'>
+  private readonly requestDuration: LabelledHistogram
   /** Whether requestDuration is labelled by route, or `*` for all (admin.durationByRoute). */
   private durationByRoute = true
   private readonly configReloads: Counter<'result'>
@@ -44,13 +45,13 @@ export class GatewayMetrics {
     })
     this.upstreamFailures = new Counter({ name: 'sluice_upstream_failures_total', help: 'Requests the upstream could not answer, the client getting a 502 or 504 or a response cut short (unreachable, closed, invalid, timeout, broken).', labelNames: ['route', 'failure'], registers })
     this.upstreamRetries = new Counter({ name: 'sluice_upstream_retries_total', help: 'Requests sent again after an upstream failed them without answering (unreachable, closed), by the upstream that failed: failures the client did not see.', labelNames: ['route', 'upstream', 'failure'], registers })
-    this.requestDuration = new Histogram({
-      name: 'sluice_request_duration_seconds',
-      help: 'Time from request to response end, by route.',
-      labelNames: ['route'],
-      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-      registers,
-    })
+    this.requestDuration = new LabelledHistogram(
+      'sluice_request_duration_seconds',
+      'Time from request to response end, by route.',
+      'route',
+      [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      this.registry,
+    )
     this.configReloads = new Counter({ name: 'sluice_config_reloads_total', help: 'Config reloads by result (applied, refused).', labelNames: ['result'], registers })
     this.configInfo = new Gauge({ name: 'sluice_config_info', help: 'The running config version (1 for the current one).', labelNames: ['version'], registers })
     this.tunnels = new Gauge({ name: 'sluice_tunnels_open', help: 'WebSocket connections joined to their upstream, open now.', labelNames: ['route'], registers })
@@ -74,14 +75,14 @@ export class GatewayMetrics {
 
   request(route: string, status: number, seconds: number): void {
     ;(this.pendingRequests.of(route, status)[0] as number)++
-    this.requestDuration.observe({ route: this.durationByRoute ? route : '*' }, seconds)
+    this.requestDuration.observe(this.durationByRoute ? route : '*', seconds)
   }
 
   /**
    * Request durations by route, or for every route as one (`route="*"`): a
    * histogram is 16 series a route, and with thousands of routes in use most
-   * of a scrape (5,000 routes: 0.25 s of the gateway's thread against 0.03 s
-   * without). Changed, the series kept so far go: they would stop moving.
+   * of a scrape (5,000 routes: 6.3 MB against 0.8 MB without). Changed, the
+   * series kept so far go: they would stop moving.
    */
   setDurationByRoute(byRoute: boolean): void {
     if (byRoute === this.durationByRoute) return

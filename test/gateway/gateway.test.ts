@@ -641,6 +641,51 @@ describe('gateway reload and shutdown', () => {
     }
   })
 
+  it('sends /metrics as it writes it: with 400 routes in use every series arrives, a scraper that leaves midway harms no later scrape, HEAD has no body', async () => {
+    const routes = Array.from({ length: 400 }, (_, i) => `
+  - name: svc${i}
+    match: { path: /svc${i}/** }
+    upstream: ${upstream.url}
+    stripPrefix: /svc${i}
+    limits:
+      - { policies: { algorithm: token-bucket, name: svc${i}, capacity: 100, refillTokens: 100, refillIntervalMs: 1000 } }`)
+    const many = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+logging: { access: false }
+routes:${routes.join('')}
+`, { args: ['--no-watch'] })
+    try {
+      for (let i = 0; i < 400; i += 40) {
+        const statuses = await Promise.all(Array.from({ length: 40 }, async (_, j) => (await get(`${many.url}/svc${i + j}/hello`)).status))
+        assert.deepEqual(new Set(statuses), new Set([200]))
+      }
+      // A scraper that reads the start and hangs up.
+      const socket = connect(Number(new URL(many.adminUrl).port), '127.0.0.1')
+      socket.write('GET /metrics HTTP/1.1\r\nHost: admin\r\n\r\n')
+      await once(socket, 'data')
+      socket.destroy()
+
+      const response = await fetch(`${many.adminUrl}/metrics`)
+      assert.equal(response.status, 200)
+      assert.equal(response.headers.get('content-type'), 'text/plain; version=0.0.4; charset=utf-8')
+      assert.equal(response.headers.get('transfer-encoding'), 'chunked', 'sent as it is written, not measured first')
+      const text = await response.text()
+      const counts = [...text.matchAll(/^sluice_request_duration_seconds_count\{route="svc(\d+)"\} (\d+)$/gm)]
+      assert.equal(counts.length, 400)
+      assert.ok(counts.every(([, , count]) => count === '1'))
+      const families = new Map((parsePrometheus(text) as Family[]).map((family) => [family.name, family]))
+      assert.equal(families.get('sluice_decisions_total')?.metrics.length, 400)
+      assert.equal(sample(families, 'sluice_decisions_total', { route: 'svc399', policy: 'svc399', outcome: 'allowed' }), 1)
+      assert.ok(text.endsWith('\n') && !text.endsWith('\n\n'))
+
+      const head = await rawRequest(many.adminUrl, '/metrics', { method: 'HEAD' })
+      assert.deepEqual(head, { status: 200, body: '' })
+    } finally {
+      await many.stop()
+    }
+  })
+
   it('a reload applies logging.level: raised to warn, request lines stop; lowered to info, they come back', async () => {
     const gateway = await startGateway(config(upstream.url, downPort, 1000))
     try {

@@ -8,6 +8,7 @@ import { describe, it } from 'node:test'
 import parsePrometheus from 'parse-prometheus-text-format'
 import { Counter, Gauge, Histogram, Registry, Summary } from 'prom-client'
 import { exposition } from '../../src/metrics/exposition.ts'
+import { LabelledHistogram } from '../../src/metrics/histogram.ts'
 import { GatewayMetrics } from '../../src/metrics/metrics.ts'
 
 /** Every kind of metric prom-client has, with label values and numbers that need escaping or spelling out. */
@@ -72,6 +73,45 @@ describe('metrics exposition', () => {
     assert.equal(still(ours), still(await metrics.registry.metrics()))
     const families = new Map((parsePrometheus(ours) as Array<{ name: string; metrics: unknown[] }>).map((family) => [family.name, family]))
     assert.equal(families.get('sluice_requests_total')?.metrics.length, 50)
+  })
+
+  it("keeps a histogram by one label as prom-client's Histogram keeps it: the same text for the same observations", async () => {
+    const buckets = [0.001, 0.01, 0.1, 1]
+    const theirs = new Registry()
+    const ours = new Registry()
+    const histogram = new Histogram({ name: 'app_duration_seconds', help: 'Durations \\ by route.', labelNames: ['route'], buckets, registers: [theirs] })
+    const labelled = new LabelledHistogram('app_duration_seconds', 'Durations \\ by route.', 'route', buckets, ours)
+    const observations: Array<[string, number]> = [
+      ['a', 0.0005], ['a', 0.001], ['a', 0.0010001], ['a', 0.05], ['a', 7], ['a', 0.1 + 0.2],
+      ['quote " backslash \\ newline \n', 0.01], ['*', 1], ['*', 1e-9], ['ünïcödé', 0],
+    ]
+    for (const [route, seconds] of observations) {
+      histogram.observe({ route }, seconds)
+      labelled.observe(route, seconds)
+    }
+    const expected = await theirs.metrics()
+    assert.equal(await ours.metrics(), expected)
+    assert.equal(await exposition(ours), expected)
+    assert.equal(await exposition(ours, 3), expected, 'sliced every 3 series')
+    assert.match(expected, /app_duration_seconds_bucket\{le="0.001",route="a"\} 2\n/)
+
+    labelled.observe('a', Number.NaN)
+    assert.equal(await exposition(ours), expected, 'a value that is no number is not counted')
+    histogram.reset()
+    labelled.reset()
+    assert.equal(await exposition(ours), await theirs.metrics())
+  })
+
+  it("writes each label value's series as they stood together, though requests are let in between its lines", async () => {
+    const registry = new Registry()
+    const labelled = new LabelledHistogram('app_duration_seconds', 'Durations.', 'route', [0.001, 0.01], registry)
+    labelled.observe('a', 0.005)
+    const before = await registry.metrics()
+    const writing = exposition(registry, 1)
+    // The writer has written the first line and let the event loop run: a request ends meanwhile.
+    labelled.observe('a', 0.0005)
+    assert.equal(await writing, before)
+    assert.match(await exposition(registry), /app_duration_seconds_count\{route="a"\} 2/)
   })
 
   it('lets the event loop run between slices, where prom-client writes a scrape in one go', async () => {
