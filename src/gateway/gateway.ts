@@ -15,9 +15,10 @@ import type { Duplex } from 'node:stream'
 import { basename, dirname } from 'node:path'
 import { pino, type Logger } from 'pino'
 import type { Agent } from 'undici'
+import { letIoIn, mapInSlices } from '../core/turn.ts'
 import { Limiter } from '../limiter/limiter.ts'
 import { authorityOf, nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
-import { createRateLimitPipeline, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
+import { createRateLimitPipelineInSlices, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
 import { candidatesFor, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
@@ -616,13 +617,11 @@ export class Gateway {
 }
 
 /**
- * Lets the requests waiting on this thread in between the steps of building a
- * runtime: on reload the old runtime serves them meanwhile, and with thousands
- * of routes each step takes tens of milliseconds.
+ * Compiles routes and limits into the HTTP layer's rules: global limits match
+ * every route, a route's limits its own. The requests waiting on this thread
+ * are let in between its steps: on reload the old runtime serves them
+ * meanwhile, and with thousands of routes each step takes tens of milliseconds.
  */
-const letRequestsIn = () => new Promise<void>((resolve) => setImmediate(resolve))
-
-/** Compiles routes and limits into the HTTP layer's rules: global limits match every route, a route's limits its own. */
 async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger, storeCalls: StoreCallFailures): Promise<Runtime> {
   const identity = config.identity
   const jwt = jwtOptions(config, config.jwtPublicKey)
@@ -649,9 +648,8 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
       ? async (request: HttpRequest) => claimOf(await (verified as NonNullable<typeof verified>)(request), tierFrom.jwtClaim)
       : (request: HttpRequest) => request.header(tierFrom.header.toLowerCase())
 
-  const rules: RuleOptions[] = config.limitsResolved.map((limit) => ruleOf(limit, config, keyOf(limit.config.key ?? defaultOrder), tierOf))
-  await letRequestsIn()
-  const routes = config.routes.map((route) => ({
+  const rules: RuleOptions[] = await mapInSlices(config.limitsResolved, (limit) => ruleOf(limit, config, keyOf(limit.config.key ?? defaultOrder), tierOf))
+  const routes = await mapInSlices(config.routes, (route) => ({
     config: route,
     matches: compileMatch(route.match ?? {}, `route "${route.name}" match`, config.caseSensitive),
     upstreams: new Upstreams(route, (upstream, failure) => logger.warn({ route: route.name, upstream }, `upstream ${failure === 'closed' ? 'closed a connection without answering' : 'cannot be connected to'}; passed over for 10 s`)),
@@ -660,10 +658,10 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
   const failure = config.store.type === 'redis' ? config.store : undefined
   // A route's own header style, over the top-level one.
   const routeHeaders = new Map(config.routes.filter((route) => route.headers !== undefined).map((route) => [route.name, { ...config.headers, ...route.headers }]))
-  await letRequestsIn()
+  await letIoIn()
   const rulesFor = rulesByRoute(config.limitsResolved, config.caseSensitive)
-  await letRequestsIn()
-  const decide = rules.length === 0 ? undefined : createRateLimitPipeline({
+  await letIoIn()
+  const decide = rules.length === 0 ? undefined : await createRateLimitPipelineInSlices({
     rules,
     store: store.store,
     prefix: config.prefix,
@@ -688,7 +686,7 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
     rulesFor,
     ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }),
   })
-  await letRequestsIn()
+  await letIoIn()
   const routesFor = candidatesFor(routes, (route) => route.config.match, config.caseSensitive)
   return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors) }
 }

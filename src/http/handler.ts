@@ -4,6 +4,7 @@
  * translate their request into `HttpRequest` and apply the `HttpOutcome`.
  */
 import { monotonicClock, type Clock } from '../core/clock.ts'
+import { letIoIn } from '../core/turn.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { checkBoolean, checkOptions, rejectUnknown } from '../core/options.ts'
@@ -285,12 +286,41 @@ export interface PipelineExtras {
   rulesFor?: (request: HttpRequest) => readonly number[]
 }
 
+/** The pipeline as adapters run it: see createRateLimitPipeline. */
+export type RateLimitPipeline = (request: HttpRequest) => HttpOutcome | Promise<HttpOutcome>
+
+/** Rules compiled between two pauses of createRateLimitPipelineInSlices: a few milliseconds of work. */
+const RULES_PER_SLICE = 250
+
 /**
  * The pipeline as adapters run it: the outcome itself when every step could
  * answer at once (the in-process store and synchronous callbacks), else a
  * promise of it. A callback that throws synchronously throws here.
  */
-export function createRateLimitPipeline(options: RateLimitOptions, extras: PipelineExtras = {}): (request: HttpRequest) => HttpOutcome | Promise<HttpOutcome> {
+export function createRateLimitPipeline(options: RateLimitOptions, extras: PipelineExtras = {}): RateLimitPipeline {
+  const building = buildPipeline(options, extras)
+  for (;;) {
+    const step = building.next()
+    if (step.done === true) return step.value
+  }
+}
+
+/**
+ * createRateLimitPipeline for thousands of rules (a gateway's reload): the
+ * event loop is let go between slices of rules, so that the requests a running
+ * pipeline serves meanwhile are not held while the new one is built.
+ */
+export async function createRateLimitPipelineInSlices(options: RateLimitOptions, extras: PipelineExtras = {}): Promise<RateLimitPipeline> {
+  const building = buildPipeline(options, extras)
+  for (;;) {
+    const step = building.next()
+    if (step.done === true) return step.value
+    await letIoIn()
+  }
+}
+
+/** Checks the options and compiles the rules, pausing (`yield`) after each slice of them. */
+function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Generator<void, RateLimitPipeline, void> {
   if (typeof options !== 'object' || options === null || !Array.isArray(options.rules) || options.rules.length === 0) {
     // The likely slips: `policies` at the top, as the Limiter takes them; the factory itself
     // handed to the framework (`app.use(rateLimit)`), which then calls it with a request.
@@ -409,7 +439,7 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       : `sluice: rule "${rule}": tiers.of gave ${JSON.stringify(tier)}, which names none of its tiers (${known.join(', ')}), so the default tier "${fallback}" decided; tier names are matched exactly`)
   }
   const ruleNames = new Map<string, number>()
-  const rules: CompiledRule[] = options.rules.map((rule, index) => {
+  const compileRule = (rule: RuleOptions, index: number): CompiledRule => {
     if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
     rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
     if (rule.name !== undefined && (typeof rule.name !== 'string' || rule.name === '')) throw new ArgumentError(`rules[${index}].name`, rule.name, 'must be a non-empty string')
@@ -510,7 +540,12 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
       maxWaitMs,
       count,
     }
-  })
+  }
+  const rules: CompiledRule[] = []
+  for (const [index, rule] of options.rules.entries()) {
+    rules.push(compileRule(rule, index))
+    if ((index + 1) % RULES_PER_SLICE === 0) yield
+  }
 
   // A request is tried on the rules its path and host can reach (see candidatesFor), not on each in turn.
   const rulesFor = extras.rulesFor ?? (rules.length < 2 ? undefined : candidatesFor(rules.map((_, index) => index), (index) => {

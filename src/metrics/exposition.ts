@@ -6,6 +6,7 @@
  * the event loop is let go between slices, so requests are served meanwhile.
  */
 import type { Registry } from 'prom-client'
+import { letIoIn } from '../core/turn.ts'
 
 /** A series as prom-client's metrics hand them to its registry's formatter. */
 interface SeriesValue {
@@ -36,8 +37,6 @@ interface RegisteredMetric {
 
 /** Series written between two turns of the event loop: about 2 ms of work. */
 const SERIES_PER_SLICE = 2_000
-
-const yieldToEventLoop = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
 
 /**
  * `registry.metrics()`'s text, byte for byte, for a registry in the Prometheus
@@ -74,7 +73,7 @@ export async function* expositionSlices(registry: Registry, seriesPerSlice = SER
       yield slice
       slice = ''
       inSlice = 0
-      await yieldToEventLoop()
+      await letIoIn()
     }
   }
   yield `${slice}\n`

@@ -7,7 +7,8 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import fc from 'fast-check'
 import { candidatesFor, compileMatch, pathReadings, type MatchOptions } from '../../src/http/match.ts'
-import { createRateLimitPipeline, type HttpOutcome, type RuleOptions } from '../../src/http/handler.ts'
+import { createRateLimitPipeline, createRateLimitPipelineInSlices, type HttpOutcome, type RuleOptions } from '../../src/http/handler.ts'
+import { ArgumentError } from '../../src/core/errors.ts'
 import { pathAsUrlReads, requestPath, requestQuery } from '../../src/http/path.ts'
 import type { HttpRequest } from '../../src/http/handler.ts'
 import { fcOptions } from '../helpers.ts'
@@ -145,5 +146,37 @@ describe('routes looked up by their hosts and the literal segments of their path
       }),
       fcOptions(500),
     )
+  })
+
+  it('a pipeline of 2,000 rules built in slices lets the event loop run while it is built, and decides as one built at once; a bad late rule is refused the same', async () => {
+    const rules: RuleOptions[] = Array.from({ length: 2000 }, (_, index) => ({
+      name: `r${index}`,
+      match: { path: `/svc${index}/**` },
+      policies: { algorithm: 'fixed-window', name: `r${index}`, limit: 1 + (index % 3), windowMs: 60_000 },
+      key: () => 'one-client',
+    }))
+    const options = { rules, clock: () => 1_000_000 }
+    let turns = 0
+    let building = true
+    const turn = () => {
+      if (!building) return
+      turns++
+      setImmediate(turn)
+    }
+    setImmediate(turn)
+    const sliced = await createRateLimitPipelineInSlices(options)
+    building = false
+    // 2,000 rules at 250 a slice: a pause after each of the first seven slices at least.
+    assert.ok(turns >= 7, `${turns} turns of the event loop`)
+    const whole = createRateLimitPipeline(options)
+    const seen = (outcome: HttpOutcome) => `${outcome.status} ${outcome.headers.map(([name, value]) => `${name}: ${value}`).join('; ')}`
+    for (const path of ['/svc1999/x', '/svc1999/x', '/svc1999/x', '/svc1999/x', '/svc0/x', '/svc0/x', '/nowhere']) {
+      assert.equal(seen(sliced(request(path, 'GET', 'a.test', null)) as HttpOutcome), seen(whole(request(path, 'GET', 'a.test', null)) as HttpOutcome), path)
+    }
+    assert.equal((sliced(request('/svc1999/x', 'GET', 'a.test', null)) as HttpOutcome).status, 429)
+
+    const late = [...rules.slice(0, 1999), { ...rules[5] as RuleOptions, match: { path: '/late/**' } }]
+    assert.throws(() => createRateLimitPipeline({ rules: late }), (error: Error) => error instanceof ArgumentError && /"r5"/.test(error.message))
+    await assert.rejects(createRateLimitPipelineInSlices({ rules: late }), (error: Error) => error instanceof ArgumentError && /"r5"/.test(error.message))
   })
 })

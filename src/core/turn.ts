@@ -1,0 +1,20 @@
+/**
+ * Resolves once the event loop has polled for I/O again: work done in slices
+ * awaits it between two, so that the requests arriving meanwhile are served.
+ * One `setImmediate` is not enough when the work runs in an I/O callback (a
+ * request, a worker's message): immediates set there run before the loop
+ * polls again, so two slices would run back to back.
+ */
+export function letIoIn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(() => setImmediate(resolve)))
+}
+
+/** `items.map(map)`, letting I/O in after every `perSlice` items: for lists of thousands whose items each take some work. */
+export async function mapInSlices<T, R>(items: readonly T[], map: (item: T, index: number) => R, perSlice = 250): Promise<R[]> {
+  const mapped: R[] = []
+  for (const [index, item] of items.entries()) {
+    mapped.push(map(item, index))
+    if ((index + 1) % perSlice === 0) await letIoIn()
+  }
+  return mapped
+}
