@@ -2,7 +2,10 @@
  * The admin listener (its own port, loopback by default): `/metrics` for
  * Prometheus, `/status` for people, `/healthz` and `/readyz` for orchestrators.
  */
-import { createServer, type Server, type ServerResponse } from 'node:http'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { Readable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { createGzip } from 'node:zlib'
 import { messageOf } from '../core/errors.ts'
 import { expositionSlices } from '../metrics/exposition.ts'
 import type { Gateway } from './gateway.ts'
@@ -13,7 +16,7 @@ export function createAdminServer(gateway: Gateway): Server {
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'GET only\n')
     switch (path) {
       case '/metrics':
-        void sendMetrics(gateway, res)
+        void sendMetrics(gateway, req, res)
         return
       case '/healthz':
         return send(res, 200, 'text/plain', 'ok\n')
@@ -75,42 +78,48 @@ async function status(gateway: Gateway): Promise<Record<string, unknown>> {
 /**
  * The Prometheus text, sent a slice at a time as it is written: with thousands
  * of routes in use a scrape is megabytes, which sent in one piece held the
- * gateway's thread. A failure before the first slice is a 500; one after it
- * cuts the connection short, which Prometheus counts as a failed scrape.
+ * gateway's thread. Compressed for a scraper that asks for it (Prometheus
+ * does): zlib works on libuv's threads, and the text shrinks about twentyfold.
+ * A failure before the first slice is a 500; one after it cuts the connection
+ * short, which Prometheus counts as a failed scrape.
  */
-async function sendMetrics(gateway: Gateway, res: ServerResponse): Promise<void> {
+async function sendMetrics(gateway: Gateway, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const type = gateway.metrics.registry.contentType
-  if (res.req.method === 'HEAD') return send(res, 200, type, '')
+  if (req.method === 'HEAD') return send(res, 200, type, '')
   const slices = expositionSlices(gateway.metrics.registry)
-  let next: IteratorResult<string>
+  let first: IteratorResult<string>
   try {
-    next = await slices.next()
+    first = await slices.next()
   } catch (error) {
     return send(res, 500, 'text/plain', `${messageOf(error)}\n`)
   }
-  res.writeHead(200, { 'content-type': type, 'cache-control': 'no-store' })
+  const gzip = acceptsGzip(req.headers['accept-encoding'])
+  res.writeHead(200, { 'content-type': type, 'cache-control': 'no-store', vary: 'Accept-Encoding', ...(gzip ? { 'content-encoding': 'gzip' } : {}) })
+  async function* text(): AsyncGenerator<string> {
+    if (first.done === true) return
+    yield first.value
+    yield* slices
+  }
+  const body = Readable.from(text(), { objectMode: false })
   try {
-    for (; next.done !== true; next = await slices.next()) {
-      if (!res.write(next.value)) await drainedOrClosed(res)
-      // A scraper that has gone reads no more: stop writing for it.
-      if (res.destroyed) return void (await slices.return(undefined))
-    }
-    res.end()
+    await (gzip ? pipeline(body, createGzip(), res) : pipeline(body, res))
   } catch (error) {
-    res.destroy(error instanceof Error ? error : new Error(messageOf(error)))
+    // A scraper that hangs up midway is no failure of the gateway's.
+    if ((error as { code?: string }).code !== 'ERR_STREAM_PREMATURE_CLOSE') gateway.logger.warn({ error: messageOf(error) }, 'a /metrics scrape failed midway; its connection was cut')
   }
 }
 
-function drainedOrClosed(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done)
-      res.off('close', done)
-      resolve()
-    }
-    res.on('drain', done)
-    res.on('close', done)
-  })
+/** Whether an `Accept-Encoding` field takes gzip (RFC 9110 12.5.3): named, or `*`, with a weight above 0. */
+export function acceptsGzip(field: string | undefined): boolean {
+  if (field === undefined) return false
+  const weights = new Map<string, number>()
+  for (const item of field.split(',')) {
+    const [coding = '', ...parameters] = item.split(';').map((part) => part.trim().toLowerCase())
+    const weight = parameters.find((parameter) => parameter.startsWith('q='))
+    weights.set(coding, weight === undefined ? 1 : Number(weight.slice(2)))
+  }
+  const gzip = weights.get('gzip') ?? weights.get('x-gzip') ?? weights.get('*')
+  return gzip !== undefined && gzip > 0
 }
 
 function send(res: ServerResponse, status: number, type: string, body: string): void {

@@ -80,7 +80,8 @@ export class Gateway {
   private readonly http1Sockets = new Set<Duplex>()
   private readonly admin: Server
   private readonly agent: Agent
-  private readonly logger: Logger
+  /** Its pino logger: the admin listener reports through it too. */
+  readonly logger: Logger
   private watchers: FSWatcher[] = []
   private watchedKey = ''
   private reloadTimer: NodeJS.Timeout | undefined
