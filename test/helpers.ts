@@ -33,3 +33,20 @@ export function fcOptions(numRuns: number): { numRuns: number; seed?: number } {
   if (seed === 'random') return { numRuns: runs }
   return { numRuns: runs, seed: seed === undefined ? 20261122 : Number(seed) }
 }
+
+/** What `work` resolves to, and how many turns the event loop took while it ran: 0 for work that never lets the loop go. */
+export async function turnsOfEventLoopDuring<T>(work: () => Promise<T>): Promise<{ result: T; turns: number }> {
+  let turns = 0
+  let working = true
+  const turn = () => {
+    if (!working) return
+    turns++
+    setImmediate(turn)
+  }
+  setImmediate(turn)
+  try {
+    return { result: await work(), turns }
+  } finally {
+    working = false
+  }
+}

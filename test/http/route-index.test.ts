@@ -11,7 +11,7 @@ import { createRateLimitPipeline, createRateLimitPipelineInSlices, type HttpOutc
 import { ArgumentError } from '../../src/core/errors.ts'
 import { pathAsUrlReads, requestPath, requestQuery } from '../../src/http/path.ts'
 import type { HttpRequest } from '../../src/http/handler.ts'
-import { fcOptions } from '../helpers.ts'
+import { fcOptions, turnsOfEventLoopDuring } from '../helpers.ts'
 
 // Segments that fold unusually (Kelvin sign, long s, sharp s), differ only in case, or hold wildcards.
 const segment = fc.constantFrom('api', 'API', 'Api', 'login', 'k', 'K', '\u212A', 's', 'S', 'ſ', 'ß', 'SS', 'é', 'É', '', 'v1', '*', '**', 'v*', 'a;b', '%2e')
@@ -156,16 +156,7 @@ describe('routes looked up by their hosts and the literal segments of their path
       key: () => 'one-client',
     }))
     const options = { rules, clock: () => 1_000_000 }
-    let turns = 0
-    let building = true
-    const turn = () => {
-      if (!building) return
-      turns++
-      setImmediate(turn)
-    }
-    setImmediate(turn)
-    const sliced = await createRateLimitPipelineInSlices(options)
-    building = false
+    const { result: sliced, turns } = await turnsOfEventLoopDuring(() => createRateLimitPipelineInSlices(options))
     // 2,000 rules at 250 a slice: a pause after each of the first seven slices at least.
     assert.ok(turns >= 7, `${turns} turns of the event loop`)
     const whole = createRateLimitPipeline(options)

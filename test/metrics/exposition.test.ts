@@ -10,6 +10,7 @@ import { Counter, Gauge, Histogram, Registry, Summary } from 'prom-client'
 import { exposition } from '../../src/metrics/exposition.ts'
 import { LabelledHistogram } from '../../src/metrics/histogram.ts'
 import { GatewayMetrics } from '../../src/metrics/metrics.ts'
+import { turnsOfEventLoopDuring } from '../helpers.ts'
 
 /** Every kind of metric prom-client has, with label values and numbers that need escaping or spelling out. */
 function awkwardRegistry(): Registry {
@@ -118,21 +119,8 @@ describe('metrics exposition', () => {
     const registry = new Registry()
     const requests = new Counter({ name: 'app_requests_total', help: 'Requests.', labelNames: ['route'], registers: [registry] })
     for (let i = 0; i < 10_000; i++) requests.inc({ route: `route-${i}` })
-    const turnsDuring = async (write: () => Promise<string>) => {
-      let turns = 0
-      let writing = true
-      const turn = () => {
-        if (!writing) return
-        turns++
-        setImmediate(turn)
-      }
-      setImmediate(turn)
-      await write()
-      writing = false
-      return turns
-    }
-    assert.equal(await turnsDuring(() => registry.metrics()), 0)
+    assert.equal((await turnsOfEventLoopDuring(() => registry.metrics())).turns, 0)
     // 10,000 series at 2,000 a slice: four turns between five slices, at least.
-    assert.ok((await turnsDuring(() => exposition(registry))) >= 4)
+    assert.ok((await turnsOfEventLoopDuring(() => exposition(registry))).turns >= 4)
   })
 })
