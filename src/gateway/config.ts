@@ -51,6 +51,8 @@ const MAX_PROBLEMS = 100
  * (`redis://***@host`): check-config runs in CI logs.
  */
 const show = (value: unknown): string => {
+  // A `!!binary` value: bytes, whose JSON would be a list of numbers.
+  if (value instanceof Uint8Array) return `binary data (!!binary, ${value.byteLength} bytes)`
   const text = maskCredentials(value === undefined ? 'nothing' : JSON.stringify(value) ?? String(value))
   return text.length > 80 ? `${text.slice(0, 60)}... (${text.length} characters)` : text
 }
@@ -739,6 +741,8 @@ function shapeProblems(doc: Document): Array<{ problem: string; offset: number |
     Pair(_key, pair) {
       const key = pair.key as { range?: [number, number, number] | null } | null
       if (key !== null && typeof key === 'object' && !isScalar(key) && !isAlias(key)) problems.push({ problem: 'a key that is a map or a list; keys are names', offset: key.range?.[0] })
+      // A tagged key such as `!!binary aGk=` is bytes, which JavaScript could only turn into a name by guessing (the yaml library warns on stderr).
+      if (isScalar(key) && typeof key.value === 'object' && key.value !== null) problems.push({ problem: `a key that is ${key.value instanceof Uint8Array ? 'binary data (!!binary)' : 'not a plain value'}; keys are names`, offset: key.range?.[0] })
       // Where the schema reads a map of names (a policy, tiers, headers) it would drop this key unseen.
       if (isScalar(key) && key.value === '__proto__') problems.push({ problem: '__proto__ is not a name a config can use: JavaScript reserves it, so it would be dropped, not read', offset: key.range?.[0] })
     },

@@ -701,6 +701,11 @@ routes:
     t.after(() => { process.off('warning', onWarning) })
     const text = minimal('      - { policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 } }').replace('    upstream:', '    ? [x]\n    : y\n    upstream:')
     assert.deepEqual(await problems(text), ['YAML: a key that is a map or a list; keys are names (line 5)'])
+    // Bytes as a key (the yaml package warned on stderr here too), and bytes as a value, described rather than dumped.
+    const binaryKey = minimal('      - { policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 } }').replace('    upstream:', '    !!binary aGk=: y\n    upstream:')
+    assert.deepEqual(await problems(binaryKey), ['YAML: a key that is binary data (!!binary); keys are names (line 5)'])
+    const binaryName = minimal('      - { policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 } }').replace(/name: \w+/, 'name: !!binary aGk=')
+    assert.match((await problems(binaryName)).join('\n'), /\.name: expected a name, got binary data \(!!binary, 2 bytes\) \(line \d+\)/)
     await new Promise((resolve) => setImmediate(resolve))
     assert.deepEqual(warnings, [])
   })
