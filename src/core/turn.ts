@@ -9,8 +9,11 @@ export function letIoIn(): Promise<void> {
   return new Promise((resolve) => setImmediate(() => setImmediate(resolve)))
 }
 
+/** Items of a long list (routes, rules) worked through between two pauses: a few milliseconds of work. */
+export const ITEMS_PER_SLICE = 250
+
 /** `items.map(map)`, letting I/O in after every `perSlice` items: for lists of thousands whose items each take some work. */
-export async function mapInSlices<T, R>(items: readonly T[], map: (item: T, index: number) => R, perSlice = 250): Promise<R[]> {
+export async function mapInSlices<T, R>(items: readonly T[], map: (item: T, index: number) => R, perSlice = ITEMS_PER_SLICE): Promise<R[]> {
   const mapped: R[] = []
   for (const [index, item] of items.entries()) {
     mapped.push(map(item, index))

@@ -4,7 +4,7 @@
  * translate their request into `HttpRequest` and apply the `HttpOutcome`.
  */
 import { monotonicClock, type Clock } from '../core/clock.ts'
-import { letIoIn } from '../core/turn.ts'
+import { ITEMS_PER_SLICE, letIoIn } from '../core/turn.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { checkBoolean, checkOptions, rejectUnknown } from '../core/options.ts'
@@ -289,9 +289,6 @@ export interface PipelineExtras {
 /** The pipeline as adapters run it: see createRateLimitPipeline. */
 export type RateLimitPipeline = (request: HttpRequest) => HttpOutcome | Promise<HttpOutcome>
 
-/** Rules compiled between two pauses of createRateLimitPipelineInSlices: a few milliseconds of work. */
-const RULES_PER_SLICE = 250
-
 /**
  * The pipeline as adapters run it: the outcome itself when every step could
  * answer at once (the in-process store and synchronous callbacks), else a
@@ -544,7 +541,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   const rules: CompiledRule[] = []
   for (const [index, rule] of options.rules.entries()) {
     rules.push(compileRule(rule, index))
-    if ((index + 1) % RULES_PER_SLICE === 0) yield
+    if ((index + 1) % ITEMS_PER_SLICE === 0) yield
   }
 
   // A request is tried on the rules its path and host can reach (see candidatesFor), not on each in turn.

@@ -30,7 +30,7 @@ interface RegisteredMetric {
   help: string
   type: string
   getForPromString?: () => Promise<MetricSnapshot> | MetricSnapshot
-  get?: () => Promise<MetricSnapshot> | MetricSnapshot
+  get: () => Promise<MetricSnapshot> | MetricSnapshot
   /** A metric of sluice's own that writes its series' lines itself (LabelledHistogram), without an object per series. */
   seriesLines?: () => Iterable<string>
 }
@@ -57,12 +57,7 @@ export async function* expositionSlices(registry: Registry, seriesPerSlice = SER
       slice += `${separator}${header(metric.name, metric.help, metric.type)}`
       series = metric.seriesLines()
     } else {
-      const snapshot = metric.getForPromString !== undefined ? await metric.getForPromString() : metric.get !== undefined ? await metric.get() : undefined
-      if (snapshot === undefined) {
-        slice += `${separator}${await registry.getSingleMetricAsString(metric.name)}`
-        separator = '\n\n'
-        continue
-      }
+      const snapshot = metric.getForPromString !== undefined ? await metric.getForPromString() : await metric.get()
       slice += `${separator}${header(snapshot.name, snapshot.help, snapshot.type)}`
       series = seriesLines(escapeText(snapshot.name), snapshot.values ?? [])
     }

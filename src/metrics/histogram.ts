@@ -13,7 +13,6 @@ import { escapeLabelValue, valueText } from './exposition.ts'
 interface Counts {
   /** The label, as written in a series: `route="api"`. */
   label: string
-  labels: Record<string, string>
   /** Observations per bucket, not cumulative; the last slot counts those above every bound. */
   buckets: number[]
   sum: number
@@ -52,7 +51,7 @@ export class LabelledHistogram {
     if (!Number.isFinite(value)) return
     let counts = this.byValue.get(labelValue)
     if (counts === undefined) {
-      counts = { label: `${this.labelName}="${escapeLabelValue(labelValue)}"`, labels: { [this.labelName]: labelValue }, buckets: new Array<number>(this.bounds.length + 1).fill(0), sum: 0, count: 0 }
+      counts = { label: `${this.labelName}="${escapeLabelValue(labelValue)}"`, buckets: new Array<number>(this.bounds.length + 1).fill(0), sum: 0, count: 0 }
       this.byValue.set(labelValue, counts)
     }
     let bucket = 0
@@ -88,16 +87,17 @@ export class LabelledHistogram {
   async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Series[] }> {
     const name = this.name
     const values: Series[] = []
-    for (const counts of this.byValue.values()) {
+    for (const [labelValue, counts] of this.byValue) {
+      const labels = { [this.labelName]: labelValue }
       let cumulative = 0
       this.bounds.forEach((bound, bucket) => {
         cumulative += counts.buckets[bucket] as number
-        values.push({ metricName: `${name}_bucket`, labels: { le: bound, ...counts.labels }, value: cumulative })
+        values.push({ metricName: `${name}_bucket`, labels: { le: bound, ...labels }, value: cumulative })
       })
       values.push(
-        { metricName: `${name}_bucket`, labels: { le: '+Inf', ...counts.labels }, value: counts.count },
-        { metricName: `${name}_sum`, labels: { ...counts.labels }, value: counts.sum },
-        { metricName: `${name}_count`, labels: { ...counts.labels }, value: counts.count },
+        { metricName: `${name}_bucket`, labels: { le: '+Inf', ...labels }, value: counts.count },
+        { metricName: `${name}_sum`, labels, value: counts.sum },
+        { metricName: `${name}_count`, labels, value: counts.count },
       )
     }
     return { name, help: this.help, type: this.type, aggregator: this.aggregator, values }
