@@ -7,6 +7,8 @@ import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { createGzip } from 'node:zlib'
 import { messageOf } from '../core/errors.ts'
+import { prettyJsonSlices } from '../core/json-slices.ts'
+import { mapInSlices } from '../core/turn.ts'
 import { expositionSlices } from '../metrics/exposition.ts'
 import type { Gateway } from './gateway.ts'
 
@@ -16,7 +18,7 @@ export function createAdminServer(gateway: Gateway): Server {
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'GET only\n')
     switch (path) {
       case '/metrics':
-        void sendMetrics(gateway, req, res)
+        void sendSlices(gateway, req, res, gateway.metrics.registry.contentType, expositionSlices(gateway.metrics.registry), '/metrics')
         return
       case '/healthz':
         return send(res, 200, 'text/plain', 'ok\n')
@@ -28,10 +30,7 @@ export function createAdminServer(gateway: Gateway): Server {
         return send(res, ready ? 200 : 503, 'text/plain', ready ? 'ready\n' : gateway.isDraining ? 'draining\n' : 'store down\n')
       }
       case '/status':
-        status(gateway).then(
-          (body) => send(res, 200, 'application/json', `${JSON.stringify(body, null, 2)}\n`),
-          (error: Error) => send(res, 500, 'text/plain', `${error.message}\n`),
-        )
+        void sendSlices(gateway, req, res, 'application/json', statusSlices(gateway), '/status')
         return
       default:
         return send(res, 404, 'text/plain', 'not found: try /metrics, /status, /healthz, /readyz\n')
@@ -39,7 +38,13 @@ export function createAdminServer(gateway: Gateway): Server {
   })
 }
 
-async function status(gateway: Gateway): Promise<Record<string, unknown>> {
+/**
+ * The gateway as people read it: routes, limits, store, and the watched keys'
+ * quotas. With thousands of routes it is megabytes of JSON, built and written
+ * a slice at a time so that the requests the gateway serves wait no more
+ * than a slice.
+ */
+async function* statusSlices(gateway: Gateway): AsyncGenerator<string> {
   const config = gateway.config
   // Grouped by route in one pass: a config of thousands of routes would otherwise scan every limit for each route.
   const byOwner = new Map<string | undefined, Array<Record<string, unknown>>>()
@@ -56,37 +61,42 @@ async function status(gateway: Gateway): Promise<Record<string, unknown>> {
     else owned.push(shown)
   }
   const policiesOf = (owner: string | undefined) => byOwner.get(owner) ?? []
-  const upstreams = gateway.upstreamStates()
-  return {
+  // Read now, with the config: a reload while the status is built does not mix two versions.
+  const routes = gateway.routes
+  const watched = await gateway.watched()
+  const body = {
     version: config.version,
     file: config.file,
     startedAt: new Date(gateway.startedAt).toISOString(),
     draining: gateway.isDraining,
     store: gateway.store,
     globalLimits: policiesOf(undefined),
-    routes: config.routes.map((route) => ({
+    routes: await mapInSlices(routes, ({ config: route, upstreams }) => ({
       name: route.name,
       match: route.match ?? {},
       upstream: route.upstream,
-      upstreams: upstreams[route.name] ?? [],
+      upstreams: upstreams.states(route.healthCheck !== undefined),
       limits: policiesOf(route.name),
     })),
-    watched: await gateway.watched(),
+    watched,
   }
+  yield* prettyJsonSlices(body)
+  yield '\n'
 }
 
 /**
- * The Prometheus text, sent a slice at a time as it is written: with thousands
- * of routes in use a scrape is megabytes, which sent in one piece held the
- * gateway's thread. Compressed for a scraper that asks for it (Prometheus
- * does): zlib works on libuv's threads, and the text shrinks about twentyfold.
- * A failure before the first slice is a 500; one after it cuts the connection
- * short, which Prometheus counts as a failed scrape.
+ * A body sent a slice at a time as it is written: a scrape of thousands of
+ * routes in use is megabytes, which sent in one piece held the gateway's
+ * thread. Compressed for a client that asks for it (Prometheus does): zlib
+ * works on libuv's threads, and the text shrinks about twentyfold. A failure
+ * before the first slice is a 500; one after it cuts the connection short,
+ * which Prometheus counts as a failed scrape.
  */
-async function sendMetrics(gateway: Gateway, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const type = gateway.metrics.registry.contentType
-  if (req.method === 'HEAD') return send(res, 200, type, '')
-  const slices = expositionSlices(gateway.metrics.registry)
+async function sendSlices(gateway: Gateway, req: IncomingMessage, res: ServerResponse, type: string, slices: AsyncGenerator<string>, what: string): Promise<void> {
+  if (req.method === 'HEAD') {
+    await slices.return(undefined)
+    return send(res, 200, type, '')
+  }
   let first: IteratorResult<string>
   try {
     first = await slices.next()
@@ -104,8 +114,8 @@ async function sendMetrics(gateway: Gateway, req: IncomingMessage, res: ServerRe
   try {
     await (gzip ? pipeline(body, createGzip(), res) : pipeline(body, res))
   } catch (error) {
-    // A scraper that hangs up midway is no failure of the gateway's.
-    if ((error as { code?: string }).code !== 'ERR_STREAM_PREMATURE_CLOSE') gateway.logger.warn({ error: messageOf(error) }, 'a /metrics scrape failed midway; its connection was cut')
+    // A client that hangs up midway is no failure of the gateway's.
+    if ((error as { code?: string }).code !== 'ERR_STREAM_PREMATURE_CLOSE') gateway.logger.warn({ error: messageOf(error) }, `a ${what} request failed midway; its connection was cut`)
   }
 }
 

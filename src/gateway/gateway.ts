@@ -15,7 +15,7 @@ import type { Duplex } from 'node:stream'
 import { basename, dirname } from 'node:path'
 import { pino, type Logger } from 'pino'
 import type { Agent } from 'undici'
-import { letIoIn, mapInSlices } from '../core/turn.ts'
+import { ITEMS_PER_SLICE, letIoIn, mapInSlices } from '../core/turn.ts'
 import { Limiter } from '../limiter/limiter.ts'
 import { authorityOf, nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
 import { createRateLimitPipelineInSlices, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
@@ -39,7 +39,7 @@ interface GatewayRequest extends HttpRequest {
   outcome?: 'allowed' | 'limited' | 'shadow_limited' | 'degraded'
 }
 
-interface CompiledRoute {
+export interface CompiledRoute {
   config: RouteConfig
   matches: RequestMatch
   upstreams: Upstreams
@@ -232,8 +232,9 @@ export class Gateway {
   }
 
   /** Each route's upstreams and what the gateway knows of them (for /status). */
-  upstreamStates(): Record<string, ReturnType<Upstreams['states']>> {
-    return Object.fromEntries(this.runtime.routes.map((route) => [route.config.name, route.upstreams.states(route.config.healthCheck !== undefined)]))
+  /** The routes of the config in use, in order, each with its upstreams. */
+  get routes(): readonly CompiledRoute[] {
+    return this.runtime.routes
   }
 
   /** Remaining quota of each watched key under each policy, read without charging. */
@@ -241,12 +242,15 @@ export class Gateway {
     const { config, store } = this.runtime
     const result: Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>> = {}
     if (config.admin.watch.length === 0) return result
-    const limiters = watchLimiters(this.runtime, store.store)
+    const limiters = await watchLimiters(this.runtime, store.store)
     for (const key of config.admin.watch) {
       const perPolicy: Record<string, { limit: number; remaining: number; resetAfterMs: number }> = {}
-      for (const limiter of limiters) {
-        const decision = await limiter.peek(key)
-        for (const entry of decision.policies) perPolicy[entry.policy] = { limit: entry.limit, remaining: entry.remaining, resetAfterMs: entry.resetAfterMs }
+      // A slice of peeks at a time: Redis answers them together, and requests are served between slices of the memory store's.
+      for (let from = 0; from < limiters.length; from += ITEMS_PER_SLICE) {
+        if (from > 0) await letIoIn()
+        for (const decision of await Promise.all(limiters.slice(from, from + ITEMS_PER_SLICE).map((limiter) => limiter.peek(key)))) {
+          for (const entry of decision.policies) perPolicy[entry.policy] = { limit: entry.limit, remaining: entry.remaining, resetAfterMs: entry.resetAfterMs }
+        }
       }
       result[key] = perPolicy
     }
@@ -768,12 +772,13 @@ function ruleOf(
 }
 
 /** Limiters over the same state as the rules, to read watched keys without charging them. */
-const watchCache = new WeakMap<Runtime, Limiter[]>()
-function watchLimiters(runtime: Runtime, store: Store): Limiter[] {
+const watchCache = new WeakMap<Runtime, Promise<Limiter[]>>()
+function watchLimiters(runtime: Runtime, store: Store): Promise<Limiter[]> {
   let limiters = watchCache.get(runtime)
   if (limiters === undefined) {
     const prefix = httpStatePrefix(runtime.config.prefix)
-    limiters = runtime.config.limitsResolved.flatMap((limit) => [...limit.policies.values()].map((policies) => new Limiter({ policies, prefix, store, blockCache: false })))
+    limiters = mapInSlices(runtime.config.limitsResolved, (limit) => [...limit.policies.values()].map((policies) => new Limiter({ policies, prefix, store, blockCache: false })))
+      .then((perLimit) => perLimit.flat())
     watchCache.set(runtime, limiters)
   }
   return limiters

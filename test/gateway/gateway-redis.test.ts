@@ -17,7 +17,7 @@ const SECRET = 'a-test-secret-of-at-least-32-bytes!!'
 function config(redisUrl: string, upstream: string): string {
   return `
 server: { listen: 127.0.0.1:0 }
-admin: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0, watch: [ip:127.0.0.1] }
 store:
   type: redis
   url: ${redisUrl}
@@ -82,6 +82,12 @@ describe('gateways on a shared Redis (real redis-server)', () => {
       refused += statuses.filter((s) => s === 429).length
     }
     assert.deepEqual([ok, refused], [40, 20])
+    // Both gateways' /status read the shared state, without charging it.
+    for (const gateway of [...gateways, ...gateways]) {
+      const { watched } = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { limit: number; remaining: number }>> }
+      assert.deepEqual(watched['ip:127.0.0.1']?.['shared-hour'], { ...watched['ip:127.0.0.1']?.['shared-hour'], limit: 40, remaining: 0 })
+      assert.deepEqual(Object.keys(watched['ip:127.0.0.1'] ?? {}), ['slow-at-once', 'shared-hour', 'free-day', 'pro-day'])
+    }
   })
 
   it('keys on a verified JWT claim, picks the tier from another claim, and ignores forged tokens', async () => {

@@ -642,17 +642,17 @@ describe('gateway reload and shutdown', () => {
     }
   })
 
-  it('sends /metrics as it writes it: with 400 routes in use every series arrives, a scraper that leaves midway harms no later scrape, HEAD has no body', async () => {
+  it('sends /metrics and /status as it writes them: with 400 routes in use every series and route arrives, a scraper that leaves midway harms no later scrape, HEAD has no body', async () => {
     const routes = Array.from({ length: 400 }, (_, i) => `
   - name: svc${i}
     match: { path: /svc${i}/** }
     upstream: ${upstream.url}
     stripPrefix: /svc${i}
     limits:
-      - { policies: { algorithm: token-bucket, name: svc${i}, capacity: 100, refillTokens: 100, refillIntervalMs: 1000 } }`)
+      - { policies: { algorithm: token-bucket, name: svc${i}, capacity: 100, refillTokens: 100, refillIntervalMs: 3600000 } }`)
     const many = await startGateway(`
 server: { listen: 127.0.0.1:0 }
-admin: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0, watch: [ip:127.0.0.1, ip:192.0.2.1] }
 logging: { access: false }
 routes:${routes.join('')}
 `, { args: ['--no-watch'] })
@@ -701,6 +701,21 @@ routes:${routes.join('')}
       assert.deepEqual(durationLines(unzipped), durationLines(plain.body.toString()))
       assert.equal(durationLines(unzipped).length, 400)
       assert.equal((await scrape('gzip;q=0, identity')).encoding, undefined)
+
+      // /status the same way: every route, and each watched key's quota under all 400 policies, read without charging.
+      const statusResponse = await fetch(`${many.adminUrl}/status`)
+      assert.equal(statusResponse.headers.get('content-type'), 'application/json')
+      assert.equal(statusResponse.headers.get('transfer-encoding'), 'chunked')
+      const statusText = await statusResponse.text()
+      const status = JSON.parse(statusText) as { routes: Array<{ name: string; limits: unknown[] }>; watched: Record<string, Record<string, { remaining: number }>> }
+      assert.equal(statusText, `${JSON.stringify(status, null, 2)}\n`)
+      assert.deepEqual(status.routes.map((route) => route.name), Array.from({ length: 400 }, (_, i) => `svc${i}`))
+      assert.equal(Object.keys(status.watched['ip:127.0.0.1'] ?? {}).length, 400)
+      assert.deepEqual(Object.values(status.watched['ip:127.0.0.1'] ?? {}).map(({ remaining }) => remaining), Array(400).fill(99))
+      assert.deepEqual(Object.values(status.watched['ip:192.0.2.1'] ?? {}).map(({ remaining }) => remaining), Array(400).fill(100))
+      const again = await (await fetch(`${many.adminUrl}/status`)).json() as typeof status
+      assert.deepEqual(Object.values(again.watched['ip:127.0.0.1'] ?? {}).map(({ remaining }) => remaining), Array(400).fill(99))
+      assert.deepEqual(await rawRequest(many.adminUrl, '/status', { method: 'HEAD' }), { status: 200, body: '' })
     } finally {
       await many.stop()
     }
