@@ -716,9 +716,19 @@ function rulesByRoute(limits: readonly ResolvedLimit[], caseSensitive: boolean):
     }
   })
   const lookUp = (positions: readonly number[]) => candidatesFor(positions, (index) => limits[index]?.config.match, caseSensitive)
-  const forRoute = new Map([...byRoute].map(([route, positions]) => [route, lookUp(positions)]))
+  // Built for a route when its first request comes: a config of thousands of routes would otherwise build them all at once, on a reload while requests wait.
+  const forRoute = new Map<string, (request: HttpRequest) => readonly number[]>()
   const elsewhere = lookUp(everywhere)
-  return (request) => (forRoute.get((request as GatewayRequest).route) ?? elsewhere)(request)
+  return (request) => {
+    const route = (request as GatewayRequest).route
+    let found = forRoute.get(route)
+    if (found === undefined) {
+      const positions = byRoute.get(route)
+      if (positions === undefined) return elsewhere(request)
+      forRoute.set(route, found = lookUp(positions))
+    }
+    return found(request)
+  }
 }
 
 /** The request headers the config reads to key, tier, route or limit a request, in lower case. */

@@ -11,9 +11,9 @@ import { exportSPKI, generateKeyPair } from 'jose'
 import fc from 'fast-check'
 import { parse } from 'yaml'
 import { maskCredentials } from '../../src/core/errors.ts'
-import { fcOptions } from '../helpers.ts'
+import { fcOptions, turnsOfEventLoopDuring } from '../helpers.ts'
 import { seededRandom } from '../../src/simulate/traffic.ts'
-import { ConfigError, configJsonSchema, configWarnings, loadConfig, loadConfigOffThread, parseConfig } from '../../src/gateway/config.ts'
+import { ConfigError, configFromParts, configInParts, configJsonSchema, configWarnings, loadConfig, loadConfigOffThread, parseConfig } from '../../src/gateway/config.ts'
 import { runCli } from '../support/gateway.ts'
 import { resolvePolicies, type Policy } from '../../src/index.ts'
 import { matchCovers, type MatchOptions } from '../../src/http/match.ts'
@@ -903,6 +903,28 @@ routes:
           return true
         })
       }
+    })
+  })
+
+  it('a config of thousands of routes comes back whole, in parts deserialized with the event loop turning between them', async () => {
+    const built = await builtConfig()
+    await inTempDir(async (dir) => {
+      const file = join(dir, 'sluice.yaml')
+      const routes = Array.from({ length: 1_200 }, (_, i) => `
+  - name: svc${i}
+    match: { path: /svc${i}/** }
+    upstream: http://127.0.0.1:9
+    limits:
+      - { name: l${i}, policies: { algorithm: fixed-window, limit: ${i + 1}, windowMs: 1000 } }`).join('')
+      writeFileSync(file, `limits:\n  - { name: all, policies: { algorithm: token-bucket, capacity: 9, refillTokens: 1, refillIntervalMs: 1000 } }\nroutes:${routes}\n`)
+      const here = await built.loadConfig(file, {})
+      assert.deepEqual(await built.loadConfigInWorker(file, {}), here)
+      // 1,200 routes and 1,201 limits: a head and 3 + 3 parts of at most 500.
+      const parts = configInParts(here)
+      assert.equal(parts.length, 7)
+      const { result, turns } = await turnsOfEventLoopDuring(() => configFromParts(parts))
+      assert.deepEqual(result, here)
+      assert.ok(turns >= 6, `the loop turned ${turns} times while 6 parts were deserialized`)
     })
   })
 
