@@ -4,9 +4,28 @@
  * One `setImmediate` is not enough when the work runs in an I/O callback (a
  * request, a worker's message): immediates set there run before the loop
  * polls again, so two slices would run back to back.
+ *
+ * Several pieces of work in slices at once (two scrapers, a /status read
+ * during a reload) take turns: one slice is let go per poll, the first to
+ * wait first, rather than each of them once per poll, which would hold the
+ * requests for a slice of each.
  */
 export function letIoIn(): Promise<void> {
-  return new Promise((resolve) => setImmediate(() => setImmediate(resolve)))
+  return new Promise((resolve) => {
+    waiting.push(resolve)
+    if (waiting.length === 1) afterNextPoll(letNextIn)
+  })
+}
+
+const waiting: Array<() => void> = []
+
+function afterNextPoll(then: () => void): void {
+  setImmediate(() => setImmediate(then))
+}
+
+function letNextIn(): void {
+  waiting.shift()?.()
+  if (waiting.length > 0) afterNextPoll(letNextIn)
 }
 
 /** Items of a long list (routes, rules) worked through between two pauses: a few milliseconds of work. */

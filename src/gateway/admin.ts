@@ -8,7 +8,7 @@ import { pipeline } from 'node:stream/promises'
 import { createGzip } from 'node:zlib'
 import { messageOf } from '../core/errors.ts'
 import { prettyJsonSlices } from '../core/json-slices.ts'
-import { mapInSlices } from '../core/turn.ts'
+import { letIoIn, mapInSlices } from '../core/turn.ts'
 import { expositionSlices } from '../metrics/exposition.ts'
 import type { Gateway } from './gateway.ts'
 
@@ -99,6 +99,8 @@ async function sendSlices(gateway: Gateway, req: IncomingMessage, res: ServerRes
   }
   let first: IteratorResult<string>
   try {
+    // Its turn first: several arriving together would each write a first slice before requests are let in.
+    await letIoIn()
     first = await slices.next()
   } catch (error) {
     return send(res, 500, 'text/plain', `${messageOf(error)}\n`)
