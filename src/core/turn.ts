@@ -40,3 +40,20 @@ export async function mapInSlices<T, R>(items: readonly T[], map: (item: T, inde
   }
   return mapped
 }
+
+/** A builder that pauses (`yield`) after each slice of its work (see buildPipeline), run to its end at once. */
+export function runToEnd<R>(building: Generator<void, R, void>): R {
+  for (;;) {
+    const step = building.next()
+    if (step.done === true) return step.value
+  }
+}
+
+/** A builder that pauses after each slice of its work, run with I/O let in at each pause: for lists of thousands. */
+export async function runInSlices<R>(building: Generator<void, R, void>): Promise<R> {
+  for (;;) {
+    const step = building.next()
+    if (step.done === true) return step.value
+    await letIoIn()
+  }
+}

@@ -21,7 +21,7 @@ import { authorityOf, nodeRequest, responseOnSocket, waitTurn } from '../http/ad
 import { createRateLimitPipelineInSlices, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
-import { candidatesFor, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
+import { candidatesFor, candidatesForInSlices, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { Store } from '../stores/store.ts'
@@ -692,7 +692,7 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
     ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }),
   })
   await letIoIn()
-  const routesFor = candidatesFor(routes, (route) => route.config.match, config.caseSensitive)
+  const routesFor = await candidatesForInSlices(routes, (route) => route.config.match, config.caseSensitive)
   return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors) }
 }
 

@@ -4,7 +4,7 @@
  * translate their request into `HttpRequest` and apply the `HttpOutcome`.
  */
 import { monotonicClock, type Clock } from '../core/clock.ts'
-import { ITEMS_PER_SLICE, letIoIn } from '../core/turn.ts'
+import { ITEMS_PER_SLICE, runInSlices, runToEnd } from '../core/turn.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
 import { checkBoolean, checkOptions, rejectUnknown } from '../core/options.ts'
@@ -15,7 +15,7 @@ import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from './client-ip.ts'
-import { anyReading, candidatesFor, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
+import { anyReading, buildCandidates, compileMatch, compilePaths, excludesAll, NODE_METHODS, unknownMethods, type MatchOptions } from './match.ts'
 import { checkHeaderOptions, rateLimitHeaders, refusalRetryMs, type HeaderList, type HeaderOptions } from './headers.ts'
 
 /** What the pipeline needs to know of a request. */
@@ -295,11 +295,7 @@ export type RateLimitPipeline = (request: HttpRequest) => HttpOutcome | Promise<
  * promise of it. A callback that throws synchronously throws here.
  */
 export function createRateLimitPipeline(options: RateLimitOptions, extras: PipelineExtras = {}): RateLimitPipeline {
-  const building = buildPipeline(options, extras)
-  for (;;) {
-    const step = building.next()
-    if (step.done === true) return step.value
-  }
+  return runToEnd(buildPipeline(options, extras))
 }
 
 /**
@@ -307,13 +303,8 @@ export function createRateLimitPipeline(options: RateLimitOptions, extras: Pipel
  * event loop is let go between slices of rules, so that the requests a running
  * pipeline serves meanwhile are not held while the new one is built.
  */
-export async function createRateLimitPipelineInSlices(options: RateLimitOptions, extras: PipelineExtras = {}): Promise<RateLimitPipeline> {
-  const building = buildPipeline(options, extras)
-  for (;;) {
-    const step = building.next()
-    if (step.done === true) return step.value
-    await letIoIn()
-  }
+export function createRateLimitPipelineInSlices(options: RateLimitOptions, extras: PipelineExtras = {}): Promise<RateLimitPipeline> {
+  return runInSlices(buildPipeline(options, extras))
 }
 
 /** Checks the options and compiles the rules, pausing (`yield`) after each slice of them. */
@@ -545,7 +536,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   }
 
   // A request is tried on the rules its path and host can reach (see candidatesFor), not on each in turn.
-  const rulesFor = extras.rulesFor ?? (rules.length < 2 ? undefined : candidatesFor(rules.map((_, index) => index), (index) => {
+  const rulesFor = extras.rulesFor ?? (rules.length < 2 ? undefined : yield* buildCandidates(rules.map((_, index) => index), (index) => {
     const match = options.rules[index]?.match
     return typeof match === 'function' ? undefined : match
   }, caseSensitive))

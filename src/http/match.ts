@@ -6,6 +6,7 @@ import { ArgumentError } from '../core/errors.ts'
 import type { HttpRequest } from './handler.ts'
 import { compileGlob, foldCase } from './glob.ts'
 import { normalizePath } from './path.ts'
+import { ITEMS_PER_SLICE, runInSlices, runToEnd } from '../core/turn.ts'
 
 export interface MatchOptions {
   /** Path patterns: `*` matches within a segment, `**` across segments (`/api/**`: `/api` and all below it). */
@@ -211,14 +212,25 @@ export function compilePaths(patterns: string | readonly string[], what: string,
  * gives an entry's predicates as compileMatch took them.
  */
 export function candidatesFor<T>(entries: readonly T[], matchOf: (entry: T) => MatchOptions | undefined, caseSensitive = true): (request: HttpRequest) => readonly T[] {
-  const byPath = (subset: readonly T[]) => candidatesByPath(subset, (entry) => matchOf(entry)?.path, caseSensitive)
+  return runToEnd(buildCandidates(entries, matchOf, caseSensitive))
+}
+
+/** candidatesFor for thousands of entries (a gateway's routes, on a reload): the event loop is let go between slices of them. */
+export function candidatesForInSlices<T>(entries: readonly T[], matchOf: (entry: T) => MatchOptions | undefined, caseSensitive = true): Promise<(request: HttpRequest) => readonly T[]> {
+  return runInSlices(buildCandidates(entries, matchOf, caseSensitive))
+}
+
+/** Builds candidatesFor's lookup, pausing (`yield`) after each slice of entries. */
+export function* buildCandidates<T>(entries: readonly T[], matchOf: (entry: T) => MatchOptions | undefined, caseSensitive = true): Generator<void, (request: HttpRequest) => readonly T[], void> {
+  const byPath = (subset: readonly T[]) => buildCandidatesByPath(subset, (entry) => matchOf(entry)?.path, caseSensitive)
   const anyHost: number[] = []
   const root = hostNode<T>()
-  entries.forEach((entry, index) => {
+  for (const [index, entry] of entries.entries()) {
+    if ((index + 1) % ITEMS_PER_SLICE === 0) yield
     const hosts = optionalList(matchOf(entry)?.host)
     if (hosts === undefined) {
       anyHost.push(index)
-      return
+      continue
     }
     for (const host of hosts) {
       const bare = bareHost(host)
@@ -232,32 +244,32 @@ export function candidatesFor<T>(entries: readonly T[], matchOf: (entry: T) => M
       const own = wildcard ? node.below : node.exact
       if (own[own.length - 1] !== index) own.push(index)
     }
-  })
-  if (root.children.size === 0) return byPath(entries)
+  }
+  if (root.children.size === 0) return yield* byPath(entries)
   // Each node's two lists hold the entries for any host too: past a bound on their sum, entries are looked up by path alone.
   let merged = 0
   const lists = new Map<string, (request: HttpRequest) => readonly T[]>()
-  const lookUpOf = (indices: readonly number[]) => {
+  function* lookUpOf(indices: readonly number[]): Generator<void, (request: HttpRequest) => readonly T[], void> {
     const sorted = [...new Set(indices)].sort((a, b) => a - b)
     const id = sorted.join(',')
     let found = lists.get(id)
     if (found === undefined) {
       merged += sorted.length
-      lists.set(id, found = byPath(sorted.map((index) => entries[index] as T)))
+      lists.set(id, found = yield* byPath(sorted.map((index) => entries[index] as T)))
     }
     return found
   }
   root.belowIndices = anyHost
-  root.belowLookUp = lookUpOf(anyHost)
-  const fill = (node: HostNode<T>, parent: HostNode<T>): boolean => {
-    node.exactLookUp = node.exact.length === 0 ? parent.belowLookUp : lookUpOf([...parent.belowIndices, ...node.exact])
+  root.belowLookUp = yield* lookUpOf(anyHost)
+  function* fill(node: HostNode<T>, parent: HostNode<T>): Generator<void, boolean, void> {
+    node.exactLookUp = node.exact.length === 0 ? parent.belowLookUp : yield* lookUpOf([...parent.belowIndices, ...node.exact])
     node.belowIndices = node.below.length === 0 ? parent.belowIndices : [...parent.belowIndices, ...node.below]
-    node.belowLookUp = node.below.length === 0 ? parent.belowLookUp : lookUpOf(node.belowIndices)
+    node.belowLookUp = node.below.length === 0 ? parent.belowLookUp : yield* lookUpOf(node.belowIndices)
     if (merged > MAX_MERGED) return false
-    for (const child of node.children.values()) if (!fill(child, node)) return false
+    for (const child of node.children.values()) if (!(yield* fill(child, node))) return false
     return true
   }
-  for (const child of root.children.values()) if (!fill(child, root)) return byPath(entries)
+  for (const child of root.children.values()) if (!(yield* fill(child, root))) return yield* byPath(entries)
   const elsewhere = root.belowLookUp
   // Walks the host's labels from the right as far as the tree names them: its node if it gets to the end, else the wildcards above.
   const lookUp = (host: string | undefined): ((request: HttpRequest) => readonly T[]) => {
@@ -309,10 +321,11 @@ const MAX_MERGED = 100_000
  * along its own path through the tree: each node holds them, ancestors'
  * included, merged once.
  */
-function candidatesByPath<T>(entries: readonly T[], pathsOf: (entry: T) => string | string[] | undefined, caseSensitive: boolean): (request: HttpRequest) => readonly T[] {
+function* buildCandidatesByPath<T>(entries: readonly T[], pathsOf: (entry: T) => string | string[] | undefined, caseSensitive: boolean): Generator<void, (request: HttpRequest) => readonly T[], void> {
   const fold = caseSensitive ? (segment: string) => segment : foldCase
   const root = pathNode<T>()
-  entries.forEach((entry, index) => {
+  for (const [index, entry] of entries.entries()) {
+    if ((index + 1) % ITEMS_PER_SLICE === 0) yield
     for (const pattern of optionalList(pathsOf(entry)) ?? ['/**']) {
       let node = root
       for (const segment of literalSegments(pattern)) {
@@ -323,19 +336,21 @@ function candidatesByPath<T>(entries: readonly T[], pathsOf: (entry: T) => strin
       }
       if (node.own[node.own.length - 1] !== index) node.own.push(index)
     }
-  })
+  }
   if (root.children.size === 0) return () => entries
   // Each node's entries with its ancestors', in order; past the bound, every request tries every entry.
   let merged = 0
-  const fill = (node: PathNode<T>, inherited: readonly number[]): boolean => {
+  let filled = 0
+  function* fill(node: PathNode<T>, inherited: readonly number[]): Generator<void, boolean, void> {
+    if (++filled % ITEMS_PER_SLICE === 0) yield
     node.indices = node.own.length === 0 ? inherited : [...new Set([...inherited, ...node.own])].sort((a, b) => a - b)
     node.found = node.indices.map((index) => entries[index] as T)
     merged += node.indices.length
     if (merged > MAX_MERGED) return false
-    for (const child of node.children.values()) if (!fill(child, node.indices)) return false
+    for (const child of node.children.values()) if (!(yield* fill(child, node.indices))) return false
     return true
   }
-  if (!fill(root, [])) return () => entries
+  if (!(yield* fill(root, []))) return () => entries
   const deepest = (path: string): PathNode<T> => {
     let node = root
     for (let start = 1; start <= path.length;) {

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import fc from 'fast-check'
-import { candidatesFor, compileMatch, pathReadings, type MatchOptions } from '../../src/http/match.ts'
+import { candidatesFor, candidatesForInSlices, compileMatch, pathReadings, type MatchOptions } from '../../src/http/match.ts'
 import { createRateLimitPipeline, createRateLimitPipelineInSlices, type HttpOutcome, type RuleOptions } from '../../src/http/handler.ts'
 import { ArgumentError } from '../../src/core/errors.ts'
 import { pathAsUrlReads, requestPath, requestQuery } from '../../src/http/path.ts'
@@ -122,6 +122,21 @@ describe('routes looked up by their hosts and the literal segments of their path
     assert.deepEqual(names('acme.example'), ['anywhere'])
     // An empty label still ends in `.acme.test`, as compileMatch reads it.
     assert.deepEqual(names('.acme.test'), ['acme-any', 'all', 'anywhere'])
+  })
+
+  it('a lookup of 2,000 routes built in slices lets the event loop run meanwhile, and finds what one built at once finds', async () => {
+    // Routes by path alone, by host (exact and wildcard), and for every request.
+    const routes: Array<{ name: string; path?: string; host?: string }> = Array.from({ length: 2_000 }, (_, i) =>
+      i % 100 === 99 ? { name: `any${i}` } : i % 3 === 0 ? { name: `host${i}`, host: i % 2 === 0 ? `t${i % 4}.test` : `*.t${i % 4}.test`, path: `/svc${i}/**` } : { name: `path${i}`, path: `/svc${i}/**` })
+    const atOnce = candidatesFor(routes, (r) => r)
+    const { result: inSlices, turns } = await turnsOfEventLoopDuring(() => candidatesForInSlices(routes, (r) => r))
+    assert.ok(turns >= 8, `the loop turned ${turns} times while 2,000 routes were indexed`)
+    for (const [path, hostName] of [['/svc1/x', 'a.test'], ['/svc300/x', 't0.test'], ['/svc303/x', 'x.t3.test'], ['/svc1998', 't2.test'], ['/nowhere', 'x.test']] as const) {
+      const found = inSlices(request(path, 'GET', hostName)).map((r) => r.name)
+      assert.deepEqual(found, atOnce(request(path, 'GET', hostName)).map((r) => r.name))
+      assert.ok(found.length < 40, `${path} on ${hostName}: ${found.length} candidates, not every route`)
+    }
+    assert.deepEqual(inSlices(request('/svc300/x', 'GET', 't0.test')).map((r) => r.name), routes.filter((r) => r.name.startsWith('any') || r.name === 'host300').map((r) => r.name))
   })
 
   it('a middleware pipeline decides every request as it would trying each rule in turn', () => {
