@@ -247,6 +247,8 @@ export function* buildCandidates<T>(entries: readonly T[], matchOf: (entry: T) =
   }
   if (root.children.size === 0) return yield* byPath(entries)
   // Each node's two lists hold the entries for any host too: past a bound on their sum, entries are looked up by path alone.
+  // The sum is known before the lists are built: many hosts beside many routes for any host need not build 100,000 entries to find it out.
+  if (anyHost.length + [...root.children.values()].reduce((sum, child) => sum + mergedSize(child, anyHost.length), 0) > MAX_MERGED) return yield* byPath(entries)
   let merged = 0
   const lists = new Map<string, (request: HttpRequest) => readonly T[]>()
   function* lookUpOf(indices: readonly number[]): Generator<void, (request: HttpRequest) => readonly T[], void> {
@@ -303,6 +305,14 @@ interface HostNode<T> {
   exactLookUp: (request: HttpRequest) => readonly T[]
   belowIndices: readonly number[]
   belowLookUp: (request: HttpRequest) => readonly T[]
+}
+
+/** The entries `node`'s lists and those below it would hold in all (before lists alike are shared), its parent's `below` holding `inherited`. */
+function mergedSize(node: HostNode<unknown>, inherited: number): number {
+  const below = inherited + node.below.length
+  let size = (node.exact.length === 0 ? 0 : inherited + node.exact.length) + (node.below.length === 0 ? 0 : below)
+  for (const child of node.children.values()) size += mergedSize(child, below)
+  return size
 }
 
 function hostNode<T>(): HostNode<T> {

@@ -139,6 +139,24 @@ describe('routes looked up by their hosts and the literal segments of their path
     assert.deepEqual(inSlices(request('/svc300/x', 'GET', 't0.test')).map((r) => r.name), routes.filter((r) => r.name.startsWith('any') || r.name === 'host300').map((r) => r.name))
   })
 
+  it('many hosts beside many routes for any host: past the bound on merged lists, looked up by path alone, still leaving out no route that matches', () => {
+    // 150 hosts, each list holding the 1,000 routes for any host too: 150,000 entries, past the bound.
+    const routes: Array<{ name: string; path: string; host?: string }> = [
+      ...Array.from({ length: 1_000 }, (_, i) => ({ name: `any${i}`, path: `/svc${i}/**` })),
+      ...Array.from({ length: 150 }, (_, i) => ({ name: `tenant${i}`, path: `/svc${i}/**`, host: `t${i}.test` })),
+      { name: 'everything', path: '/**' },
+    ]
+    const lookUp = candidatesFor(routes, (r) => r)
+    const compiled = routes.map((route) => ({ name: route.name, test: compileMatch({ path: route.path, ...(route.host === undefined ? {} : { host: route.host }) }, route.name, true) }))
+    for (const [path, hostName] of [['/svc7/x', 't7.test'], ['/svc7/x', 't8.test'], ['/svc999', 'x.test'], ['/nowhere', 't1.test']] as const) {
+      const req = request(path, 'GET', hostName)
+      const found = lookUp(req).map((r) => r.name)
+      assert.deepEqual(found, routes.map((r) => r.name).filter((name) => found.includes(name)), 'in the routes\' order')
+      for (const entry of compiled) if (entry.test(req)) assert.ok(found.includes(entry.name), `${entry.name} matches ${hostName}${path} but is not a candidate`)
+      assert.ok(found.length <= 3, `${path}: ${found.join(', ')}`)
+    }
+  })
+
   it('a middleware pipeline decides every request as it would trying each rule in turn', () => {
     fc.assert(
       fc.property(fc.array(route, { minLength: 2, maxLength: 8 }), fc.array(fc.tuple(target, fc.constantFrom('GET', 'POST'), host, host), { minLength: 1, maxLength: 20 }), fc.boolean(), (matches, requests, caseSensitive) => {
