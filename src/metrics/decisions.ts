@@ -8,6 +8,7 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { Decision } from '../core/types.ts'
+import { TwoLabelCounter, TwoLabelCounts } from './counter.ts'
 
 export type DecisionOutcome = 'allowed' | 'limited' | 'shadow_limited' | 'degraded'
 const OUTCOMES: readonly DecisionOutcome[] = ['allowed', 'limited', 'shadow_limited', 'degraded']
@@ -21,39 +22,6 @@ const NEAR_LIMIT_SHARE = 0.2
 export const DECISION_METRIC_NAMES = ['decisions_total', 'near_limit_total', 'store_latency_seconds', 'store_errors_total', 'store_fallback_active', 'block_cache_hits_total', 'refunds_owed', 'refunds_dropped_total'] as const
 
 /**
- * Per-request counts, kept as plain numbers under two keys and added to their
- * prom-client counters when those are read (a scrape calls each counter's
- * `collect` first). prom-client validates and hashes a call's labels each
- * time, about 200 ns a call, and a request made three such calls.
- */
-export class PendingCounts<Second> {
-  private readonly counts = new Map<string, Map<Second, number[]>>()
-
-  constructor(private readonly slots: number) {}
-
-  /** The counts of `first` and `second`, one per slot, to add to. */
-  of(first: string, second: Second): number[] {
-    let inner = this.counts.get(first)
-    if (inner === undefined) this.counts.set(first, (inner = new Map()))
-    let counts = inner.get(second)
-    if (counts === undefined) inner.set(second, (counts = new Array<number>(this.slots).fill(0)))
-    return counts
-  }
-
-  /** Hands each slot's count since the last time to `add`, and starts it again from 0. */
-  drain(slot: number, add: (first: string, second: Second, count: number) => void): void {
-    for (const [first, inner] of this.counts) {
-      for (const [second, counts] of inner) {
-        const count = counts[slot] as number
-        if (count === 0) continue
-        counts[slot] = 0
-        add(first, second, count)
-      }
-    }
-  }
-}
-
-/**
  * Decisions by subject (`route` or `rule`), binding policy and outcome; the
  * allowed ones near their limit; the store's latency and errors; whether
  * decisions are being made without the store; block-cache hits.
@@ -65,33 +33,30 @@ export class DecisionMetrics<Subject extends string> {
   private lastDegraded = false
   /** Refunds the store did not take, owed by the limiters observed (a reloaded config's too) and not yet given or dropped. */
   private owed = 0
-  private readonly decisions: Counter
+  private readonly decisions: TwoLabelCounter<string>
   private readonly decisionsName: string
   /** Decisions by subject and policy: a count per outcome, then the near-limit count. */
-  private readonly pending = new PendingCounts<string>(OUTCOMES.length + 1)
+  private readonly counts = new TwoLabelCounts<string>(OUTCOMES.length + 1)
 
   constructor(registry: Registry, subject: Subject, prefix = 'sluice_') {
     const registers = [registry]
-    const pending = this.pending
     this.decisionsName = `${prefix}decisions_total`
-    this.decisions = new Counter({
-      name: this.decisionsName,
-      help: `Rate-limit decisions by ${subject}, binding policy and outcome (allowed, limited, shadow_limited, degraded).`,
-      labelNames: [subject, 'policy', 'outcome'],
-      registers,
-      collect() {
-        OUTCOMES.forEach((outcome, slot) => pending.drain(slot, (name, policy, count) => this.inc({ [subject]: name, policy, outcome } as Record<Subject | 'policy' | 'outcome', string>, count)))
-      },
-    })
-    new Counter({
-      name: `${prefix}near_limit_total`,
-      help: `Allowed decisions that left less than ${NEAR_LIMIT_SHARE * 100}% of the binding policy's limit.`,
-      labelNames: [subject, 'policy'],
-      registers,
-      collect() {
-        pending.drain(NEAR_LIMIT, (name, policy, count) => this.inc({ [subject]: name, policy } as Record<Subject | 'policy', string>, count))
-      },
-    })
+    this.decisions = new TwoLabelCounter(
+      this.decisionsName,
+      `Rate-limit decisions by ${subject}, binding policy and outcome (allowed, limited, shadow_limited, degraded).`,
+      this.counts,
+      [subject, 'policy'],
+      OUTCOMES.map((outcome, slot) => ({ slot, label: ['outcome', outcome] })),
+      registry,
+    )
+    new TwoLabelCounter(
+      `${prefix}near_limit_total`,
+      `Allowed decisions that left less than ${NEAR_LIMIT_SHARE * 100}% of the binding policy's limit.`,
+      this.counts,
+      [subject, 'policy'],
+      [{ slot: NEAR_LIMIT }],
+      registry,
+    )
     const storeLatency = new Histogram({
       name: `${prefix}store_latency_seconds`,
       help: 'Time of each call to a store outside the process (Redis).',
@@ -144,14 +109,14 @@ export class DecisionMetrics<Subject extends string> {
 
   /** False once the registry has let them go (`registry.clear()`, as test suites do between tests). */
   registeredIn(registry: Registry): boolean {
-    return registry.getSingleMetric(this.decisionsName) === this.decisions
+    return (registry.getSingleMetric(this.decisionsName) as unknown) === this.decisions
   }
 
   /** Counts one decision of `subject` (a route's or a rule's name). */
   decision(subject: string, decision: Decision, shadow: boolean): void {
     const degraded = decision.degraded === true
     const outcome: DecisionOutcome = degraded ? 'degraded' : decision.allowed ? 'allowed' : shadow ? 'shadow_limited' : 'limited'
-    const counts = this.pending.of(subject, decision.policy)
+    const counts = this.counts.of(subject, decision.policy)
     ;(counts[OUTCOMES.indexOf(outcome)] as number)++
     if (decision.allowed && decision.remaining < decision.limit * NEAR_LIMIT_SHARE) (counts[NEAR_LIMIT] as number)++
     this.lastDegraded = degraded

@@ -8,14 +8,14 @@
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { Decision } from '../core/types.ts'
-import { DecisionMetrics, PendingCounts } from './decisions.ts'
+import { TwoLabelCounter, TwoLabelCounts } from './counter.ts'
+import { DecisionMetrics } from './decisions.ts'
 import { LabelledHistogram } from './histogram.ts'
 
 export class GatewayMetrics {
   readonly registry = new Registry()
   private readonly decisions: DecisionMetrics<'route'>
   private readonly storeUp: Gauge
-  private readonly requests: Counter<'route' | 'status'>
   private readonly upstreamFailures: Counter<'route' | 'failure'>
   private readonly upstreamRetries: Counter<'route' | 'upstream' | 'failure'>
   private readonly requestDuration: LabelledHistogram
@@ -26,23 +26,14 @@ export class GatewayMetrics {
   private readonly tunnels: Gauge<'route'>
   private readonly upstreamHealthy: Gauge<'route' | 'upstream'>
   /** Requests by route and status. */
-  private readonly pendingRequests = new PendingCounts<number>(1)
+  private readonly requestCounts = new TwoLabelCounts<number>(1)
 
   constructor() {
     const registers = [this.registry]
-    const pendingRequests = this.pendingRequests
     collectDefaultMetrics({ register: this.registry, prefix: 'sluice_' })
     this.decisions = new DecisionMetrics(this.registry, 'route')
     this.storeUp = new Gauge({ name: 'sluice_store_up', help: '1 when the store answered the last health probe.', registers })
-    this.requests = new Counter({
-      name: 'sluice_requests_total',
-      help: 'Requests answered, by route and status code.',
-      labelNames: ['route', 'status'],
-      registers,
-      collect() {
-        pendingRequests.drain(0, (route, status, count) => this.inc({ route, status: String(status) }, count))
-      },
-    })
+    new TwoLabelCounter('sluice_requests_total', 'Requests answered, by route and status code.', this.requestCounts, ['route', 'status'], [{ slot: 0 }], this.registry)
     this.upstreamFailures = new Counter({ name: 'sluice_upstream_failures_total', help: 'Requests the upstream could not answer, the client getting a 502 or 504 or a response cut short (unreachable, closed, invalid, timeout, broken).', labelNames: ['route', 'failure'], registers })
     this.upstreamRetries = new Counter({ name: 'sluice_upstream_retries_total', help: 'Requests sent again after an upstream failed them without answering (unreachable, closed), by the upstream that failed: failures the client did not see.', labelNames: ['route', 'upstream', 'failure'], registers })
     this.requestDuration = new LabelledHistogram(
@@ -74,7 +65,7 @@ export class GatewayMetrics {
   }
 
   request(route: string, status: number, seconds: number): void {
-    ;(this.pendingRequests.of(route, status)[0] as number)++
+    ;(this.requestCounts.of(route, status)[0] as number)++
     this.requestDuration.observe(this.durationByRoute ? route : '*', seconds)
   }
 

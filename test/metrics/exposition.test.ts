@@ -8,6 +8,7 @@ import { describe, it } from 'node:test'
 import parsePrometheus from 'parse-prometheus-text-format'
 import { Counter, Gauge, Histogram, Registry, Summary } from 'prom-client'
 import { exposition } from '../../src/metrics/exposition.ts'
+import { TwoLabelCounter, TwoLabelCounts } from '../../src/metrics/counter.ts'
 import { LabelledHistogram } from '../../src/metrics/histogram.ts'
 import { GatewayMetrics } from '../../src/metrics/metrics.ts'
 import { turnsOfEventLoopDuring } from '../helpers.ts'
@@ -101,6 +102,36 @@ describe('metrics exposition', () => {
     histogram.reset()
     labelled.reset()
     assert.equal(await exposition(ours), await theirs.metrics())
+  })
+
+  it("keeps counters by two labels as prom-client's Counters keep them: the same text for the same counts, a reset of one leaving the other", async () => {
+    const theirs = new Registry()
+    const decisions = new Counter({ name: 'app_decisions_total', help: 'Decisions \\ by "route".', labelNames: ['route', 'policy', 'outcome'], registers: [theirs] })
+    const near = new Counter({ name: 'app_near_total', help: 'Near.', labelNames: ['route', 'policy'], registers: [theirs] })
+    const ours = new Registry()
+    const counts = new TwoLabelCounts<string>(3)
+    const outcomes = ['allowed', 'limited'] as const
+    new TwoLabelCounter('app_decisions_total', 'Decisions \\ by "route".', counts, ['route', 'policy'], outcomes.map((outcome, slot) => ({ slot, label: ['outcome', outcome] })), ours)
+    const ourNear = new TwoLabelCounter('app_near_total', 'Near.', counts, ['route', 'policy'], [{ slot: 2 }], ours)
+    // In the order each series is first counted in both: prom-client writes them in that order.
+    const counted: Array<[string, string, number]> = [
+      ['a', 'p', 0], ['a', 'p', 1], ['a', 'p', 0], ['a', 'p', 2], ['quote " backslash \\ newline \n', 'ünïcödé ✓', 0], ['*', 'p', 1], ['*', 'p', 2],
+    ]
+    for (const [route, policy, slot] of counted) {
+      if (slot === 2) near.inc({ route, policy })
+      else decisions.inc({ route, policy, outcome: outcomes[slot] as string })
+      ;(counts.of(route, policy)[slot] as number)++
+    }
+    const sorted = (text: string) => text.split('\n').sort().join('\n')
+    const expected = await theirs.metrics()
+    assert.equal(sorted(await ours.metrics()), sorted(expected))
+    assert.equal(sorted(await exposition(ours)), sorted(expected))
+    assert.equal(sorted(await exposition(ours, 2)), sorted(expected), 'sliced every 2 series')
+    assert.match(expected, /app_decisions_total\{route="a",policy="p",outcome="allowed"\} 2\n/)
+    near.reset()
+    ourNear.reset()
+    assert.equal(sorted(await exposition(ours)), sorted(await theirs.metrics()))
+    assert.match(await exposition(ours), /outcome="limited"/)
   })
 
   it("writes each label value's series as they stood together, though requests are let in between its lines", async () => {
