@@ -231,8 +231,7 @@ export class Gateway {
     this.logger.info({ abandoned }, abandoned === 0 ? 'sluice gateway stopped; every request finished' : 'sluice gateway stopped; requests cut at the shutdown deadline')
   }
 
-  /** Each route's upstreams and what the gateway knows of them (for /status). */
-  /** The routes of the config in use, in order, each with its upstreams. */
+  /** The routes of the config in use, in order, each with its upstreams and what the gateway knows of them (for /status). */
   get routes(): readonly CompiledRoute[] {
     return this.runtime.routes
   }
