@@ -8,8 +8,8 @@
  * slot, that a request adds to, and the series' lines are written straight
  * from them, a slice at a time (see exposition.ts).
  */
-import type { Metric, Registry } from 'prom-client'
-import { escapeLabelValue, valueText } from './exposition.ts'
+import type { Registry } from 'prom-client'
+import { escapeLabelValue, registerOwnMetric, valueText, type OwnMetric, type OwnSeries } from './exposition.ts'
 
 /** Counts by two label values, a number per slot; several counters may show different slots of one. */
 export class TwoLabelCounts<Second extends string | number> {
@@ -37,20 +37,14 @@ export interface CounterSlot {
   label?: readonly [name: string, value: string]
 }
 
-/** One series as prom-client's registry reads them from a metric's `get()`. */
-interface Series {
-  labels: Record<string, string | number>
-  value: number
-}
-
 /**
  * A counter whose series are `slots` of `counts`, labelled by `labelNames` (and
  * each slot's own label). As prom-client writes a counter's series: one for
  * each labels that were counted, none for those never counted.
  */
-export class TwoLabelCounter<Second extends string | number> {
+export class TwoLabelCounter<Second extends string | number> implements OwnMetric {
   readonly type = 'counter'
-  readonly aggregator = 'sum'
+  readonly aggregator = 'sum' as const
   /** Each slot's own label, as written in a series: `,outcome="allowed"`, or nothing. */
   private readonly slotLabels: readonly string[]
 
@@ -63,7 +57,7 @@ export class TwoLabelCounter<Second extends string | number> {
     registry: Registry,
   ) {
     this.slotLabels = slots.map(({ label }) => (label === undefined ? '' : `,${label[0]}="${escapeLabelValue(label[1])}"`))
-    registry.registerMetric(this as unknown as Metric)
+    registerOwnMetric(registry, this)
   }
 
   /** Sets this counter's series to 0 (`registry.resetMetrics()`); other counters' slots of the same counts stay. */
@@ -84,9 +78,9 @@ export class TwoLabelCounter<Second extends string | number> {
   }
 
   /** For prom-client's `registry.metrics()` and `getMetricsAsJSON()`. */
-  async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Series[] }> {
+  async get(): ReturnType<OwnMetric['get']> {
     const [firstName, secondName] = this.labelNames
-    const values: Series[] = []
+    const values: OwnSeries[] = []
     for (const [first, second, counts] of this.counts.entries()) {
       for (const { slot, label } of this.slots) {
         const count = counts[slot] as number

@@ -5,7 +5,7 @@
  * thousands of series, and its requests waited 0.2-0.3 s on each scrape. Here
  * the event loop is let go between slices, so requests are served meanwhile.
  */
-import type { Registry } from 'prom-client'
+import type { Metric, Registry } from 'prom-client'
 import { letIoIn } from '../core/turn.ts'
 
 /** A series as prom-client's metrics hand them to its registry's formatter. */
@@ -31,8 +31,35 @@ interface RegisteredMetric {
   type: string
   getForPromString?: () => Promise<MetricSnapshot> | MetricSnapshot
   get: () => Promise<MetricSnapshot> | MetricSnapshot
-  /** A metric of sluice's own that writes its series' lines itself (LabelledHistogram), without an object per series. */
+  /** A metric of sluice's own (see OwnMetric) writes its series' lines itself, without an object per series. */
   seriesLines?: () => Iterable<string>
+}
+
+/** A series as a metric's `get()` hands it to prom-client's registry. */
+export interface OwnSeries {
+  metricName?: string
+  labels: Record<string, string | number>
+  value: number
+}
+
+/**
+ * A metric of sluice's own (LabelledHistogram, TwoLabelCounter), kept in
+ * arrays and registered in a prom-client registry beside its metrics: the
+ * exposition writes its lines from `seriesLines`; prom-client's own
+ * `registry.metrics()` and `getMetricsAsJSON()` read the same series from `get()`.
+ */
+export interface OwnMetric {
+  readonly name: string
+  readonly help: string
+  readonly type: string
+  readonly aggregator: 'sum'
+  seriesLines(): Iterable<string>
+  get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: OwnSeries[] }>
+  reset(): void
+}
+
+export function registerOwnMetric(registry: Registry, metric: OwnMetric): void {
+  registry.registerMetric(metric as unknown as Metric)
 }
 
 /** Series written between two turns of the event loop: about 2 ms of work. */

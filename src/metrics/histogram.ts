@@ -7,8 +7,8 @@
  * label value's counts in an array and writes its lines straight from them, a
  * slice at a time (see exposition.ts).
  */
-import type { Metric, Registry } from 'prom-client'
-import { escapeLabelValue, valueText } from './exposition.ts'
+import type { Registry } from 'prom-client'
+import { escapeLabelValue, registerOwnMetric, valueText, type OwnMetric, type OwnSeries } from './exposition.ts'
 
 interface Counts {
   /** The label, as written in a series: `route="api"`. */
@@ -19,16 +19,9 @@ interface Counts {
   count: number
 }
 
-/** One series as prom-client's registry reads them from a metric's `get()`. */
-interface Series {
-  metricName: string
-  labels: Record<string, string | number>
-  value: number
-}
-
-export class LabelledHistogram {
+export class LabelledHistogram implements OwnMetric {
   readonly type = 'histogram'
-  readonly aggregator = 'sum'
+  readonly aggregator = 'sum' as const
   private readonly byValue = new Map<string, Counts>()
   private readonly bounds: readonly number[]
   /** Each bucket's `le="..."`, written once. */
@@ -43,7 +36,7 @@ export class LabelledHistogram {
   ) {
     this.bounds = [...buckets].sort((a, b) => a - b)
     this.boundLabels = this.bounds.map((bound) => `le="${valueText(bound)}"`)
-    registry.registerMetric(this as unknown as Metric)
+    registerOwnMetric(registry, this)
   }
 
   observe(labelValue: string, value: number): void {
@@ -84,9 +77,9 @@ export class LabelledHistogram {
   }
 
   /** For prom-client's `registry.metrics()` and `getMetricsAsJSON()`. */
-  async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Series[] }> {
+  async get(): ReturnType<OwnMetric['get']> {
     const name = this.name
-    const values: Series[] = []
+    const values: OwnSeries[] = []
     for (const [labelValue, counts] of this.byValue) {
       const labels = { [this.labelName]: labelValue }
       let cumulative = 0
