@@ -8,15 +8,8 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { Decision } from '../core/types.ts'
-import { TwoLabelCounter, TwoLabelCounts } from './counter.ts'
-
-export type DecisionOutcome = 'allowed' | 'limited' | 'shadow_limited' | 'degraded'
-const OUTCOMES: readonly DecisionOutcome[] = ['allowed', 'limited', 'shadow_limited', 'degraded']
-/** In a subject and policy's counts, the slot after the outcomes': allowed decisions near the limit. */
-const NEAR_LIMIT = OUTCOMES.length
-
-/** A decision is near its limit when less than this share of the binding policy is left. */
-const NEAR_LIMIT_SHARE = 0.2
+import { TwoLabelCounter } from './counter.ts'
+import { DecisionTally, NEAR_LIMIT, NEAR_LIMIT_SHARE, OUTCOMES, STORE_LATENCY_BUCKETS } from './tally.ts'
 
 /** The metric names, after the prefix, that DecisionMetrics registers. */
 export const DECISION_METRIC_NAMES = ['decisions_total', 'near_limit_total', 'store_latency_seconds', 'store_errors_total', 'store_fallback_active', 'block_cache_hits_total', 'refunds_owed', 'refunds_dropped_total'] as const
@@ -29,14 +22,9 @@ export const DECISION_METRIC_NAMES = ['decisions_total', 'near_limit_total', 'st
 export class DecisionMetrics<Subject extends string> {
   /** What the limiters report that decisions do not carry: pass it as their `observer`. */
   readonly observer: LimiterObserver
-  /** Whether the latest decision was degraded: the fallback gauge reads it when scraped, not per decision. */
-  private lastDegraded = false
-  /** Refunds the store did not take, owed by the limiters observed (a reloaded config's too) and not yet given or dropped. */
-  private owed = 0
+  private readonly tally = new DecisionTally()
   private readonly decisions: TwoLabelCounter<string>
   private readonly decisionsName: string
-  /** Decisions by subject and policy: a count per outcome, then the near-limit count. */
-  private readonly counts = new TwoLabelCounts<string>(OUTCOMES.length + 1)
 
   constructor(registry: Registry, subject: Subject, prefix = 'sluice_') {
     const registers = [registry]
@@ -44,7 +32,7 @@ export class DecisionMetrics<Subject extends string> {
     this.decisions = new TwoLabelCounter(
       this.decisionsName,
       `Rate-limit decisions by ${subject}, binding policy and outcome (allowed, limited, shadow_limited, degraded).`,
-      this.counts,
+      this.tally.counts,
       [subject, 'policy'],
       OUTCOMES.map((outcome, slot) => ({ slot, label: ['outcome', outcome] })),
       registry,
@@ -52,7 +40,7 @@ export class DecisionMetrics<Subject extends string> {
     new TwoLabelCounter(
       `${prefix}near_limit_total`,
       `Allowed decisions that left less than ${NEAR_LIMIT_SHARE * 100}% of the binding policy's limit.`,
-      this.counts,
+      this.tally.counts,
       [subject, 'policy'],
       [{ slot: NEAR_LIMIT }],
       registry,
@@ -61,11 +49,11 @@ export class DecisionMetrics<Subject extends string> {
       name: `${prefix}store_latency_seconds`,
       help: 'Time of each call to a store outside the process (Redis).',
       labelNames: ['outcome'],
-      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+      buckets: [...STORE_LATENCY_BUCKETS],
       registers,
     })
     const storeErrors = new Counter({ name: `${prefix}store_errors_total`, help: 'Store calls that failed or timed out.', labelNames: ['reason'], registers })
-    const latest = () => this.lastDegraded
+    const latest = () => this.tally.lastDegraded
     new Gauge({
       name: `${prefix}store_fallback_active`,
       help: '1 while decisions are made by the failure policy (fallback, open or closed) instead of the store.',
@@ -75,7 +63,7 @@ export class DecisionMetrics<Subject extends string> {
       },
     })
     const blockCacheHits = new Counter({ name: `${prefix}block_cache_hits_total`, help: 'Refusals answered from the local cache of blocked keys, without a store call.', registers })
-    const owed = () => this.owed
+    const owed = () => this.tally.owed
     new Gauge({
       name: `${prefix}refunds_owed`,
       help: 'Refunds the store did not take (down, cut off), to be given once it answers: the units they give back (of concurrency and other counting limits) stay held meanwhile.',
@@ -96,7 +84,7 @@ export class DecisionMetrics<Subject extends string> {
       },
       blockCacheHit: () => blockCacheHits.inc(),
       refundOwed: (event) => {
-        this.owed += event === 'owed' ? 1 : -1
+        this.tally.refundOwed(event)
         if (event === 'dropped') refundsDropped.inc()
       },
     }
@@ -104,7 +92,7 @@ export class DecisionMetrics<Subject extends string> {
 
   /** Refunds owed now by the limiters this observes. */
   get refundsOwed(): number {
-    return this.owed
+    return this.tally.owed
   }
 
   /** False once the registry has let them go (`registry.clear()`, as test suites do between tests). */
@@ -114,11 +102,6 @@ export class DecisionMetrics<Subject extends string> {
 
   /** Counts one decision of `subject` (a route's or a rule's name). */
   decision(subject: string, decision: Decision, shadow: boolean): void {
-    const degraded = decision.degraded === true
-    const outcome: DecisionOutcome = degraded ? 'degraded' : decision.allowed ? 'allowed' : shadow ? 'shadow_limited' : 'limited'
-    const counts = this.counts.of(subject, decision.policy)
-    ;(counts[OUTCOMES.indexOf(outcome)] as number)++
-    if (decision.allowed && decision.remaining < decision.limit * NEAR_LIMIT_SHARE) (counts[NEAR_LIMIT] as number)++
-    this.lastDegraded = degraded
+    this.tally.decision(subject, decision, shadow)
   }
 }

@@ -45,6 +45,13 @@ describe('package', () => {
     assert.deepEqual(Object.keys(hooks).sort(), ['observer', 'onDecision'])
   })
 
+  it('exports the OpenTelemetry metrics as sluice/otel', async () => {
+    const { rateLimitTelemetry } = await import('sluice/otel')
+    const { MeterProvider } = await import('@opentelemetry/sdk-metrics')
+    const hooks = rateLimitTelemetry({ meter: new MeterProvider().getMeter('app') })
+    assert.deepEqual(Object.keys(hooks).sort(), ['observer', 'onDecision'])
+  })
+
   it('loads from CommonJS: require() of every entry point, and a CommonJS Express app limited by sluice/express', () => {
     // Many Express apps are still CommonJS. Node 20.19+ loads ES modules from require() when
     // "exports" offers them to it (the "default" condition); with "import" alone it refused.
@@ -52,7 +59,7 @@ describe('package', () => {
       const express = require('express')
       const { Limiter } = require('sluice')
       const { rateLimit } = require('sluice/express')
-      for (const entry of ['sluice/node', 'sluice/fastify', 'sluice/fetch', 'sluice/client', 'sluice/metrics']) if (Object.keys(require(entry)).length === 0) throw new Error(entry + ' is empty')
+      for (const entry of ['sluice/node', 'sluice/fastify', 'sluice/fetch', 'sluice/client', 'sluice/metrics', 'sluice/otel']) if (Object.keys(require(entry)).length === 0) throw new Error(entry + ' is empty')
       if (typeof Limiter !== 'function') throw new Error('no Limiter')
       const app = express()
       app.use(rateLimit({ rules: [{ policies: { algorithm: 'sliding-log', limit: 2, windowMs: 60000 } }], onWarning: () => {} }))
@@ -80,11 +87,12 @@ describe('package', () => {
         "import { rateLimitFetch } from 'sluice/fetch'",
         "import { createClient } from 'sluice/client'",
         "import { rateLimitMetrics } from 'sluice/metrics'",
+        "import { rateLimitTelemetry } from 'sluice/otel'",
         "const limiter: Limiter = new Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 1000 } })",
         // A typed export, not `any`: a wrong option is an error the compiler names.
         "// @ts-expect-error the option is misspelt",
         "rateLimit({ rulez: [] })",
-        'export const used = [limiter, withRateLimit, sluiceFastify, rateLimitFetch, createClient, rateLimitMetrics]',
+        'export const used = [limiter, withRateLimit, sluiceFastify, rateLimitFetch, createClient, rateLimitMetrics, rateLimitTelemetry]',
       ].join('\n'))
       const tsc = new URL('../../node_modules/typescript/bin/tsc', import.meta.url).pathname
       execFileSync(process.execPath, [tsc, '--noEmit', '--strict', '--skipLibCheck', '--module', 'commonjs', '--moduleResolution', 'node10', join(dir, 'app.ts')], { cwd: dir, encoding: 'utf8' })

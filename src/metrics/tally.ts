@@ -1,0 +1,47 @@
+/**
+ * What the decision metrics count, whichever library exports them
+ * (prom-client in decisions.ts, OpenTelemetry in otel.ts): decisions by
+ * subject (a route or a rule), binding policy and outcome, the allowed ones
+ * near their limit, whether the latest was degraded, and refunds owed.
+ */
+import type { Decision } from '../core/types.ts'
+import { TwoLabelCounts } from './counter.ts'
+
+export type DecisionOutcome = 'allowed' | 'limited' | 'shadow_limited' | 'degraded'
+export const OUTCOMES: readonly DecisionOutcome[] = ['allowed', 'limited', 'shadow_limited', 'degraded']
+/** In a subject and policy's counts, the slot after the outcomes': allowed decisions near the limit. */
+export const NEAR_LIMIT = OUTCOMES.length
+
+/** A decision is near its limit when less than this share of the binding policy is left. */
+export const NEAR_LIMIT_SHARE = 0.2
+
+/** Upper bounds, in seconds, of the store latency histogram's buckets. */
+export const STORE_LATENCY_BUCKETS: readonly number[] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1]
+
+const ALLOWED = OUTCOMES.indexOf('allowed')
+const LIMITED = OUTCOMES.indexOf('limited')
+const SHADOW_LIMITED = OUTCOMES.indexOf('shadow_limited')
+const DEGRADED = OUTCOMES.indexOf('degraded')
+
+export class DecisionTally {
+  /** Decisions by subject and policy: a count per outcome (in OUTCOMES' order), then the near-limit count. */
+  readonly counts = new TwoLabelCounts<string>(OUTCOMES.length + 1)
+  /** Whether the latest decision was degraded: a fallback gauge reads it when collected, not per decision. */
+  lastDegraded = false
+  /** Refunds the store did not take, owed by the limiters observed (a reloaded config's too) and not yet given or dropped. */
+  owed = 0
+
+  /** Counts one decision of `subject` (a route's or a rule's name). */
+  decision(subject: string, decision: Decision, shadow: boolean): void {
+    const degraded = decision.degraded === true
+    const counts = this.counts.of(subject, decision.policy)
+    ;(counts[degraded ? DEGRADED : decision.allowed ? ALLOWED : shadow ? SHADOW_LIMITED : LIMITED] as number)++
+    if (decision.allowed && decision.remaining < decision.limit * NEAR_LIMIT_SHARE) (counts[NEAR_LIMIT] as number)++
+    this.lastDegraded = degraded
+  }
+
+  /** A refund the store did not take is owed, or one owed was given or dropped. */
+  refundOwed(event: 'owed' | 'given' | 'dropped'): void {
+    this.owed += event === 'owed' ? 1 : -1
+  }
+}
