@@ -14,7 +14,7 @@ import { authorityOf } from '../http/adapters/node.ts'
 import { problem, type HttpOutcome } from '../http/handler.ts'
 import { draft6, draft7, legacy, type HeaderLookup } from '../client/headers.ts'
 import { requestQuery } from '../http/path.ts'
-import type { RouteConfig } from './config.ts'
+import type { RouteConfig } from './config-schema.ts'
 
 /** RFC 9110 7.6.1: meaningful for one connection only, never forwarded. */
 export const HOP_BY_HOP: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
