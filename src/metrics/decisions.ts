@@ -9,7 +9,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { Decision } from '../core/types.ts'
 import { TwoLabelCounter } from './counter.ts'
-import { DecisionTally, NEAR_LIMIT, NEAR_LIMIT_SHARE, OUTCOMES, STORE_LATENCY_BUCKETS } from './tally.ts'
+import { DecisionTally, MEANING, NEAR_LIMIT, OUTCOMES, STORE_LATENCY_BUCKETS } from './tally.ts'
 
 /** The metric names, after the prefix, that DecisionMetrics registers. */
 export const DECISION_METRIC_NAMES = ['decisions_total', 'near_limit_total', 'store_latency_seconds', 'store_errors_total', 'store_fallback_active', 'block_cache_hits_total', 'refunds_owed', 'refunds_dropped_total'] as const
@@ -31,7 +31,7 @@ export class DecisionMetrics<Subject extends string> {
     this.decisionsName = `${prefix}decisions_total`
     this.decisions = new TwoLabelCounter(
       this.decisionsName,
-      `Rate-limit decisions by ${subject}, binding policy and outcome (allowed, limited, shadow_limited, degraded).`,
+      MEANING.decisions(subject),
       this.tally.counts,
       [subject, 'policy'],
       OUTCOMES.map((outcome, slot) => ({ slot, label: ['outcome', outcome] })),
@@ -39,7 +39,7 @@ export class DecisionMetrics<Subject extends string> {
     )
     new TwoLabelCounter(
       `${prefix}near_limit_total`,
-      `Allowed decisions that left less than ${NEAR_LIMIT_SHARE * 100}% of the binding policy's limit.`,
+      MEANING.nearLimit,
       this.tally.counts,
       [subject, 'policy'],
       [{ slot: NEAR_LIMIT }],
@@ -47,26 +47,26 @@ export class DecisionMetrics<Subject extends string> {
     )
     const storeLatency = new Histogram({
       name: `${prefix}store_latency_seconds`,
-      help: 'Time of each call to a store outside the process (Redis).',
+      help: MEANING.storeLatency,
       labelNames: ['outcome'],
       buckets: [...STORE_LATENCY_BUCKETS],
       registers,
     })
-    const storeErrors = new Counter({ name: `${prefix}store_errors_total`, help: 'Store calls that failed or timed out.', labelNames: ['reason'], registers })
+    const storeErrors = new Counter({ name: `${prefix}store_errors_total`, help: MEANING.storeErrors, labelNames: ['reason'], registers })
     const latest = () => this.tally.lastDegraded
     new Gauge({
       name: `${prefix}store_fallback_active`,
-      help: '1 while decisions are made by the failure policy (fallback, open or closed) instead of the store.',
+      help: MEANING.fallbackActive,
       registers,
       collect() {
         this.set(latest() ? 1 : 0)
       },
     })
-    const blockCacheHits = new Counter({ name: `${prefix}block_cache_hits_total`, help: 'Refusals answered from the local cache of blocked keys, without a store call.', registers })
+    const blockCacheHits = new Counter({ name: `${prefix}block_cache_hits_total`, help: MEANING.blockCacheHits, registers })
     const owed = () => this.tally.owed
     new Gauge({
       name: `${prefix}refunds_owed`,
-      help: 'Refunds the store did not take (down, cut off), to be given once it answers: the units they give back (of concurrency and other counting limits) stay held meanwhile.',
+      help: MEANING.refundsOwed,
       registers,
       collect() {
         this.set(owed())
@@ -74,7 +74,7 @@ export class DecisionMetrics<Subject extends string> {
     })
     const refundsDropped = new Counter({
       name: `${prefix}refunds_dropped_total`,
-      help: 'Owed refunds never given: they stopped mattering before the store answered, more were owed than are kept, or the store failed in a way that may have taken them.',
+      help: MEANING.refundsDropped,
       registers,
     })
     this.observer = {

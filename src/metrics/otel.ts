@@ -11,7 +11,7 @@ import { ArgumentError } from '../core/errors.ts'
 import { checkOptions } from '../core/options.ts'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { CountedDecision, RateLimitMetrics } from './index.ts'
-import { DecisionTally, NEAR_LIMIT, OUTCOMES, STORE_LATENCY_BUCKETS } from './tally.ts'
+import { DecisionTally, MEANING, NEAR_LIMIT, OUTCOMES, STORE_LATENCY_BUCKETS } from './tally.ts'
 
 export type { CountedDecision, RateLimitMetrics } from './index.ts'
 
@@ -39,12 +39,12 @@ class Telemetry {
 
   constructor(meter: Meter, prefix: string) {
     const decisions = meter.createObservableCounter(`${prefix}decisions`, {
-      description: 'Rate-limit decisions by rule, binding policy and outcome (allowed, limited, shadow_limited, degraded).',
+      description: MEANING.decisions('rule'),
       unit: '{decision}',
       valueType: ValueType.INT,
     })
     const nearLimit = meter.createObservableCounter(`${prefix}near_limit`, {
-      description: "Allowed decisions that left less than 20% of the binding policy's limit.",
+      description: MEANING.nearLimit,
       unit: '{decision}',
       valueType: ValueType.INT,
     })
@@ -59,28 +59,28 @@ class Telemetry {
       }
     }, [decisions, nearLimit])
     meter.createObservableGauge(`${prefix}store_fallback_active`, {
-      description: '1 while decisions are made by the failure policy (fallback, open or closed) instead of the store.',
+      description: MEANING.fallbackActive,
       valueType: ValueType.INT,
     }).addCallback((result) => result.observe(this.tally.lastDegraded ? 1 : 0))
     meter.createObservableGauge(`${prefix}refunds_owed`, {
-      description: 'Refunds the store did not take (down, cut off), to be given once it answers: the units they give back stay held meanwhile.',
+      description: MEANING.refundsOwed,
       unit: '{refund}',
       valueType: ValueType.INT,
     }).addCallback((result) => result.observe(this.tally.owed))
 
     const storeLatency = meter.createHistogram(`${prefix}store_latency`, {
-      description: 'Time of each call to a store outside the process (Redis).',
+      description: MEANING.storeLatency,
       unit: 's',
       advice: { explicitBucketBoundaries: [...STORE_LATENCY_BUCKETS] },
     })
-    const storeErrors = meter.createCounter(`${prefix}store_errors`, { description: 'Store calls that failed or timed out.', unit: '{call}', valueType: ValueType.INT })
+    const storeErrors = meter.createCounter(`${prefix}store_errors`, { description: MEANING.storeErrors, unit: '{call}', valueType: ValueType.INT })
     const blockCacheHits = meter.createCounter(`${prefix}block_cache_hits`, {
-      description: 'Refusals answered from the local cache of blocked keys, without a store call.',
+      description: MEANING.blockCacheHits,
       unit: '{decision}',
       valueType: ValueType.INT,
     })
     const refundsDropped = meter.createCounter(`${prefix}refunds_dropped`, {
-      description: 'Owed refunds never given: they stopped mattering before the store answered, more were owed than are kept, or the store failed in a way that may have taken them.',
+      description: MEANING.refundsDropped,
       unit: '{refund}',
       valueType: ValueType.INT,
     })

@@ -15,6 +15,18 @@ export const NEAR_LIMIT = OUTCOMES.length
 /** A decision is near its limit when less than this share of the binding policy is left. */
 export const NEAR_LIMIT_SHARE = 0.2
 
+/** What each measure means, in the help (Prometheus) or description (OpenTelemetry) of either exporter. */
+export const MEANING = {
+  decisions: (subject: string) => `Rate-limit decisions by ${subject}, binding policy and outcome (allowed, limited, shadow_limited, degraded).`,
+  nearLimit: `Allowed decisions that left less than ${NEAR_LIMIT_SHARE * 100}% of the binding policy's limit.`,
+  storeLatency: 'Time of each call to a store outside the process (Redis).',
+  storeErrors: 'Store calls that failed or timed out.',
+  fallbackActive: '1 while decisions are made by the failure policy (fallback, open or closed) instead of the store.',
+  blockCacheHits: 'Refusals answered from the local cache of blocked keys, without a store call.',
+  refundsOwed: 'Refunds the store did not take (down, cut off), to be given once it answers: the units they give back (of concurrency and other counting limits) stay held meanwhile.',
+  refundsDropped: 'Owed refunds never given: they stopped mattering before the store answered, more were owed than are kept, or the store failed in a way that may have taken them.',
+} as const
+
 /** Upper bounds, in seconds, of the store latency histogram's buckets. */
 export const STORE_LATENCY_BUCKETS: readonly number[] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1]
 
