@@ -371,9 +371,6 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   const elapsedClock = options.clock ?? monotonicClock
   const headerOptions = options.headers ?? {}
   checkHeaderOptions(headerOptions)
-  const seenPolicyNames = new Map<string, string>()
-  // Policies of concurrency (`in-flight`) rules: their header items and refusals say so. Names are unique across rules.
-  const inFlightPolicies = new Set<string>()
   const statePrefix = httpStatePrefix(checkPrefix(options.prefix ?? 'sluice', MAX_PREFIX_LENGTH - ':http'.length))
   // One store for every limiter here, the default one too: rules that share a key are decided by a
   // limiter over all their policies, which must see the state each rule's own limiter wrote.
@@ -416,122 +413,11 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     return limiter
   }
 
-  // A tier name the rule has no policies for (a claim's "Pro" for "pro") is decided as the default tier: said, for the first few names.
-  const unknownTiers = new Set<string>()
-  const unknownTier = (rule: string, tier: unknown, fallback: string, known: string[]) => {
-    const named = `${rule}\u0000${String(tier)}`
-    if (unknownTiers.has(named) || unknownTiers.size > MAX_UNKNOWN_TIERS) return
-    unknownTiers.add(named)
-    warn(unknownTiers.size > MAX_UNKNOWN_TIERS
-      ? `sluice: rule "${rule}": more tier names no tier is named for; no more are reported`
-      : `sluice: rule "${rule}": tiers.of gave ${JSON.stringify(tier)}, which names none of its tiers (${known.join(', ')}), so the default tier "${fallback}" decided; tier names are matched exactly`)
-  }
-  const ruleNames = new Map<string, number>()
-  const compileRule = (rule: RuleOptions, index: number): CompiledRule => {
-    if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
-    rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
-    if (rule.name !== undefined && (typeof rule.name !== 'string' || rule.name === '')) throw new ArgumentError(`rules[${index}].name`, rule.name, 'must be a non-empty string')
-    const name = rule.name ?? `rule-${index}`
-    // The name is how onDecision and onLimited tell rules apart.
-    const sameName = ruleNames.get(name)
-    if (sameName !== undefined) {
-      throw rule.name === undefined
-        ? new ArgumentError(`rules[${index}]`, name, `has no name, so it is called "${name}", as rules[${sameName}] is named; give each rule its own name (onDecision and onLimited report it)`)
-        : new ArgumentError(`rules[${index}].name`, name, `is also the name of rules[${sameName}]; give each rule its own name (onDecision and onLimited report it)`)
-    }
-    ruleNames.set(name, index)
-    // One prefix for every rule: rules that share a key are decided in one store call,
-    // which needs their state under one prefix; policy names keep it apart.
-    const base = statePrefix
-    const refundable = (rule.count ?? 'all') !== 'all'
-    let limiters: Limiter[]
-    let limiterFor: CompiledRule['limiter']
-    if ((rule.policies === undefined) === (rule.tiers === undefined)) {
-      throw new ArgumentError(`rules[${index}]`, name, 'needs either policies or tiers')
-    }
-    if (rule.tiers !== undefined) {
-      checkOptions(`rule "${name}" tiers`, `a tiers option (rule "${name}")`, rule.tiers, TIERS_OPTIONS)
-      const { of, policies, default: fallback } = rule.tiers
-      if (typeof of !== 'function') throw new ArgumentError(`rule "${name}" tiers.of`, of, 'must be a function of the request')
-      if (typeof policies !== 'object' || policies === null || Array.isArray(policies) || Object.keys(policies).length === 0) {
-        throw new ArgumentError(`rule "${name}" tiers.policies`, policies, 'must be an object of policies by tier name, as { free: {...}, pro: [...] }')
-      }
-      const byTier = new Map(Object.entries(policies).map(([tier, p]) => [tier, inContext(`rule "${name}" tier "${tier}"`, () => makeLimiter(p, base, refundable))]))
-      const fallbackLimiter = byTier.get(fallback)
-      if (fallbackLimiter === undefined) throw new ArgumentError(`rule "${name}" tiers.default`, fallback, `must name one of the tiers (${[...byTier.keys()].join(', ')})`)
-      limiters = [...byTier.values()]
-      limiterFor = async (request) => {
-        const tier = await of(request)
-        const limiter = tier === undefined ? fallbackLimiter : byTier.get(tier)
-        if (limiter !== undefined) return limiter
-        unknownTier(name, tier, fallback, [...byTier.keys()])
-        return fallbackLimiter
-      }
-    } else {
-      const limiter = inContext(`rule "${name}"`, () => makeLimiter(rule.policies as Policy | Policy[], base, refundable))
-      limiters = [limiter]
-      limiterFor = () => limiter
-    }
-    // A policy's name is its state key and its header item: unique across all rules and tiers.
-    for (const policyName of limiters.flatMap((limiter) => limiter.policies.map((policy) => policy.name))) {
-      const other = seenPolicyNames.get(policyName)
-      if (other !== undefined) {
-        throw new ArgumentError('rules', name, `${other === name ? 'has two tiers with' : `and rule "${other}" both have`} a policy named "${policyName}"; give each policy its own name (it keys the state and the headers)`)
-      }
-      seenPolicyNames.set(policyName, name)
-    }
-    const cost = rule.cost ?? 1
-    if (typeof cost !== 'number' && typeof cost !== 'function') throw new ArgumentError(`rule "${name}" cost`, cost, 'must be a positive integer, or a function of the request returning one')
-    if (rule.key !== undefined && typeof rule.key !== 'function') throw new ArgumentError(`rule "${name}" key`, rule.key, 'must be a function of the request (e.g. apiKey(), jwtClaim(), clientIpKey(), or firstOf() of them)')
-    checkBoolean(`rule "${name}" shadow`, rule.shadow)
-    // The Limiter checks costs per call; a constant one can be checked now, at start-up.
-    if (typeof cost === 'number') for (const limiter of limiters) checkStaticCost(cost, limiter.policies, name)
-    const action = rule.action ?? 'reject'
-    if (action !== 'reject' && action !== 'queue') throw new ArgumentError(`rule "${name}" action`, action, "must be 'reject' or 'queue'")
-    if (action === 'reject' && rule.maxWaitMs !== undefined) {
-      throw new ArgumentError(`rule "${name}" maxWaitMs`, rule.maxWaitMs, "applies to action 'queue' only: a refused request does not wait")
-    }
-    // Checked now against every limiter: a policy that cannot reserve is named at start-up.
-    const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
-    const count = rule.count ?? 'all'
-    if (count !== 'all' && count !== 'failed' && count !== 'succeeded' && count !== 'in-flight') {
-      throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed', 'succeeded' or 'in-flight'")
-    }
-    const policies = limiters.flatMap((limiter) => limiter.policies)
-    if (count === 'in-flight') {
-      // A bucket would refill while requests are in progress, and a window would let a new one start as it turns.
-      const other = policies.find((policy) => policy.algorithm !== 'sliding-log')
-      if (other !== undefined) {
-        throw new ArgumentError(`rule "${name}" count`, count, `needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); "${other.name}" is ${other.algorithm}`)
-      }
-      for (const policy of policies) inFlightPolicies.add(policy.name)
-    }
-    const unrefundable = count === 'all' ? undefined : policies.find((policy) => !REFUNDABLE(policy))
-    if (unrefundable !== undefined) {
-      throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket, police leaky-bucket or sliding-log policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
-    }
-    const matches = typeof rule.match === 'function' ? decidedAtOnce(rule.match, `rule "${name}" match`) : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
-    for (const method of typeof rule.match === 'function' ? [] : unknownMethods(rule.match ?? {})) {
-      warn(`sluice: rule "${name}" match.method ${JSON.stringify(method)} is not a method node's HTTP parser accepts (it answers 400 to all but ${[...NODE_METHODS].join(', ')}): on node:http, Express and Fastify the rule never applies for it. Only a fetch runtime outside node can receive it`)
-    }
-    if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, skipPatterns, caseSensitive)) {
-      throw new ArgumentError(`rule "${name}" match`, rule.match?.path ?? '/**', 'can never match: every path it names is excluded (by its exclude or by skip); narrow those, or remove the rule')
-    }
-    return {
-      name,
-      matches,
-      limiter: limiterFor,
-      key: rule.key ?? defaultKey,
-      cost: typeof cost === 'function' ? checkedCost(cost, name) : () => cost,
-      beyondReach: typeof cost === 'function' ? costBeyondReach(limiters) : undefined,
-      shadow: rule.shadow ?? options.shadow ?? false,
-      maxWaitMs,
-      count,
-    }
-  }
+  const compiler = new RuleCompiler({ statePrefix, caseSensitive, skipPatterns, defaultKey, shadow: options.shadow, makeLimiter, warn })
+  const { inFlightPolicies } = compiler
   const rules: CompiledRule[] = []
   for (const [index, rule] of options.rules.entries()) {
-    rules.push(compileRule(rule, index))
+    rules.push(compiler.compile(rule, index))
     if ((index + 1) % ITEMS_PER_SLICE === 0) yield
   }
 
@@ -776,6 +662,145 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     const denied = options.deny(request)
     if (isPromise(denied)) return denied.then((yes) => (yes ? forbidden() : afterDeny(request)))
     return denied ? forbidden() : afterDeny(request)
+  }
+}
+
+/** What compiling a rule takes from the pipeline it is for. */
+interface RuleSetting {
+  /** One prefix for every rule: rules that share a key are decided in one store call, which needs their state under one prefix; policy names keep it apart. */
+  statePrefix: string
+  caseSensitive: boolean
+  /** The pipeline's `skip` paths: a rule whose every path they skip can never match. */
+  skipPatterns: string | string[]
+  defaultKey: KeyResolver
+  /** The pipeline's `shadow`, for rules that do not say. */
+  shadow: boolean | undefined
+  makeLimiter: (policies: Policy | Policy[], prefix: string, refundable: boolean) => Limiter
+  warn: (message: string) => void
+}
+
+/** Checks and compiles a pipeline's rules one by one, keeping their names, and their policies' names, unique across them. */
+class RuleCompiler {
+  /** Policies of concurrency (`in-flight`) rules: their header items and refusals say so. */
+  readonly inFlightPolicies = new Set<string>()
+  private readonly ruleNames = new Map<string, number>()
+  /** Each policy's rule: a policy's name is its state key and its header item. */
+  private readonly policyNames = new Map<string, string>()
+  /** Tier names a rule has no policies for, reported (see unknownTier). */
+  private readonly unknownTiers = new Set<string>()
+
+  constructor(private readonly setting: RuleSetting) {}
+
+  /** The rule checked (a mistake is an error naming it, at start-up) and made ready: its matcher, limiter per tier, key and cost. */
+  compile(rule: RuleOptions, index: number): CompiledRule {
+    const { statePrefix, caseSensitive, skipPatterns, defaultKey, makeLimiter, warn } = this.setting
+    if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
+    rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
+    if (rule.name !== undefined && (typeof rule.name !== 'string' || rule.name === '')) throw new ArgumentError(`rules[${index}].name`, rule.name, 'must be a non-empty string')
+    const name = rule.name ?? `rule-${index}`
+    // The name is how onDecision and onLimited tell rules apart.
+    const sameName = this.ruleNames.get(name)
+    if (sameName !== undefined) {
+      throw rule.name === undefined
+        ? new ArgumentError(`rules[${index}]`, name, `has no name, so it is called "${name}", as rules[${sameName}] is named; give each rule its own name (onDecision and onLimited report it)`)
+        : new ArgumentError(`rules[${index}].name`, name, `is also the name of rules[${sameName}]; give each rule its own name (onDecision and onLimited report it)`)
+    }
+    this.ruleNames.set(name, index)
+    const refundable = (rule.count ?? 'all') !== 'all'
+    let limiters: Limiter[]
+    let limiterFor: CompiledRule['limiter']
+    if ((rule.policies === undefined) === (rule.tiers === undefined)) {
+      throw new ArgumentError(`rules[${index}]`, name, 'needs either policies or tiers')
+    }
+    if (rule.tiers !== undefined) {
+      checkOptions(`rule "${name}" tiers`, `a tiers option (rule "${name}")`, rule.tiers, TIERS_OPTIONS)
+      const { of, policies, default: fallback } = rule.tiers
+      if (typeof of !== 'function') throw new ArgumentError(`rule "${name}" tiers.of`, of, 'must be a function of the request')
+      if (typeof policies !== 'object' || policies === null || Array.isArray(policies) || Object.keys(policies).length === 0) {
+        throw new ArgumentError(`rule "${name}" tiers.policies`, policies, 'must be an object of policies by tier name, as { free: {...}, pro: [...] }')
+      }
+      const byTier = new Map(Object.entries(policies).map(([tier, p]) => [tier, inContext(`rule "${name}" tier "${tier}"`, () => makeLimiter(p, statePrefix, refundable))]))
+      const fallbackLimiter = byTier.get(fallback)
+      if (fallbackLimiter === undefined) throw new ArgumentError(`rule "${name}" tiers.default`, fallback, `must name one of the tiers (${[...byTier.keys()].join(', ')})`)
+      limiters = [...byTier.values()]
+      limiterFor = async (request) => {
+        const tier = await of(request)
+        const limiter = tier === undefined ? fallbackLimiter : byTier.get(tier)
+        if (limiter !== undefined) return limiter
+        this.unknownTier(name, tier, fallback, [...byTier.keys()])
+        return fallbackLimiter
+      }
+    } else {
+      const limiter = inContext(`rule "${name}"`, () => makeLimiter(rule.policies as Policy | Policy[], statePrefix, refundable))
+      limiters = [limiter]
+      limiterFor = () => limiter
+    }
+    // A policy's name is its state key and its header item: unique across all rules and tiers.
+    for (const policyName of limiters.flatMap((limiter) => limiter.policies.map((policy) => policy.name))) {
+      const other = this.policyNames.get(policyName)
+      if (other !== undefined) {
+        throw new ArgumentError('rules', name, `${other === name ? 'has two tiers with' : `and rule "${other}" both have`} a policy named "${policyName}"; give each policy its own name (it keys the state and the headers)`)
+      }
+      this.policyNames.set(policyName, name)
+    }
+    const cost = rule.cost ?? 1
+    if (typeof cost !== 'number' && typeof cost !== 'function') throw new ArgumentError(`rule "${name}" cost`, cost, 'must be a positive integer, or a function of the request returning one')
+    if (rule.key !== undefined && typeof rule.key !== 'function') throw new ArgumentError(`rule "${name}" key`, rule.key, 'must be a function of the request (e.g. apiKey(), jwtClaim(), clientIpKey(), or firstOf() of them)')
+    checkBoolean(`rule "${name}" shadow`, rule.shadow)
+    // The Limiter checks costs per call; a constant one can be checked now, at start-up.
+    if (typeof cost === 'number') for (const limiter of limiters) checkStaticCost(cost, limiter.policies, name)
+    const action = rule.action ?? 'reject'
+    if (action !== 'reject' && action !== 'queue') throw new ArgumentError(`rule "${name}" action`, action, "must be 'reject' or 'queue'")
+    if (action === 'reject' && rule.maxWaitMs !== undefined) {
+      throw new ArgumentError(`rule "${name}" maxWaitMs`, rule.maxWaitMs, "applies to action 'queue' only: a refused request does not wait")
+    }
+    // Checked now against every limiter: a policy that cannot reserve is named at start-up.
+    const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
+    const count = rule.count ?? 'all'
+    if (count !== 'all' && count !== 'failed' && count !== 'succeeded' && count !== 'in-flight') {
+      throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed', 'succeeded' or 'in-flight'")
+    }
+    const policies = limiters.flatMap((limiter) => limiter.policies)
+    if (count === 'in-flight') {
+      // A bucket would refill while requests are in progress, and a window would let a new one start as it turns.
+      const other = policies.find((policy) => policy.algorithm !== 'sliding-log')
+      if (other !== undefined) {
+        throw new ArgumentError(`rule "${name}" count`, count, `needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); "${other.name}" is ${other.algorithm}`)
+      }
+      for (const policy of policies) this.inFlightPolicies.add(policy.name)
+    }
+    const unrefundable = count === 'all' ? undefined : policies.find((policy) => !REFUNDABLE(policy))
+    if (unrefundable !== undefined) {
+      throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket, police leaky-bucket or sliding-log policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
+    }
+    const matches = typeof rule.match === 'function' ? decidedAtOnce(rule.match, `rule "${name}" match`) : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
+    for (const method of typeof rule.match === 'function' ? [] : unknownMethods(rule.match ?? {})) {
+      warn(`sluice: rule "${name}" match.method ${JSON.stringify(method)} is not a method node's HTTP parser accepts (it answers 400 to all but ${[...NODE_METHODS].join(', ')}): on node:http, Express and Fastify the rule never applies for it. Only a fetch runtime outside node can receive it`)
+    }
+    if (typeof rule.match !== 'function' && excludesAll(rule.match ?? {}, skipPatterns, caseSensitive)) {
+      throw new ArgumentError(`rule "${name}" match`, rule.match?.path ?? '/**', 'can never match: every path it names is excluded (by its exclude or by skip); narrow those, or remove the rule')
+    }
+    return {
+      name,
+      matches,
+      limiter: limiterFor,
+      key: rule.key ?? defaultKey,
+      cost: typeof cost === 'function' ? checkedCost(cost, name) : () => cost,
+      beyondReach: typeof cost === 'function' ? costBeyondReach(limiters) : undefined,
+      shadow: rule.shadow ?? this.setting.shadow ?? false,
+      maxWaitMs,
+      count,
+    }
+  }
+
+  /** A tier name the rule has no policies for (a claim's "Pro" for "pro") is decided as the default tier: said, for the first few names. */
+  private unknownTier(rule: string, tier: unknown, fallback: string, known: string[]): void {
+    const named = `${rule}\u0000${String(tier)}`
+    if (this.unknownTiers.has(named) || this.unknownTiers.size > MAX_UNKNOWN_TIERS) return
+    this.unknownTiers.add(named)
+    this.setting.warn(this.unknownTiers.size > MAX_UNKNOWN_TIERS
+      ? `sluice: rule "${rule}": more tier names no tier is named for; no more are reported`
+      : `sluice: rule "${rule}": tiers.of gave ${JSON.stringify(tier)}, which names none of its tiers (${known.join(', ')}), so the default tier "${fallback}" decided; tier names are matched exactly`)
   }
 }
 
