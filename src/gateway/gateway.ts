@@ -24,6 +24,7 @@ import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/iden
 import { candidatesFor, candidatesForInSlices, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
+import type { DecisionOutcome } from '../metrics/tally.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfigOffThread, type GatewayConfig, type ResolvedLimit } from './config.ts'
 import type { RouteConfig } from './config-schema.ts'
@@ -37,7 +38,7 @@ interface GatewayRequest extends HttpRequest {
   route: string
   /** Set by the decision hook, for the access log: the kind of key (`ip`, `apikey`, `user`), never the key. */
   keyKind?: string
-  outcome?: 'allowed' | 'limited' | 'shadow_limited' | 'degraded'
+  outcome?: DecisionOutcome
 }
 
 export interface CompiledRoute {
@@ -679,10 +680,9 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
     observer: metrics.observer,
     onDecision: (event) => {
       const request = event.request as GatewayRequest
-      metrics.decision(request.route, event.decision, event.shadow)
+      const outcome = metrics.decision(request.route, event.decision, event.shadow)
       request.keyKind = kindOf(event.key)
       // The request's outcome: the first refusal (or degraded decision) wins over an allowance.
-      const outcome = event.decision.degraded ? 'degraded' : event.decision.allowed ? 'allowed' : event.shadow ? 'shadow_limited' : 'limited'
       if (request.outcome === undefined || request.outcome === 'allowed') request.outcome = outcome
     },
     onWarning: (message) => logger.warn(message),

@@ -9,7 +9,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { Decision } from '../core/types.ts'
 import { TwoLabelCounter } from './counter.ts'
-import { DecisionTally, MEANING, NEAR_LIMIT, OUTCOMES, STORE_LATENCY_BUCKETS } from './tally.ts'
+import { DecisionTally, MEANING, NEAR_LIMIT, OUTCOMES, STORE_LATENCY_BUCKETS, type DecisionOutcome } from './tally.ts'
 
 /** The metric names, after the prefix, that DecisionMetrics registers. */
 export const DECISION_METRIC_NAMES = ['decisions_total', 'near_limit_total', 'store_latency_seconds', 'store_errors_total', 'store_fallback_active', 'block_cache_hits_total', 'refunds_owed', 'refunds_dropped_total'] as const
@@ -100,8 +100,8 @@ export class DecisionMetrics<Subject extends string> {
     return (registry.getSingleMetric(this.decisionsName) as unknown) === this.decisions
   }
 
-  /** Counts one decision of `subject` (a route's or a rule's name). */
-  decision(subject: string, decision: Decision, shadow: boolean): void {
-    this.tally.decision(subject, decision, shadow)
+  /** Counts one decision of `subject` (a route's or a rule's name); says its outcome. */
+  decision(subject: string, decision: Decision, shadow: boolean): DecisionOutcome {
+    return this.tally.decision(subject, decision, shadow)
   }
 }

@@ -11,6 +11,7 @@ import type { Decision } from '../core/types.ts'
 import { TwoLabelCounter, TwoLabelCounts } from './counter.ts'
 import { DecisionMetrics } from './decisions.ts'
 import { LabelledHistogram } from './histogram.ts'
+import type { DecisionOutcome } from './tally.ts'
 
 export class GatewayMetrics {
   readonly registry = new Registry()
@@ -60,8 +61,9 @@ export class GatewayMetrics {
     return this.decisions.refundsOwed
   }
 
-  decision(route: string, decision: Decision, shadow: boolean): void {
-    this.decisions.decision(route, decision, shadow)
+  /** Counts one decision of `route`; says its outcome. */
+  decision(route: string, decision: Decision, shadow: boolean): DecisionOutcome {
+    return this.decisions.decision(route, decision, shadow)
   }
 
   request(route: string, status: number, seconds: number): void {

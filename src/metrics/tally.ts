@@ -30,10 +30,13 @@ export const MEANING = {
 /** Upper bounds, in seconds, of the store latency histogram's buckets. */
 export const STORE_LATENCY_BUCKETS: readonly number[] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1]
 
-const ALLOWED = OUTCOMES.indexOf('allowed')
-const LIMITED = OUTCOMES.indexOf('limited')
-const SHADOW_LIMITED = OUTCOMES.indexOf('shadow_limited')
-const DEGRADED = OUTCOMES.indexOf('degraded')
+/** Each outcome's slot in a subject and policy's counts. */
+const SLOT = Object.fromEntries(OUTCOMES.map((outcome, slot) => [outcome, slot])) as Record<DecisionOutcome, number>
+
+/** What came of a decision: degraded (the store could not decide), allowed, or refused, by a shadow rule or not. */
+function outcomeOf(decision: Decision, shadow: boolean): DecisionOutcome {
+  return decision.degraded === true ? 'degraded' : decision.allowed ? 'allowed' : shadow ? 'shadow_limited' : 'limited'
+}
 
 export class DecisionTally {
   /** Decisions by subject and policy: a count per outcome (in OUTCOMES' order), then the near-limit count. */
@@ -43,13 +46,14 @@ export class DecisionTally {
   /** Refunds the store did not take, owed by the limiters observed (a reloaded config's too) and not yet given or dropped. */
   owed = 0
 
-  /** Counts one decision of `subject` (a route's or a rule's name). */
-  decision(subject: string, decision: Decision, shadow: boolean): void {
-    const degraded = decision.degraded === true
+  /** Counts one decision of `subject` (a route's or a rule's name); says its outcome. */
+  decision(subject: string, decision: Decision, shadow: boolean): DecisionOutcome {
+    const outcome = outcomeOf(decision, shadow)
     const counts = this.counts.of(subject, decision.policy)
-    ;(counts[degraded ? DEGRADED : decision.allowed ? ALLOWED : shadow ? SHADOW_LIMITED : LIMITED] as number)++
+    ;(counts[SLOT[outcome]] as number)++
     if (decision.allowed && decision.remaining < decision.limit * NEAR_LIMIT_SHARE) (counts[NEAR_LIMIT] as number)++
-    this.lastDegraded = degraded
+    this.lastDegraded = outcome === 'degraded'
+    return outcome
   }
 
   /** A refund the store did not take is owed, or one owed was given or dropped. */
