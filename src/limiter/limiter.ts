@@ -113,12 +113,26 @@ export interface LimitOptions {
    * Default 0 (refuse instead of waiting).
    */
   maxWaitMs?: number
+  /**
+   * Keys of their own for some policies, by policy name: `{ global: 'all' }`
+   * counts policy "global" under key "all" and the others under the call's
+   * key, all decided together (all-or-nothing: a refusal charges none). The
+   * store must span keys in one call (the memory store, a single Redis; not a
+   * Redis Cluster), and the limiter may have no `shards` or `lease`.
+   */
+  keys?: Readonly<Record<string, string>>
+}
+
+/** Options of `peek` and `reset`: the keys of their own that calls give some policies. */
+export interface KeyOptions {
+  keys?: Readonly<Record<string, string>>
 }
 
 const LIMITER_OPTIONS = new Set([
   'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'fallbackStore', 'circuit', 'blockCache', 'shards', 'lease', 'observer',
 ])
-const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs'])
+const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs', 'keys'])
+const KEY_OPTIONS = new Set(['keys'])
 
 /** Keys longer than this are replaced by their SHA-256, so no key can blow up memory. */
 export const MAX_KEY_LENGTH = 256
@@ -233,7 +247,11 @@ export class Limiter {
 
   /** Decides one call for `key`, charging it when allowed. */
   limit(key: string, options?: LimitOptions): Promise<Decision> {
-    return this.decide(key, options)
+    try {
+      return this.decide(this.call(key, options))
+    } catch (error) {
+      return Promise.reject(error as Error)
+    }
   }
 
   /**
@@ -367,20 +385,26 @@ export class Limiter {
   }
 
   /** The decision a call of cost 1 would get, without changing any state. */
-  peek(key: string): Promise<Decision> {
-    return this.decide(key, PEEK)
+  peek(key: string, options?: KeyOptions): Promise<Decision> {
+    try {
+      return this.decide(this.peekCall(key, this.keyOptions(key, options)))
+    } catch (error) {
+      return Promise.reject(error as Error)
+    }
   }
 
-  peekSync(key: string): Decision {
-    return combine(this.syncStore().consumeSync(this.peekCall(key)))
+  peekSync(key: string, options?: KeyOptions): Decision {
+    return combine(this.syncStore().consumeSync(this.peekCall(key, this.keyOptions(key, options))))
   }
 
   /**
    * Forgets the key's state in every policy. Rejects with a `SluiceError`
    * (ERR_SLUICE_STORE) if the store fails or takes longer than storeTimeoutMs.
    */
-  async reset(key: string): Promise<void> {
+  async reset(key: string, options?: KeyOptions): Promise<void> {
     const normalized = normalizeKey(key)
+    const own = this.keyOptions(normalized, options)
+    if (own !== undefined) return this.resetKeys(normalized, own)
     this.blocked?.forget(normalized)
     this.lease?.book.take(normalized)
     this.fallbackStore.resetSync(this.prefix, normalized, this.fallbackPolicies)
@@ -396,19 +420,33 @@ export class Limiter {
     }
   }
 
-  resetSync(key: string): void {
-    this.syncStore().resetSync(this.prefix, normalizeKey(key), this.policies)
+  resetSync(key: string, options?: KeyOptions): void {
+    const store = this.syncStore()
+    const normalized = normalizeKey(key)
+    const keys = this.keyOptions(normalized, options)
+    if (keys === undefined) return store.resetSync(this.prefix, normalized, this.policies)
+    this.policies.forEach((policy, i) => store.resetSync(this.prefix, keys[i] as string, [policy]))
   }
 
-  /** Bad arguments reject the promise rather than throw; an in-process store settles it at once. */
-  private decide(key: string, options: LimitOptions | typeof PEEK | undefined): Promise<Decision> {
-    try {
-      const call = options === PEEK ? this.peekCall(key) : this.call(key, options)
-      if (this.local !== undefined) return Promise.resolve(combine(this.local.consumeSync(call)))
-      return this.decideRemotely(call)
-    } catch (error) {
-      return Promise.reject(error as Error)
+  /** `reset` of a call spanning keys: each policy's state under its own key. */
+  private async resetKeys(key: string, keys: readonly string[]): Promise<void> {
+    for (const own of new Set(keys)) this.blocked?.forget(own)
+    this.policies.forEach((policy, i) => this.fallbackStore.resetSync(this.prefix, keys[i] as string, [this.fallbackPolicies[i] as ResolvedPolicy]))
+    const local = this.local
+    if (local !== undefined) return this.policies.forEach((policy, i) => local.resetSync(this.prefix, keys[i] as string, [policy]))
+    const outcome = await withTimeout(
+      () => Promise.all(this.policies.map((policy, i) => this.store.reset(this.prefix, keys[i] as string, [policy]))),
+      this.storeTimeoutMs,
+    )
+    if (!outcome.ok) {
+      throw new SluiceError('ERR_SLUICE_STORE', `reset of "${key}" (with keys ${keys.join(', ')}) failed: ${outcome.reason}`, { cause: outcome.error })
     }
+  }
+
+  /** An in-process store settles the promise at once. (Bad arguments reject it rather than throw: see limit and peek.) */
+  private decide(call: StoreCall): Promise<Decision> {
+    if (this.local !== undefined) return Promise.resolve(combine(this.local.consumeSync(call)))
+    return this.decideRemotely(call)
   }
 
   private async decideRemotely(call: StoreCall): Promise<Decision> {
@@ -426,7 +464,8 @@ export class Limiter {
   /** Decides `call` on the store; when the store cannot, `logical` (the call as made) is degraded. */
   private async decideOn(call: StoreCall, logical: StoreCall, now: number): Promise<Decision> {
     // Only a plain charge may be answered from the cache: a reservation or a peek asks something else.
-    const cacheable = this.blocked !== undefined && call.cost > 0 && call.maxWaitMs === 0
+    // A call spanning keys is refused by one of them, which the cache (by the call's key) cannot say.
+    const cacheable = this.blocked !== undefined && call.cost > 0 && call.maxWaitMs === 0 && call.keys === undefined
     if (cacheable) {
       const known = this.blocked?.check(call.key, call.cost, now)
       if (known !== undefined) {
@@ -560,12 +599,53 @@ export class Limiter {
   private call(key: string, options: LimitOptions | undefined): StoreCall {
     let cost = 1
     let maxWaitMs = 0
+    let keys: readonly string[] | undefined
+    const normalized = normalizeKey(key)
     if (options !== undefined) {
       checkOptions('options', 'a limit option', options, LIMIT_OPTIONS)
       if (options.cost !== undefined) cost = this.checkShardCost(checkCost(options.cost, this.policies))
       if (options.maxWaitMs !== undefined) maxWaitMs = checkMaxWait(options.maxWaitMs, this.policies)
+      if (options.keys !== undefined) keys = this.ownKeys(normalized, options.keys)
     }
-    return { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost, maxWaitMs, now: this.now() }
+    const call: StoreCall = { prefix: this.prefix, key: normalized, policies: this.policies, cost, maxWaitMs, now: this.now() }
+    if (keys !== undefined) call.keys = keys
+    return call
+  }
+
+  /** The `keys` of `peek` and `reset`'s options, checked: see `ownKeys`. */
+  private keyOptions(key: string, options: KeyOptions | undefined): readonly string[] | undefined {
+    if (options === undefined) return undefined
+    checkOptions('options', 'a key option', options, KEY_OPTIONS)
+    return options.keys === undefined ? undefined : this.ownKeys(normalizeKey(key), options.keys)
+  }
+
+  /**
+   * Each policy's key, in policy order, from a call's `keys` (policy name to
+   * key; `key` for the policies it does not name); undefined when every policy
+   * is under `key` after all.
+   */
+  private ownKeys(key: string, keys: unknown): readonly string[] | undefined {
+    if (typeof keys !== 'object' || keys === null || Array.isArray(keys)) {
+      throw new ArgumentError('keys', keys, 'must be an object of policy names to keys, e.g. { global: \'all\' }')
+    }
+    const names = new Set(this.policies.map((policy) => policy.name))
+    for (const [name, own] of Object.entries(keys)) {
+      if (!names.has(name)) throw new ArgumentError(`keys["${name}"]`, own, `names no policy of this limiter (its policies: ${[...names].map((n) => `"${n}"`).join(', ')})`)
+      if (typeof own !== 'string' || own.length === 0) throw new ArgumentError(`keys["${name}"]`, own, 'must be a non-empty string')
+    }
+    const byName = keys as Record<string, string | undefined>
+    const resolved = this.policies.map((policy) => {
+      const own = Object.hasOwn(byName, policy.name) ? byName[policy.name] : undefined
+      return own === undefined ? key : normalizeKey(own)
+    })
+    if (resolved.every((own) => own === key)) return undefined
+    if (this.shards > 1) throw new ArgumentError('keys', keys, 'cannot be used with shards: a call goes to one shard of its key')
+    if (this.lease !== undefined) throw new ArgumentError('keys', keys, 'cannot be used with a lease: a lease holds units of one key')
+    if (this.store.spansKeys !== true) {
+      const store = this.store.constructor.name
+      throw new ArgumentError('keys', keys, store === 'RedisStore' ? 'cannot be used on a Redis Cluster: one atomic script touches one hash slot, and each key is a slot of its own' : `cannot be used with ${store}: it does not say it decides several keys in one atomic call (spansKeys)`)
+    }
+    return resolved
   }
 
   /** A call is decided by one shard, so its cost must fit what one shard holds, or it is refused forever. */
@@ -614,8 +694,10 @@ export class Limiter {
     return windowMs - heldMs - margin
   }
 
-  private peekCall(key: string): StoreCall {
-    return { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost: 0, maxWaitMs: 0, now: this.now() }
+  private peekCall(key: string, keys?: readonly string[]): StoreCall {
+    const call: StoreCall = { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost: 0, maxWaitMs: 0, now: this.now() }
+    if (keys !== undefined) call.keys = keys
+    return call
   }
 
   private now(): number | undefined {
@@ -647,9 +729,6 @@ export function checkObserver(observer: unknown): LimiterObserver | undefined {
   }
   return observer as LimiterObserver
 }
-
-/** decide()'s marker for a peek (cost 0), as opposed to a limit call's options. */
-const PEEK = Symbol('peek')
 
 /** A refund that never reached the store, and until when (the limiter's time) it is worth giving. */
 interface OwedRefund {

@@ -11,6 +11,12 @@ export interface StoreCall {
   /** The caller's key (user id, IP, API key, ...). */
   key: string
   policies: readonly ResolvedPolicy[]
+  /**
+   * Each policy's own key, in policy order, where the call spans several keys
+   * (a user's limit and a global one, decided together); undefined: `key` for
+   * every policy.
+   */
+  keys?: readonly string[]
   /** Units to charge; 0 is a peek and changes nothing. */
   cost: number
   /** How long an allowed call may be told to wait; 0 = no reservation. */
@@ -26,6 +32,12 @@ export interface Store {
   reset(prefix: string, key: string, policies: readonly ResolvedPolicy[]): Promise<void>
   /** Resolves when the store answers; used to probe a store that has been failing. */
   ping?(): Promise<void>
+  /**
+   * True when the store decides a call's `keys` together, atomically. Not so
+   * on a Redis Cluster (a script touches one hash slot, and each key is a slot
+   * of its own), nor for a store that does not say: calls with `keys` are refused there.
+   */
+  readonly spansKeys?: boolean
 }
 
 /** A store that can decide without a promise (in-process stores). */

@@ -13,6 +13,8 @@ export interface Step {
   key: string
   cost?: number
   maxWaitMs?: number
+  /** Keys of their own for some policies, by name (the limiter's `keys` option). */
+  keys?: Record<string, string>
 }
 
 export interface Trace {
@@ -125,8 +127,35 @@ function randomPolicy(random: () => number, index: number): Policy {
   }
 }
 
-/** Seeded random traces: 1 to 3 policies, 60 steps over two keys; `blocking`: some policies with blockMs. */
-export function randomTraces(count: number, seed = 1, blocking = false): Trace[] {
+/**
+ * Calls that span keys (a policy under a key of its own, decided with the
+ * others all-or-nothing), for stores that can: not a Redis Cluster.
+ */
+export const spanningKeys: Trace[] = [
+  {
+    name: 'per-user and global: a refusal by either charges neither',
+    policies: [{ ...sl, name: 'user', limit: 3 }, { ...fw, name: 'global' }],
+    steps: [...['a', 'a', 'b', 'a', 'a', 'b', 'c'].map((user, i) => ({ t: 10 * i, op: 'limit' as const, key: user, keys: { global: 'all' } })),
+      { t: 100, op: 'peek', key: 'c', keys: { global: 'all' } }, { t: 100, op: 'peek', key: 'all' }, ...burst(1000, 4, { key: 'c', keys: { global: 'all' } }),
+      { t: 1100, op: 'reset', key: 'c', keys: { global: 'all' } }, ...burst(1100, 2, { key: 'a', keys: { global: 'all' } })],
+  },
+  {
+    name: 'keys with costs, blocks and refunds',
+    policies: [{ ...tb, name: 'user' }, { ...sl, name: 'tenant', limit: 8 }, { ...lb, name: 'global', blockMs: 800 }],
+    steps: [...burst(0, 3, { key: 'u1', cost: 2, keys: { tenant: 't1', global: 'g' } }), ...burst(10, 2, { key: 'u2', keys: { tenant: 't1', global: 'g' } }),
+      ...burst(20, 2, { key: 'u3', keys: { tenant: 't2', global: 'g' } }), { t: 30, op: 'peek', key: 'u2', keys: { tenant: 't1', global: 'g' } },
+      ...burst(900, 2, { key: 'u4', keys: { tenant: 't2', global: 'g' } }), ...burst(1200, 3, { key: 'u4', keys: { global: 'g' } }),
+      { t: 1300, op: 'refund', key: 'u1', cost: 2, keys: { tenant: 't1', global: 'g' } }],
+  },
+  {
+    name: 'keys on reservations',
+    policies: [{ ...fw, name: 'user' }, { ...tb, name: 'global' }],
+    steps: [...burst(0, 4, { key: 'a', keys: { global: 'g' } }), ...burst(5, 4, { key: 'b', maxWaitMs: 1500, keys: { global: 'g' } }), ...burst(6, 1, { key: 'g' })],
+  },
+]
+
+/** Seeded random traces: 1 to 3 policies, 60 steps over two keys; `blocking`: some policies with blockMs; `spanning`: some calls put a policy under a key of its own. */
+export function randomTraces(count: number, seed = 1, blocking = false, spanning = false): Trace[] {
   const random = seededRandom(seed)
   return Array.from({ length: count }, (_, n) => {
     let policies = Array.from({ length: 1 + Math.floor(random() * 3) }, (_, i) => randomPolicy(random, i))
@@ -142,14 +171,17 @@ export function randomTraces(count: number, seed = 1, blocking = false): Trace[]
       t += Math.floor(random() * random() * 600)
       const r = random()
       const key = random() < 0.8 ? 'a' : 'b'
-      if (r < 0.06) steps.push({ t, op: 'peek', key })
-      else if (r < 0.08) steps.push({ t, op: 'reset', key })
-      else if (refundable && r < 0.16) steps.push({ t, op: 'refund', key, cost: 1 + Math.floor(random() * limit) })
+      let step: Step
+      if (r < 0.06) step = { t, op: 'peek', key }
+      else if (r < 0.08) step = { t, op: 'reset', key }
+      else if (refundable && r < 0.16) step = { t, op: 'refund', key, cost: 1 + Math.floor(random() * limit) }
       else {
-        const step: Step = { t, op: 'limit', key, cost: 1 + Math.floor(random() * limit) }
+        step = { t, op: 'limit', key, cost: 1 + Math.floor(random() * limit) }
         if (reservable && random() < 0.3) step.maxWaitMs = Math.floor(random() * 3000)
-        steps.push(step)
       }
+      // One policy counted under a key every call of this kind shares ('a' and 'b' both spend from 'g').
+      if (spanning && random() < 0.6) step.keys = { [policies[Math.floor(random() * policies.length)]?.name as string]: 'g' }
+      steps.push(step)
     }
     return { name: `random #${n} (seed ${seed})`, policies, steps }
   })
@@ -165,15 +197,17 @@ export async function replay(trace: Trace, store: Store, prefix: string, between
   for (const step of trace.steps) {
     now = step.t
     if (between) await between()
+    const keys = step.keys === undefined ? {} : { keys: step.keys }
     if (step.op === 'reset') {
-      await limiter.reset(step.key)
+      await limiter.reset(step.key, keys)
       results.push('reset')
     } else if (step.op === 'refund') {
-      results.push(combine(await store.consume({ prefix, key: step.key, policies, cost: -(step.cost as number), maxWaitMs: 0, now })))
+      const own = step.keys === undefined ? {} : { keys: policies.map((policy) => step.keys?.[policy.name] ?? step.key) }
+      results.push(combine(await store.consume({ prefix, key: step.key, policies, cost: -(step.cost as number), maxWaitMs: 0, now, ...own })))
     } else if (step.op === 'peek') {
-      results.push(await limiter.peek(step.key))
+      results.push(await limiter.peek(step.key, keys))
     } else {
-      const options: { cost?: number; maxWaitMs?: number } = {}
+      const options: { cost?: number; maxWaitMs?: number; keys?: Record<string, string> } = { ...keys }
       if (step.cost !== undefined) options.cost = step.cost
       if (step.maxWaitMs !== undefined) options.maxWaitMs = step.maxWaitMs
       results.push(await limiter.limit(step.key, options))

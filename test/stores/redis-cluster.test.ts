@@ -48,6 +48,17 @@ describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
     assert.equal((await limiter.limit('u')).allowed, true)
   })
 
+  it('refuses calls that span keys, which one atomic script cannot on a cluster (ioredis and node-redis)', async () => {
+    const policies = [{ algorithm: 'fixed-window' as const, limit: 5, windowMs: 60_000, name: 'user' }, { algorithm: 'fixed-window' as const, limit: 5, windowMs: 60_000, name: 'global' }]
+    for (const store of [new RedisStore({ client }), new RedisStore({ client: nodeRedis })]) {
+      assert.equal(store.spansKeys, false)
+      const limiter = new Limiter({ store, prefix: 'span', policies })
+      await assert.rejects(limiter.limit('a', { keys: { global: 'all' } }), /keys cannot be used on a Redis Cluster: one atomic script touches one hash slot/)
+      await assert.rejects(limiter.peek('a', { keys: { global: 'all' } }), /keys cannot be used on a Redis Cluster/)
+      assert.equal((await limiter.limit('a')).allowed, true)
+    }
+  })
+
   it('spreads keys over all three masters; one call\'s keys share a slot (no CROSSSLOT)', async () => {
     const limiter = new Limiter({
       store: new RedisStore({ client }),

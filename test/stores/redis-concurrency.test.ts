@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
-import type { Policy } from '../../src/index.ts'
+import { Limiter, RedisStore, type Policy } from '../../src/index.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { startWorkers, type Workers } from '../support/workers.ts'
 
@@ -35,6 +35,32 @@ describe('RedisStore across processes', () => {
       assert.equal(counts.reduce((a, b) => a + b, 0), 100, `per process: ${counts.join(', ')}`)
     })
   }
+
+  it('calls spanning keys across processes: per user AND global, exactly the binding limit admitted, and a refusal charges no key', async () => {
+    // 4 processes x 250 calls over 40 users (10 per process) of 5 calls each: 200 fit the users' limits.
+    const userLog: Policy = { algorithm: 'sliding-log', limit: 5, windowMs: HOUR, name: 'user' }
+    const run = (prefix: string, globalLimit: number) => workers.run((worker) => ({
+      kind: 'spanning', url: redis.url, prefix, worker, users: 10, calls: 250, startAt: Date.now() + 300,
+      policies: [userLog, { algorithm: 'fixed-window', limit: globalLimit, windowMs: DAY, name: 'global' }],
+    }))
+    const peek = (prefix: string, globalLimit: number) => {
+      const limiter = new Limiter({ store: new RedisStore({ client: redis.client() }), prefix, policies: [userLog, { algorithm: 'fixed-window', limit: globalLimit, windowMs: DAY, name: 'global' }] })
+      return async (key: string) => (await limiter.peek(key, { keys: { global: 'all' } })).policies.map((p) => p.limit - p.remaining)
+    }
+    const users = Array.from({ length: 40 }, (_, i) => `user:${Math.floor(i / 10)}:${i % 10}`)
+
+    // The global limit binds: 100 admitted, and the users' logs hold those 100 and not one refused call.
+    const globalBinds = await run('span-global', 100)
+    assert.equal(globalBinds.reduce((a, b) => a + b, 0), 100, `per process: ${globalBinds.join(', ')}`)
+    const used = await Promise.all(users.map(peek('span-global', 100)))
+    assert.equal(used.reduce((sum, [own]) => sum + (own as number), 0), 100, 'calls counted in the users\' logs')
+    assert.ok(used.every(([own]) => (own as number) <= 5))
+
+    // The users' limits bind: 200 admitted, and the global count holds those 200 and not one refused call.
+    const usersBind = await run('span-users', 1000)
+    assert.equal(usersBind.reduce((a, b) => a + b, 0), 200, `per process: ${usersBind.join(', ')}`)
+    assert.deepEqual(await peek('span-users', 1000)('user:0:0'), [5, 200])
+  })
 
   it('the sliding-window counter stays within its bound (at most the limit in one window)', async () => {
     const startAt = Date.now() + 300

@@ -4,10 +4,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
 import type { Redis } from 'ioredis'
 import { Limiter, RedisStore } from '../../src/index.ts'
-import { assertSameAsMemory, handWritten, randomTraces, type Trace } from '../conformance/traces.ts'
+import { assertSameAsMemory, handWritten, randomTraces, spanningKeys, type Trace } from '../conformance/traces.ts'
 import { commandCalls, functionLibraries, startRedis, type RedisServer } from '../support/redis.ts'
 
-const traces: Trace[] = [...handWritten, ...randomTraces(40, 21), ...randomTraces(20, 23, true)]
+const traces: Trace[] = [...handWritten, ...randomTraces(40, 21), ...randomTraces(20, 23, true), ...spanningKeys, ...randomTraces(20, 25, true, true)]
 
 async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
   for (let i = 0; i < 100; i++) {

@@ -5,12 +5,12 @@ import { connect, type AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
 import { Limiter, MemoryStore, RedisStore, redisKey, type Decision, type Policy, type Store } from '../../src/index.ts'
-import { assertSameAsMemory, handWritten, randomTraces, type Trace } from '../conformance/traces.ts'
+import { assertSameAsMemory, handWritten, randomTraces, spanningKeys, type Trace } from '../conformance/traces.ts'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { freePort, scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
 import { seededRandom } from '../../src/simulate/traffic.ts'
 
-const traces: Trace[] = [...handWritten, ...randomTraces(80, 7), ...randomTraces(40, 9, true)]
+const traces: Trace[] = [...handWritten, ...randomTraces(80, 7), ...randomTraces(40, 9, true), ...spanningKeys, ...randomTraces(30, 21, false, true), ...randomTraces(20, 23, true, true)]
 
 const pick = ({ allowed, remaining, retryAfterMs, resetAfterMs }: Decision) => ({ allowed, remaining, retryAfterMs, resetAfterMs })
 

@@ -18,6 +18,8 @@ export type Scenario =
   | { kind: 'burst'; url: string; prefix: string; policy: Policy; calls: number; startAt: number; shards?: number; lease?: { units: number }; sequential?: boolean; durationMs?: number; paceMs?: number }
   | { kind: 'naive'; url: string; key: string; limit: number; calls: number; startAt: number }
   | { kind: 'sequential'; url: string; prefix: string; policy: Policy; calls: number; time: 'server' | 'client' }
+  /** `calls` concurrent calls over `users` keys of this worker's own (`user:<worker>:<n>`), each also spending from the key "all" (policy "global"). */
+  | { kind: 'spanning'; url: string; prefix: string; worker: number; users: number; policies: Policy[]; calls: number; startAt: number }
 
 const clients = new Map<string, Redis>()
 /** Calls that reached the store in this process (burst scenarios). */
@@ -83,6 +85,12 @@ async function run(scenario: Scenario): Promise<number> {
         return true
       }))
       return results.filter(Boolean).length
+    }
+    case 'spanning': {
+      const limiter = new Limiter({ store: new RedisStore({ client: redis }), prefix: scenario.prefix, policies: scenario.policies, storeTimeoutMs: 10_000 })
+      await until(scenario.startAt)
+      const decisions = await Promise.all(Array.from({ length: scenario.calls }, (_, i) => limiter.limit(`user:${scenario.worker}:${i % scenario.users}`, { keys: { global: 'all' } })))
+      return allowedExactly(decisions)
     }
     case 'sequential': {
       const limiter = new Limiter({ store: new RedisStore({ client: redis, time: scenario.time }), prefix: scenario.prefix, policies: scenario.policy, storeTimeoutMs: 10_000 })

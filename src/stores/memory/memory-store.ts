@@ -65,6 +65,8 @@ const LARGEST_SAMPLE = 64
 
 export class MemoryStore implements SyncStore {
   readonly maxKeys: number
+  /** A call's `keys` are decided in one synchronous step. */
+  readonly spansKeys = true
   private readonly clock: Clock
   /**
    * One space per (prefix, policy name, algorithm) that holds keys, by name; its
@@ -108,11 +110,12 @@ export class MemoryStore implements SyncStore {
 
   consumeSync(call: StoreCall): PolicyDecision[] {
     const now = call.now ?? this.clock()
-    const { policies, key, cost } = call
+    const { policies, cost, keys } = call
     const options = call.maxWaitMs === 0 ? NO_WAIT : { maxWaitMs: call.maxWaitMs }
     if (policies.length === 1 && cost > 0 && (policies[0] as ResolvedPolicy).blockMs === undefined) {
       // The common case without the composite bookkeeping: same rule, commit iff allowed.
       const policy = policies[0] as ResolvedPolicy
+      const key = keys === undefined ? call.key : keys[0] as string
       const space = this.space(call.prefix, policy)
       const entry = this.read(space, key, now)
       const transition = step(policy, entry?.state, now, cost, options)
@@ -125,8 +128,9 @@ export class MemoryStore implements SyncStore {
       }
       return [transition.decision]
     }
+    const keyOf = (i: number): string => (keys === undefined ? call.key : keys[i] as string)
     const spaces = policies.map((policy) => this.space(call.prefix, policy))
-    const entries = spaces.map((space) => this.read(space, key, now))
+    const entries = spaces.map((space, i) => this.read(space, keyOf(i), now))
     // Blocks are read only for limiters that have them: no array per call for the others.
     const blockedUntil = policies.some((policy) => policy.blockMs !== undefined) ? entries.map((entry) => entry?.blockedUntil) : undefined
     const { decisions, commit, blocks } = evaluate(policies, entries.map((entry) => entry?.state), now, cost, options, blockedUntil)
@@ -135,7 +139,7 @@ export class MemoryStore implements SyncStore {
     let gained: Space[] | undefined
     if (commit !== undefined) {
       for (let i = 0; i < commit.length; i++) {
-        this.write(spaces[i] as Space, key, entries[i], commit[i] as Transition<AlgorithmState>, now)
+        this.write(spaces[i] as Space, keyOf(i), entries[i], commit[i] as Transition<AlgorithmState>, now)
         if (entries[i] === undefined) (gained ??= []).push(spaces[i] as Space)
       }
     }
@@ -143,7 +147,7 @@ export class MemoryStore implements SyncStore {
       for (let i = 0; i < blocks.length; i++) {
         const until = blocks[i]
         if (until === undefined) continue
-        const entry = entries[i] ?? this.write(spaces[i] as Space, key, undefined, { state: undefined, ttlMs: 0 }, now)
+        const entry = entries[i] ?? this.write(spaces[i] as Space, keyOf(i), undefined, { state: undefined, ttlMs: 0 }, now)
         entry.blockedUntil = until
         if (entries[i] === undefined) (gained ??= []).push(spaces[i] as Space)
       }

@@ -166,6 +166,9 @@ export class RedisStore implements Store {
    * key). Each is decided exactly as it would be alone.
    */
   consume(call: StoreCall): Promise<PolicyDecision[]> {
+    if (call.keys !== undefined && !this.spansKeys) {
+      return Promise.reject(new ArgumentError('keys', call.keys, 'cannot be used on a Redis Cluster: one atomic script touches one hash slot, and each key is a slot of its own'))
+    }
     return new Promise((resolve, reject) => {
       this.queue.push({ call, resolve, reject })
       if (!this.flushScheduled) {
@@ -249,6 +252,11 @@ export class RedisStore implements Store {
     }
   }
 
+  /** One script invocation spans keys on a single server; on a Cluster it touches one hash slot, a key's. */
+  get spansKeys(): boolean {
+    return !this.runner.cluster
+  }
+
   /** One script invocation for the batch (see lua/limit.lua for the layout). */
   private run(batch: Pending[]): Promise<unknown> {
     const keys: string[] = []
@@ -265,8 +273,12 @@ export class RedisStore implements Store {
         setIndex.set(call.policies, index)
         args.push(...this.setArgs(call.policies))
       }
-      for (const policy of call.policies) keys.push(redisKey(call.prefix, call.key, policy.name))
-      for (const policy of call.policies) if (policy.blockMs !== undefined) keys.push(blockKey(call.prefix, call.key, policy.name))
+      const { policies, keys: ownKeys } = call
+      for (let i = 0; i < policies.length; i++) keys.push(redisKey(call.prefix, ownKeys?.[i] ?? call.key, (policies[i] as ResolvedPolicy).name))
+      for (let i = 0; i < policies.length; i++) {
+        const policy = policies[i] as ResolvedPolicy
+        if (policy.blockMs !== undefined) keys.push(blockKey(call.prefix, ownKeys?.[i] ?? call.key, policy.name))
+      }
       const now = call.now !== undefined ? String(call.now) : this.clientTime ? String(monotonicClock()) : ''
       // Consecutive calls alike in all but their key share one run descriptor.
       if (previous !== undefined && now === previousNow && call.cost === previous.cost &&
