@@ -11,6 +11,7 @@ import { checkBoolean, checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { checkObserver, checkPrefix, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
+import { combine } from '../limiter/decision.ts'
 import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isSyncStore, type Store } from '../stores/store.ts'
@@ -429,6 +430,8 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
 
   // Whether any rule counts only some responses: only then can an allowed request need a refund later.
   const counting = rules.some((rule) => rule.count !== 'all')
+  // Whether one store call can span keys: then rules with different keys are decided together, all-or-nothing.
+  const spansKeys = store.spansKeys === true
 
   // Limiters over the union of several rules' policies, one per combination that occurs.
   const combinations = new Map<string, Limiter>()
@@ -534,14 +537,17 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
       const { limiter, key, cost, rule } = matched[0] as Matched
       return respond(request, [record(request, matched, limiter, limiter.limitSync(key, limitOptions(cost, rule)))])
     }
-    // Enforcing rules that share key, cost and wait are one all-or-nothing store call; the rest go one by one, in order.
+    // Enforcing rules that share cost and wait are one all-or-nothing store call, whatever their keys where the
+    // store spans keys, else those that share a key too; the rest go one by one, in order. Rules counting only some
+    // responses keep to their key: their refunds give units back under one key.
     let groups: Iterable<Matched[]>
     if (matched.length === 1) {
       groups = [matched]
     } else {
       const byId = new Map<string, Matched[]>()
       for (const entry of matched) {
-        const id = entry.rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${entry.rule.maxWaitMs}\u0000${entry.rule.count}\u0000${entry.key}`
+        const { rule } = entry
+        const id = rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${rule.maxWaitMs}\u0000${rule.count}${spansKeys && rule.count === 'all' ? '' : `\u0000${entry.key}`}`
         byId.set(id, [...(byId.get(id) ?? []), entry])
       }
       groups = byId.values()
@@ -551,9 +557,10 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     for (const group of groups) {
       const limiter = groupLimiter(group)
       const { key, cost, rule } = group[0] as Matched
-      const entry = record(request, group, limiter, limiter.limitSync(key, limitOptions(cost, rule)))
-      applied = appended(applied, entry)
-      if (!entry.decision.allowed && !entry.shadow) break
+      const keys = keysOf(group)
+      const decision = limiter.limitSync(key, limitOptions(cost, rule, keys))
+      applied = keys === undefined ? appended(applied, record(request, group, limiter, decision)) : recordByKey(request, group, decision, applied)
+      if (!decision.allowed && !rule.shadow) break
     }
     return respond(request, applied ?? [])
   }
@@ -562,14 +569,43 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     for (const group of groups) {
       const limiter = groupLimiter(group)
       const { key, cost, rule } = group[0] as Matched
-      const entry = record(request, group, limiter, await limiter.limit(key, limitOptions(cost, rule)))
-      applied = appended(applied, entry)
-      if (!entry.decision.allowed && !entry.shadow) break
+      const keys = keysOf(group)
+      const decision = await limiter.limit(key, limitOptions(cost, rule, keys))
+      applied = keys === undefined ? appended(applied, record(request, group, limiter, decision)) : recordByKey(request, group, decision, applied)
+      if (!decision.allowed && !rule.shadow) break
     }
     return respond(request, applied ?? [])
   }
   const groupLimiter = (group: Matched[]): Limiter => (group.length === 1 ? (group[0] as Matched).limiter : combined(group.map((entry) => entry.limiter)))
-  const limitOptions = (cost: number, rule: CompiledRule) => (cost === 1 && rule.maxWaitMs === 0 ? undefined : { cost, maxWaitMs: rule.maxWaitMs })
+  const limitOptions = (cost: number, rule: CompiledRule, keys?: Record<string, string>) =>
+    (cost === 1 && rule.maxWaitMs === 0 && keys === undefined ? undefined : { cost, maxWaitMs: rule.maxWaitMs, ...(keys !== undefined && { keys }) })
+  /** The keys of a group's policies that are not its first rule's key, by policy name; undefined when all share it. */
+  const keysOf = (group: Matched[]): Record<string, string> | undefined => {
+    const { key } = group[0] as Matched
+    let keys: Record<string, string> | undefined
+    for (const entry of group) {
+      if (entry.key === key) continue
+      keys ??= {}
+      for (const policy of entry.limiter.policies) keys[policy.name] = entry.key
+    }
+    return keys
+  }
+  /**
+   * Notes the decision of a group spanning keys as the rules of each key would have had it: per key, its
+   * policies' part of the decision (events, header items, refusals name the rules and key they are about).
+   */
+  const recordByKey = (request: HttpRequest, group: Matched[], decision: Decision, applied: Applied[] | undefined): Applied[] => {
+    const byKey = new Map<string, Matched[]>()
+    for (const entry of group) byKey.set(entry.key, [...(byKey.get(entry.key) ?? []), entry])
+    for (const part of byKey.values()) {
+      const limiter = groupLimiter(part)
+      const names = new Set(limiter.policies.map((policy) => policy.name))
+      const own = combine(decision.policies.filter((entry) => names.has(entry.policy)))
+      const degraded = decision.degraded ? { degraded: true, ...(decision.reason !== undefined && { reason: decision.reason }) } : {}
+      applied = appended(applied, record(request, part, limiter, { ...own, ...degraded }))
+    }
+    return applied as Applied[]
+  }
   /** Notes a group's decision. One that refuses (and is not shadow) ends the request: later groups are not charged. */
   const record = (request: HttpRequest, group: Matched[], limiter: Limiter, decision: Decision): Applied => {
     const { key, cost, rule } = group[0] as Matched

@@ -158,6 +158,40 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: per-user and per-IP limits, different keys, are one all-or-nothing store call: a refusal by either charges neither`, async () => {
+    const inner = makeStore()
+    let storeCalls = 0
+    // A wrapper that counts calls, and says (as the stores under it do) that one call spans keys.
+    const counted: Store = { consume: (call) => { storeCalls++; return inner.consume(call) }, reset: (p, k, ps) => inner.reset(p, k, ps), spansKeys: true }
+    const decided: string[] = []
+    const options = base([
+      { name: 'per-ip', policies: { algorithm: 'fixed-window', limit: 4, windowMs: MINUTE, name: 'per-ip' } },
+      { name: 'orders', match: { path: '/orders', method: 'POST' }, key: (request) => request.header('x-user'), policies: { algorithm: 'sliding-log', limit: 2, windowMs: MINUTE, name: 'orders' } },
+    ], { store: counted, onDecision: (event) => decided.push(`${event.rule}:${event.key}:${event.decision.allowed ? 'Y' : 'n'}`) })
+    await withServer(start, options, async (url) => {
+      const order = (user: string) => fetch(`${url}/orders`, { method: 'POST', headers: { 'x-user': user } })
+      assert.deepEqual([(await order('ann')).status, (await order('ann')).status], [200, 200])
+      assert.equal(storeCalls, 2, 'one store call per request for both keys')
+      const refused = await order('ann')
+      assert.equal(refused.status, 429)
+      assert.deepEqual((await refused.json() as { 'violated-policies': string[] })['violated-policies'], ['orders'])
+      // The IP's 4 lost nothing to ann's refused order: 2 are left, the first for bob's order.
+      assert.equal(refused.headers.get('ratelimit'), '"per-ip";r=2;t=30, "orders";r=0;t=60')
+      assert.equal((await order('bob')).status, 200)
+      assert.equal((await get(`${url}/x`)).status, 200)
+      // The IP's quota refuses bob's second order: his own log keeps its second unit.
+      const overIp = await order('bob')
+      assert.equal(overIp.status, 429)
+      assert.deepEqual((await overIp.json() as { 'violated-policies': string[] })['violated-policies'], ['per-ip'])
+      assert.equal(overIp.headers.get('ratelimit'), '"per-ip";r=0;t=30, "orders";r=1;t=60')
+      assert.equal(storeCalls, 6)
+      assert.deepEqual(decided, [
+        'per-ip:ip:127.0.0.1:Y', 'orders:ann:Y', 'per-ip:ip:127.0.0.1:Y', 'orders:ann:Y', 'per-ip:ip:127.0.0.1:Y', 'orders:ann:n',
+        'per-ip:ip:127.0.0.1:Y', 'orders:bob:Y', 'per-ip:ip:127.0.0.1:Y', 'per-ip:ip:127.0.0.1:n', 'orders:bob:Y',
+      ])
+    })
+  })
+
   it(`${adapter}: X-Forwarded-For from an untrusted peer cannot change the key; through a trusted proxy it is the key, and only the header that proxy sets`, async () => {
     const policies = { algorithm: 'fixed-window' as const, limit: 1, windowMs: MINUTE, name: 'one' }
     const warnings: string[] = []
