@@ -149,6 +149,14 @@ export class Limiter {
   private readonly storeTimeoutMs: number
   private readonly probeIntervalMs: number
   private readonly blocked: BlockCache | undefined
+  /**
+   * Refusals of calls spanning keys, by their keys together: one holds for the
+   * same combination until its retry time (only time frees units), not for
+   * another that shares the refusing key. Apart from `blocked`, so that no key
+   * of one call can be read as the keys of another. A `reset` of one of its
+   * keys made without the call's `keys` is seen when the entry expires.
+   */
+  private spanBlocked: BlockCache | undefined
   private readonly fallbackPolicies: readonly ResolvedPolicy[]
   private readonly fallbackStore: MemoryStore
   private readonly shards: number
@@ -430,6 +438,7 @@ export class Limiter {
 
   /** `reset` of a call spanning keys: each policy's state under its own key. */
   private async resetKeys(key: string, keys: readonly string[]): Promise<void> {
+    this.spanBlocked?.forget(spanOf(key, keys))
     for (const own of new Set(keys)) this.blocked?.forget(own)
     this.policies.forEach((policy, i) => this.fallbackStore.resetSync(this.prefix, keys[i] as string, [this.fallbackPolicies[i] as ResolvedPolicy]))
     const local = this.local
@@ -464,10 +473,10 @@ export class Limiter {
   /** Decides `call` on the store; when the store cannot, `logical` (the call as made) is degraded. */
   private async decideOn(call: StoreCall, logical: StoreCall, now: number): Promise<Decision> {
     // Only a plain charge may be answered from the cache: a reservation or a peek asks something else.
-    // A call spanning keys is refused by one of them, which the cache (by the call's key) cannot say.
-    const cacheable = this.blocked !== undefined && call.cost > 0 && call.maxWaitMs === 0 && call.keys === undefined
-    if (cacheable) {
-      const known = this.blocked?.check(call.key, call.cost, now)
+    const cache = call.cost > 0 && call.maxWaitMs === 0 ? this.blockCacheOf(call) : undefined
+    const cached = cache === undefined || call.keys === undefined ? call.key : spanOf(call.key, call.keys)
+    if (cache !== undefined) {
+      const known = cache.check(cached, call.cost, now)
       if (known !== undefined) {
         this.observer?.blockCacheHit?.()
         return known
@@ -486,7 +495,7 @@ export class Limiter {
     // The store answers again after failures the circuit did not open for.
     if (this.owed.length > 0) this.payOwed()
     const decision = combine(outcome.value)
-    if (cacheable && !decision.allowed) this.blocked?.remember(call.key, call.cost, decision, now)
+    if (cache !== undefined && !decision.allowed) cache.remember(cached, call.cost, decision, now)
     return decision
   }
 
@@ -563,6 +572,12 @@ export class Limiter {
       remaining: Math.min(limitOf(this.policies[i] as ResolvedPolicy), d.remaining * this.shards),
     })
     return { ...combine(decision.policies.map(scale)), degraded: false }
+  }
+
+  /** The block cache for `call`, if the limiter keeps one. */
+  private blockCacheOf(call: StoreCall): BlockCache | undefined {
+    if (this.blocked === undefined || call.keys === undefined) return this.blocked
+    return (this.spanBlocked ??= new BlockCache(this.blocked.maxKeys))
   }
 
   /** The decision `onStoreFailure` prescribes when the store could not decide. */
@@ -739,6 +754,11 @@ interface OwedRefund {
 /** Whether a failed store call is known to have done nothing: the circuit kept it from the store, or the store says so. */
 function notApplied(outcome: Outcome<unknown> & { ok: false }): boolean {
   return outcome.reason === 'circuit-open' || (outcome.reason === 'store-error' && outcome.error instanceof StoreNotAppliedError)
+}
+
+/** A call spanning keys as the block cache of such calls remembers it: its keys in policy order. */
+function spanOf(key: string, keys: readonly string[]): string {
+  return `${key}\u0000${keys.join('\u0000')}`
 }
 
 /** Owed refunds kept at most (the oldest go first), and for at most a day. */
