@@ -7,7 +7,7 @@
  * const decision = await limiter.limit('user:42')
  * if (!decision.allowed) console.log(`retry in ${decision.retryAfterMs} ms`)
  */
-export { Limiter, normalizeKey, MAX_KEY_LENGTH, type LimiterOptions, type LimitOptions, type KeyOptions, type LimiterObserver } from './limiter/limiter.ts'
+export { Limiter, normalizeKey, MAX_KEY_LENGTH, type LimiterOptions, type LimitOptions, type KeyOptions, type RefundOptions, type LimiterObserver } from './limiter/limiter.ts'
 export { combine } from './limiter/decision.ts'
 export { rateLimited, RateLimited, RateLimitAction, type RateLimitedOptions } from './limiter/rate-limited.ts'
 export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory-store.ts'

@@ -128,11 +128,20 @@ export interface KeyOptions {
   keys?: Readonly<Record<string, string>>
 }
 
+/** `refund`'s options: its third and fourth arguments by name, and the `keys` the call gave its policies. */
+export interface RefundOptions extends KeyOptions {
+  /** The decision that took the units (a fallback's are given back where it charged them). */
+  charged?: Decision
+  /** How long ago they were charged (a sliding log lets a unit go after its window). */
+  heldMs?: number
+}
+
 const LIMITER_OPTIONS = new Set([
   'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'fallbackStore', 'circuit', 'blockCache', 'shards', 'lease', 'observer',
 ])
 const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs', 'keys'])
 const KEY_OPTIONS = new Set(['keys'])
+const REFUND_OPTIONS = new Set(['charged', 'heldMs', 'keys'])
 
 /** Keys longer than this are replaced by their SHA-256, so no key can blow up memory. */
 export const MAX_KEY_LENGTH = 256
@@ -295,9 +304,13 @@ export class Limiter {
    * out, or whose connection dropped before the answer, may have been taken,
    * and is not given twice.
    */
-  async refund(key: string, units: number, charged?: Decision, heldMs?: number): Promise<Decision> {
-    const call = this.refundCall(key, units, heldMs)
-    if (call === undefined) return this.peek(key)
+  refund(key: string, units: number, charged?: Decision, heldMs?: number): Promise<Decision>
+  /** The same, the decision and time given by name, with the `keys` the call gave its policies (a call spanning keys is refunded under each). */
+  refund(key: string, units: number, options: RefundOptions): Promise<Decision>
+  async refund(key: string, units: number, chargedOrOptions?: Decision | RefundOptions, heldMsGiven?: number): Promise<Decision> {
+    const { charged, heldMs, keys } = this.refundOptions(key, chargedOrOptions, heldMsGiven)
+    const call = this.refundCall(key, units, heldMs, keys)
+    if (call === undefined) return this.decide(this.peekCall(key, keys))
     if (this.local !== undefined) return combine(this.local.consumeSync(call))
     if (this.chargedLocally(charged)) return this.refundLocally(call)
     const outcome = await this.circuit.run(() => this.store.consume(call))
@@ -309,9 +322,12 @@ export class Limiter {
     return combine(outcome.value)
   }
 
-  refundSync(key: string, units: number, charged?: Decision, heldMs?: number): Decision {
-    const call = this.refundCall(key, units, heldMs)
-    if (call === undefined) return this.peekSync(key)
+  refundSync(key: string, units: number, charged?: Decision, heldMs?: number): Decision
+  refundSync(key: string, units: number, options: RefundOptions): Decision
+  refundSync(key: string, units: number, chargedOrOptions?: Decision | RefundOptions, heldMsGiven?: number): Decision {
+    const { charged, heldMs, keys } = this.refundOptions(key, chargedOrOptions, heldMsGiven)
+    const call = this.refundCall(key, units, heldMs, keys)
+    if (call === undefined) return combine(this.syncStore().consumeSync(this.peekCall(key, keys)))
     if (this.chargedLocally(charged)) return this.refundLocally(call)
     return combine(this.syncStore().consumeSync(call))
   }
@@ -373,7 +389,7 @@ export class Limiter {
           if (!outcome.ok && notApplied(outcome)) return
           this.owed.shift()
           this.observer?.refundOwed?.(outcome.ok ? 'given' : 'dropped')
-          this.blocked?.forget(call.key)
+          this.forgetRefusals(call)
         }
       } finally {
         this.paying = false
@@ -675,8 +691,20 @@ export class Limiter {
     return cost
   }
 
+  /** `refund`'s arguments, either way they are given, checked. */
+  private refundOptions(key: string, chargedOrOptions: Decision | RefundOptions | undefined, heldMs: number | undefined): { charged: Decision | undefined; heldMs: number | undefined; keys: readonly string[] | undefined } {
+    // A decision always says whether it allowed; options never do.
+    if (chargedOrOptions === undefined || chargedOrOptions === null || typeof chargedOrOptions !== 'object' || 'allowed' in chargedOrOptions) {
+      return { charged: chargedOrOptions as Decision | undefined, heldMs, keys: undefined }
+    }
+    checkOptions('options', 'a refund option', chargedOrOptions, REFUND_OPTIONS)
+    if (heldMs !== undefined) throw new ArgumentError('heldMs', heldMs, 'goes in the options object when one is given ({ charged, heldMs, keys })')
+    const keys = chargedOrOptions.keys === undefined ? undefined : this.ownKeys(normalizeKey(key), chargedOrOptions.keys)
+    return { charged: chargedOrOptions.charged, heldMs: chargedOrOptions.heldMs, keys }
+  }
+
   /** The store call giving `units` back; undefined when a sliding log has let them go already (`heldMs`). */
-  private refundCall(key: string, units: number, heldMs: number | undefined): StoreCall | undefined {
+  private refundCall(key: string, units: number, heldMs: number | undefined, keys: readonly string[] | undefined): StoreCall | undefined {
     if (heldMs !== undefined && !(typeof heldMs === 'number' && Number.isFinite(heldMs) && heldMs >= 0)) {
       throw new ArgumentError('heldMs', heldMs, 'must be a finite number of milliseconds, 0 or more')
     }
@@ -693,9 +721,17 @@ export class Limiter {
     }
     if (heldMs !== undefined && this.policies.some((policy) => policy.algorithm === 'sliding-log' && this.countedForMs(policy.windowMs, heldMs) <= 0)) return undefined
     const call: StoreCall = { prefix: this.prefix, key: normalizeKey(key), policies: this.policies, cost: -units, maxWaitMs: 0, now: this.now() }
-    // A refund can free a key the cache holds as blocked.
-    this.blocked?.forget(call.key)
+    if (keys !== undefined) call.keys = keys
+    this.forgetRefusals(call)
     return call
+  }
+
+  /** A refund can free keys the caches hold as refused. */
+  private forgetRefusals(call: StoreCall): void {
+    this.blocked?.forget(call.key)
+    if (call.keys === undefined) return
+    this.spanBlocked?.forget(spanOf(call.key, call.keys))
+    for (const own of call.keys) this.blocked?.forget(own)
   }
 
   /**

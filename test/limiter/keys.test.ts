@@ -56,6 +56,31 @@ describe('Limiter: calls that span keys (a policy under a key of its own)', () =
     assert.deepEqual(limiter.peekSync('d').policies.map((p) => p.remaining), [10, 2], 'd was refused: charged nowhere')
   })
 
+  it('refund gives units back under the keys the call spanned: jobs in progress per tenant AND overall', async () => {
+    const now = 0
+    const running = new Limiter({
+      clock: () => now,
+      policies: [{ algorithm: 'sliding-log', limit: 2, windowMs: 600_000, name: 'tenant' }, { algorithm: 'sliding-log', limit: 3, windowMs: 600_000, name: 'overall' }],
+    })
+    const OVERALL = { keys: { overall: 'all' } }
+    const started = ['t1', 't1', 't2', 't2'].map((tenant) => running.limitSync(tenant, OVERALL))
+    assert.deepEqual(started.map((d) => [d.allowed, d.policy]), [[true, 'tenant'], [true, 'tenant'], [true, 'overall'], [false, 'overall']])
+    // A refund under t1 alone frees t1's slot, not the overall one.
+    running.refundSync('t1', 1)
+    assert.equal(running.limitSync('t2', OVERALL).allowed, false)
+    running.limitSync('t1')
+    // Given the keys, both: t2's second job may start.
+    const refunded = running.refundSync('t1', 1, { heldMs: 5_000, ...OVERALL })
+    assert.deepEqual(refunded.policies.map((p) => p.remaining), [1, 1])
+    assert.equal((await running.refund('t2', 1, { keys: { overall: 'all' } })).policies[1]?.remaining, 2)
+    assert.deepEqual(running.limitSync('t2', OVERALL).allowed, true)
+    // Held past the window, a unit has left the logs already: nothing is given back, anywhere.
+    assert.deepEqual(running.refundSync('t2', 1, { heldMs: 600_000, ...OVERALL }).policies.map((p) => p.remaining), [1, 1])
+    assert.throws(() => running.refundSync('t2', 1, { heldMs: 5 } as never, 5), /heldMs goes in the options object when one is given/)
+    assert.throws(() => running.refundSync('t2', 1, { held: 5 } as never), /held is not a refund option/)
+    assert.throws(() => running.refundSync('t2', 1, { keys: { tenants: 'x' } }), /keys\["tenants"\] names no policy/)
+  })
+
   it('refuses bad keys by name', () => {
     const limiter = new Limiter({ policies: [user, global] })
     const cases: Array<[unknown, RegExp]> = [
