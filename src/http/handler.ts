@@ -539,7 +539,8 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     }
     // Enforcing rules that share cost and wait are one all-or-nothing store call, whatever their keys where the
     // store spans keys, else those that share a key too; the rest go one by one, in order. Rules counting only some
-    // responses keep to their key: their refunds give units back under one key.
+    // responses keep to their key: their refunds are made per rule and key, and of a refused call spanning keys,
+    // the parts that would have allowed read as allowed though nothing was charged.
     let groups: Iterable<Matched[]>
     if (matched.length === 1) {
       groups = [matched]

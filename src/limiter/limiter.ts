@@ -674,7 +674,9 @@ export class Limiter {
     if (this.lease !== undefined) throw new ArgumentError('keys', keys, 'cannot be used with a lease: a lease holds units of one key')
     if (this.store.spansKeys !== true) {
       const store = this.store.constructor.name
-      throw new ArgumentError('keys', keys, store === 'RedisStore' ? 'cannot be used on a Redis Cluster: one atomic script touches one hash slot, and each key is a slot of its own' : `cannot be used with ${store}: it does not say it decides several keys in one atomic call (spansKeys)`)
+      throw new ArgumentError('keys', keys, store === 'RedisStore'
+        ? 'cannot be used on a Redis Cluster: one atomic script touches one hash slot, and each key is a slot of its own'
+        : `cannot be used with ${store === 'Object' ? 'this store' : store}: it does not say it decides a call's keys together, atomically (a store that does declares spansKeys: true)`)
     }
     return resolved
   }

@@ -102,7 +102,7 @@ describe('Limiter: calls that span keys (a policy under a key of its own)', () =
     // A wrapper (say, one that counts calls) that does not pass spansKeys on.
     const wrapped: Store = { consume: (call) => memory.consume(call), reset: (prefix, key, policies) => memory.reset(prefix, key, policies) }
     const limiter = new Limiter({ policies: [user, global], store: wrapped })
-    await assert.rejects(limiter.limit('k', SPAN), /keys cannot be used with Object: it does not say it decides several keys in one atomic call \(spansKeys\)/)
+    await assert.rejects(limiter.limit('k', SPAN), /keys cannot be used with this store: it does not say it decides a call's keys together, atomically \(a store that does declares spansKeys: true\)/)
     assert.equal((await limiter.limit('k', { keys: { global: 'k' } })).allowed, true, 'keys that name the call\'s own key change nothing')
   })
 })
