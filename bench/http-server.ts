@@ -18,17 +18,24 @@ const [framework, limiter, redisUrl] = process.argv.slice(2) as [string, string,
 const HUGE = 1_000_000_000
 // Per client IP, one minute, never reached: the cost of deciding, not of refusing.
 const rules = [{ name: 'api', policies: { algorithm: 'fixed-window' as const, limit: HUGE, windowMs: 60_000, name: 'api' } }]
-const store: Store | undefined = limiter === 'sluice-redis' || limiter === 'sluice-redis-fn'
+const redisStore = limiter.startsWith('sluice-redis')
   ? new RedisStore({ client: new Redis(redisUrl as string, { autoResendUnfulfilledCommands: false }), functions: limiter === 'sluice-redis-fn' })
   : undefined
+// bench/keys.ts: the same store, hiding that one call spans keys, so that the two keys' rules are a call each.
+const store: Store | undefined = redisStore !== undefined && limiter === 'sluice-redis-keys-apart'
+  ? { consume: (call) => redisStore.consume(call), reset: (prefix, key, policies) => redisStore.reset(prefix, key, policies) }
+  : redisStore
 // The least a limiter that answers with draft-10 fields does, deciding nothing: two fields per
 // response, one of them with a number that changes, as sluice sends for this rule.
 let served = 0
 const policyField = '"api";q=1000000000;w=60'
 const remainingField = () => `"api";r=${HUGE - ++served};t=60`
-const sluiceOptions = { rules, onWarning: () => {}, ...(store ? { store } : {}) }
+// bench/keys.ts: per client IP AND per user (one user: the cost of a second key, not of many), never reached.
+const twoKeys = limiter.startsWith('sluice-redis-keys') || limiter === 'peer-redis-keys'
+const userRule = { name: 'user', key: () => 'user:42', policies: { algorithm: 'fixed-window' as const, limit: HUGE, windowMs: 60_000, name: 'user' } }
+const sluiceOptions = { rules: twoKeys ? [...rules, userRule] : rules, onWarning: () => {}, ...(store ? { store } : {}) }
 // The peers on the same Redis, each with its own store: rate-limit-redis for express-rate-limit, the built-in one for @fastify/rate-limit.
-const peerRedis = limiter === 'peer-redis' ? new Redis(redisUrl as string) : undefined
+const peerRedis = limiter === 'peer-redis' || limiter === 'peer-redis-keys' ? new Redis(redisUrl as string) : undefined
 
 if (framework === 'express') {
   const app = express()
@@ -38,8 +45,10 @@ if (framework === 'express') {
   if (limiter === 'fields') app.use((_req, res, next) => { res.setHeader('RateLimit-Policy', policyField); res.setHeader('RateLimit', remainingField()); next() })
   if (limiter === 'peer') app.use(expressRateLimit({ windowMs: 60_000, limit: HUGE, standardHeaders: 'draft-8', legacyHeaders: false }))
   if (peerRedis) {
-    const redisStore = new ExpressRateLimitRedisStore({ sendCommand: (command: string, ...args: string[]) => peerRedis.call(command, ...args) as Promise<RedisReply> })
-    app.use(expressRateLimit({ windowMs: 60_000, limit: HUGE, standardHeaders: 'draft-8', legacyHeaders: false, store: redisStore }))
+    const peerStore = (prefix: string) => new ExpressRateLimitRedisStore({ prefix, sendCommand: (command: string, ...args: string[]) => peerRedis.call(command, ...args) as Promise<RedisReply> })
+    app.use(expressRateLimit({ windowMs: 60_000, limit: HUGE, standardHeaders: 'draft-8', legacyHeaders: false, store: peerStore('rl:') }))
+    // Its way to a second key: a second middleware, with a store and a round trip of its own.
+    if (twoKeys) app.use(expressRateLimit({ windowMs: 60_000, limit: HUGE, standardHeaders: 'draft-8', legacyHeaders: false, store: peerStore('rl-user:'), keyGenerator: () => 'user:42' }))
   }
   app.get('/', (_req, res) => { res.send('ok') })
   const server = createServer(app).listen(0, '127.0.0.1', () => console.log((server.address() as AddressInfo).port))

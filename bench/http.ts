@@ -21,67 +21,17 @@
  *   npm run bench:http                  (about five minutes)
  *   BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:http
  */
-import { spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
-import { createInterface } from 'node:readline'
-import autocannon from 'autocannon'
 import { startRedis } from '../test/support/redis.ts'
+import { CONNECTIONS, measure, median, medianOf, type Row } from './http-measure.ts'
 import { emit, QUICK } from './report.ts'
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 3))
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 5))
-const CONNECTIONS = 50
 // `bare-again` is a second bare server, the same code: how far it lands from `bare` is what this
 // run can resolve; a smaller difference between two other rows is noise.
 const VARIANTS = ['bare', 'bare-again', 'noop', 'fields', 'peer', 'peer-redis', 'sluice-memory', 'sluice-redis', 'sluice-redis-fn']
 
-interface Row { framework: string; limiter: string; rps: number; p99: number; errors: number; non2xx: number; cpuUsPerRequest: number | undefined }
-
-const CLOCK_TICKS_PER_SECOND = 100
 const LABEL_WIDTH = 26
-
-/** User + system CPU seconds a process has used, or undefined where /proc does not say. */
-function cpuSeconds(pid: number | undefined): number | undefined {
-  try {
-    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
-    const ticks = Number(fields[11]) + Number(fields[12])
-    return Number.isFinite(ticks) ? ticks / CLOCK_TICKS_PER_SECOND : undefined
-  } catch {
-    return undefined
-  }
-}
-
-async function measure(framework: string, limiter: string, redisUrl: string): Promise<Row> {
-  const child = spawn(process.execPath, ['--import', 'tsx', new URL('./http-server.ts', import.meta.url).pathname, framework, limiter, redisUrl], { stdio: ['ignore', 'pipe', 'inherit'] })
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${framework}/${limiter} did not start`)), 20_000)
-    createInterface({ input: child.stdout as NodeJS.ReadableStream }).once('line', (line) => { clearTimeout(timer); resolve(Number(line)) })
-  })
-  try {
-    // A short warm-up, then the measured run.
-    await autocannon({ url: `http://127.0.0.1:${port}/`, connections: CONNECTIONS, duration: 1 })
-    const cpuBefore = cpuSeconds(child.pid)
-    const result = await autocannon({ url: `http://127.0.0.1:${port}/`, connections: CONNECTIONS, duration: SECONDS })
-    const cpuAfter = cpuSeconds(child.pid)
-    const cpuUsPerRequest = cpuBefore === undefined || cpuAfter === undefined ? undefined : ((cpuAfter - cpuBefore) / result.requests.total) * 1e6
-    return { framework, limiter, rps: result.requests.average, p99: result.latency.p99, errors: result.errors, non2xx: result.non2xx, cpuUsPerRequest }
-  } finally {
-    child.kill('SIGTERM')
-  }
-}
-
-/** The run with the median requests/s, carrying the median CPU time per request of all runs. */
-function median(runs: Row[]): Row {
-  const row = [...runs].sort((a, b) => a.rps - b.rps)[Math.floor(runs.length / 2)] as Row
-  const cpu = runs.map((run) => run.cpuUsPerRequest).filter((us) => us !== undefined).sort((a, b) => a - b)
-  return { ...row, cpuUsPerRequest: cpu[Math.floor(cpu.length / 2)] }
-}
-
-function medianOf(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.floor(sorted.length / 2)] as number
-}
 
 function cpuCell(row: Row, bare: Row): string {
   if (row.cpuUsPerRequest === undefined || bare.cpuUsPerRequest === undefined) return ''
@@ -102,7 +52,7 @@ try {
       // Each round starts with the next variant, so none always takes the same place in the sequence
       // (trials here measured the first server of a round slowest more often than chance, cause not found).
       const order = VARIANTS.map((_, i) => VARIANTS[(i + round) % VARIANTS.length] as string)
-      for (const limiter of order) (samples[limiter] ??= []).push(await measure(framework, limiter, redis.url))
+      for (const limiter of order) (samples[limiter] ??= []).push(await measure(framework, limiter, redis.url, SECONDS))
     }
     for (const [limiter, runs] of Object.entries(samples)) rows[limiter] = median(runs)
     const bare = rows.bare as Row
