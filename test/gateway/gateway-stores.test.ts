@@ -79,6 +79,45 @@ ${route(upstream.url)}`)
       }
     })
 
+    it('a limit per API key and a route limit per IP: one all-or-nothing call on a single Redis (through Sentinel); on a cluster, a call per key, in order', async () => {
+      const twoKeys = (store: string, prefix: string) => `
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0, watch: [apikey:k1] }
+store: ${store}
+prefix: ${prefix}
+identity: { apiKey: { header: x-api-key, keys: [k1] }, order: [apiKey, ip] }
+limits:
+  - name: per-key
+    policies: { algorithm: sliding-log, name: per-key, limit: 5, windowMs: 3600000 }
+routes:
+  - name: api
+    upstream: ${upstream.url}
+    limits:
+      - name: per-ip
+        key: [ip]
+        policies: { algorithm: sliding-log, name: per-ip, limit: 2, windowMs: 3600000 }
+`
+      const stores = {
+        sentinel: `{ type: redis, sentinel: { sentinels: ["127.0.0.1:${sentinel.port}"], name: gw-master } }`,
+        cluster: `{ type: redis, cluster: [${cluster.nodes.map((n) => `"127.0.0.1:${n.port}"`).join(', ')}] }`,
+      }
+      const left: Record<string, number | undefined> = {}
+      for (const [name, store] of Object.entries(stores)) {
+        const gateway = await startGateway(twoKeys(store, `two-keys-${name}`))
+        try {
+          const seen = []
+          for (let i = 0; i < 4; i++) seen.push((await fetch(`${gateway.url}/hello`, { headers: { 'x-api-key': 'k1' } })).status)
+          assert.deepEqual(seen, [200, 200, 429, 429], name)
+          const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>> }
+          left[name] = status.watched['apikey:k1']?.['per-key']?.remaining
+        } finally {
+          await gateway.stop()
+        }
+      }
+      // The key's limit lost nothing to the refusals on one Redis; on the cluster the key was charged first, then the IP refused.
+      assert.deepEqual(left, { sentinel: 3, cluster: 1 })
+    })
+
     it('store.cluster seeded with a node not in cluster mode: the store\'s errors say why, not only "Failed to refresh slots cache."', async () => {
       // The connection the gateway opens for store.cluster, on the standalone master.
       const client = new Cluster([{ host: '127.0.0.1', port: master.port }], { enableOfflineQueue: false, redisOptions: LIMITER_CLIENT_OPTIONS })
