@@ -93,7 +93,9 @@ const policy = z.record(z.string(), z.unknown(), { error: (issue) => `expected a
   })
 const policies = z.union([z.array(policy).min(1, { error: 'expected at least one policy' }), policy], { error: (issue) => `expected a policy or a list of policies, got ${show(issue.input)}` })
 
-const identityKinds = z.enum(['jwt', 'apiKey', 'ip'], { error: (issue) => `expected one of jwt, apiKey, ip, got ${show(issue.input)}` })
+/** Who a request is: a verified token's claim, an API key, the client IP, or one client that every request is (a quota all share). */
+const identityKinds = z.enum(['jwt', 'apiKey', 'ip', 'everyone'], { error: (issue) => `expected one of jwt, apiKey, ip, everyone, got ${show(issue.input)}` })
+export type IdentityKind = z.infer<typeof identityKinds>
 
 const match = z.strictObject({
   path: stringOrList.optional(),

@@ -376,14 +376,14 @@ function watchedKeys(config: RawConfig, apiKeys: readonly string[] | undefined, 
       else if (apiKeys !== undefined && !apiKeys.includes(key.slice(7))) report(['admin', 'watch', i], 'is an API key (apikey:…) that is not one of the listed keys: no request is given it')
       return key
     }
-    if (key === 'anonymous') return key
+    if (key === 'anonymous' || key === 'everyone') return key
     if (key.startsWith('ip:')) {
       const normalized = canonicalKey(key, config.identity.clientIp?.ipv6Prefix)
       if (normalized !== undefined) return normalized
       report(['admin', 'watch', i], `${show(key)} holds no IP address (ip:203.0.113.7, ip:2001:db8::1)`)
       return key
     }
-    report(['admin', 'watch', i], `${show(key)} is not a key the gateway makes: ip:<address>, apikey:<key>, user:<JWT claim> or anonymous`)
+    report(['admin', 'watch', i], `${show(key)} is not a key the gateway makes: ip:<address>, apikey:<key>, user:<JWT claim>, anonymous or everyone`)
     return key
   })
 }
@@ -666,13 +666,15 @@ function checkStoreHolds(config: RawConfig, limits: readonly ResolvedLimit[], re
 }
 
 function checkReferences(config: RawConfig, report: Report): void {
-  const configured = new Set(['ip', ...(config.identity.jwt !== undefined ? ['jwt'] : []), ...(config.identity.apiKey !== undefined ? ['apiKey'] : [])])
+  const configured = new Set(['ip', 'everyone', ...(config.identity.jwt !== undefined ? ['jwt'] : []), ...(config.identity.apiKey !== undefined ? ['apiKey'] : [])])
   const check = (kinds: readonly string[] | undefined, path: PropertyKey[]) => {
     kinds?.forEach((kind, i) => {
       if (!configured.has(kind)) report([...path, i], `${show(kind)} is not configured under identity`)
       else if (kinds.indexOf(kind) < i) report([...path, i], `${show(kind)} is named twice`)
-      // Every request has a client address: whatever comes after ip is never tried.
-      else if (kind === 'ip' && i < kinds.length - 1) report([...path, i], `ip identifies every request, so ${kinds.slice(i + 1).join(', ')} after it would never be tried: put ip last`)
+      // Every request has a client address, and everyone is every request: whatever comes after either is never tried.
+      else if ((kind === 'ip' || kind === 'everyone') && i < kinds.length - 1) {
+        report([...path, i], `${kind} identifies every request, so ${kinds.slice(i + 1).join(', ')} after it would never be tried: put ${kind} last`)
+      }
     })
   }
   check(config.identity.order, ['identity', 'order'])

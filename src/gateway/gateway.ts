@@ -27,7 +27,7 @@ import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { DecisionOutcome } from '../metrics/tally.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfigOffThread, type GatewayConfig, type ResolvedLimit } from './config.ts'
-import type { RouteConfig } from './config-schema.ts'
+import type { IdentityKind, RouteConfig } from './config-schema.ts'
 import { createAdminServer } from './admin.ts'
 import { connectionTokens, createAgent, HOP_BY_HOP, forward, pathRewriter, respond, Upstreams, type PathRewrite, type Upgrade, type UpstreamFailure } from './proxy.ts'
 import { openStore, type OpenedStore } from './store.ts'
@@ -633,17 +633,19 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
   const jwt = jwtOptions(config, config.jwtPublicKey)
   const verified = jwt === undefined ? undefined : jwtVerifier(jwt)
   const claim = identity.jwt?.claim ?? 'sub'
-  const resolvers: Record<'jwt' | 'apiKey' | 'ip', KeyResolver | undefined> = {
+  const resolvers: Record<IdentityKind, KeyResolver | undefined> = {
     jwt: verified === undefined ? undefined : async (request) => {
       const value = claimOf(await verified(request), claim)
       return value === undefined ? undefined : `user:${value}`
     },
     apiKey: identity.apiKey === undefined ? undefined : apiKey(identity.apiKey.header, config.apiKeys === undefined ? {} : { keys: config.apiKeys }),
     ip: clientIpKey(clientIpOptions(config)),
+    // One client that every request is: a limit keyed so is one quota all clients share (what the upstream can take).
+    everyone: () => EVERYONE,
   }
   for (const warning of configWarnings(config)) logger.warn(warning)
   const defaultOrder = identity.order ?? [...(verified !== undefined ? ['jwt' as const] : []), ...(identity.apiKey !== undefined ? ['apiKey' as const] : []), 'ip' as const]
-  const keyOf = (kinds: ReadonlyArray<'jwt' | 'apiKey' | 'ip'>): KeyResolver => {
+  const keyOf = (kinds: readonly IdentityKind[]): KeyResolver => {
     const chosen = kinds.map((kind) => resolvers[kind] as KeyResolver)
     return chosen.length === 1 ? (chosen[0] as KeyResolver) : firstOf(...chosen)
   }
@@ -819,9 +821,13 @@ function routeFor<R extends { matches: RequestMatch }>(routes: readonly R[], req
   return route
 }
 
+/** The key of the identity kind `everyone`: one client that every request is. */
+const EVERYONE = 'everyone'
+
+/** What kind of key a request was limited by (`user`, `apikey`, `ip`), never the key: `anonymous` and `everyone` are whole keys. */
 function kindOf(key: string): string {
   const colon = key.indexOf(':')
-  return colon === -1 ? 'anonymous' : key.slice(0, colon)
+  return colon === -1 ? key : key.slice(0, colon)
 }
 
 /**

@@ -460,6 +460,12 @@ routes:
       'routes[0].limits[0].key[1]: "apiKey" is named twice (line 9)',
     ])
     assert.deepEqual(await problems(config('[apiKey, ip]', '[ip]')), [])
+    // everyone is every request too; before it, each kind that identifies a request has a quota of its own.
+    assert.deepEqual(await problems(config('[apiKey, everyone]', '[everyone, ip]')), [
+      'routes[0].limits[0].key[0]: everyone identifies every request, so ip after it would never be tried: put everyone last (line 9)',
+    ])
+    assert.deepEqual(await problems(config('[everyone]', '[apiKey, everyone]')), [])
+    assert.deepEqual(await problems(config('[everybody]', '[ip]')), ['identity.order[0]: expected one of jwt, apiKey, ip, everyone, got "everybody" (line 4)'])
   })
 
   it('refuses a stripPrefix that begins no path its route matches (the upstream would get every path whole)', async () => {
@@ -559,7 +565,7 @@ tiers: { from: { header: x-plan }, default: free }
     const wider = await parseConfig(minimal(limit, 'admin: { watch: ["ip:2001:db8:1:2::7"] }\nidentity: { clientIp: { ipv6Prefix: 64 } }'), 'test.yaml', {})
     assert.deepEqual(wider.admin.watch, ['ip:2001:db8:1:2::/64'])
     assert.deepEqual(await problems(minimal(limit, 'admin: { watch: [partner-1, "ip:localhost"] }')), [
-      'admin.watch[0]: "partner-1" is not a key the gateway makes: ip:<address>, apikey:<key>, user:<JWT claim> or anonymous (line 2)',
+      'admin.watch[0]: "partner-1" is not a key the gateway makes: ip:<address>, apikey:<key>, user:<JWT claim>, anonymous or everyone (line 2)',
       'admin.watch[1]: "ip:localhost" holds no IP address (ip:203.0.113.7, ip:2001:db8::1) (line 2)',
     ])
     // A key no request is given would show a full quota for ever; an API key is not quoted (problems are logged).

@@ -320,6 +320,45 @@ routes:
     }
   })
 
+  it('key: [everyone] is one quota all clients share, decided with each client\'s own limit all-or-nothing', async () => {
+    const gateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0, watch: [everyone, ip:203.0.113.3] }
+identity: { clientIp: { trustProxy: [127.0.0.1, "::1"] } }
+limits:
+  - name: per-client
+    policies: { algorithm: sliding-log, name: per-client, limit: 2, windowMs: 3600000 }
+routes:
+  - name: api
+    upstream: ${upstream.url}
+    limits:
+      - name: capacity
+        key: [everyone]
+        policies: { algorithm: sliding-log, name: capacity, limit: 5, windowMs: 3600000 }
+`)
+    try {
+      const from = async (client: string, count: number) => {
+        const answers = []
+        for (let i = 0; i < count; i++) answers.push(await fetch(`${gateway.url}/hello`, { headers: { 'x-forwarded-for': client } }))
+        return answers
+      }
+      // A's own limit refuses its third request, which the shared quota does not pay for.
+      assert.deepEqual((await from('203.0.113.1', 3)).map((r) => r.status), [200, 200, 429])
+      assert.deepEqual((await from('203.0.113.2', 2)).map((r) => r.status), [200, 200])
+      const third = await from('203.0.113.3', 2)
+      assert.deepEqual(third.map((r) => r.status), [200, 429])
+      assert.deepEqual((await third[1]?.json() as { 'violated-policies': string[] })['violated-policies'], ['capacity'])
+      assert.equal(third[1]?.headers.get('ratelimit'), '"per-client";r=1;t=3600, "capacity";r=0;t=3600')
+      const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>> }
+      assert.equal(status.watched.everyone?.capacity?.remaining, 0)
+      assert.equal(status.watched['ip:203.0.113.3']?.['per-client']?.remaining, 1, 'the refusal by the shared quota took nothing from C')
+      const line = await gateway.waitForLog((l) => l.msg === 'request' && l.status === 429 && l.keyKind === 'everyone')
+      assert.equal(line.route, 'api')
+    } finally {
+      await gateway.stop()
+    }
+  })
+
   it('shadow limits decide and count but never refuse; a route limit may be shadowed alone', async () => {
     const gateway = await startGateway(`
 server: { listen: 127.0.0.1:0 }
