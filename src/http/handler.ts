@@ -6,7 +6,7 @@
 import { monotonicClock, type Clock } from '../core/clock.ts'
 import { ITEMS_PER_SLICE, runInSlices, runToEnd } from '../core/turn.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
-import type { Decision, Policy, ResolvedPolicy } from '../core/types.ts'
+import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { checkBoolean, checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
@@ -542,7 +542,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     // responses keep to their key: their refunds are made per rule and key, and of a refused call spanning keys,
     // the parts that would have allowed read as allowed though nothing was charged.
     let groups: Iterable<Matched[]>
-    if (matched.length === 1) {
+    if (matched.length === 1 || oneCall(matched)) {
       groups = [matched]
     } else {
       const byId = new Map<string, Matched[]>()
@@ -577,6 +577,12 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     }
     return respond(request, applied ?? [])
   }
+  /** Whether every matched rule goes in one store call (what the grouping below would find, without building it). */
+  const oneCall = (matched: Matched[]): boolean => {
+    const { cost, rule, key } = matched[0] as Matched
+    const anyKey = spansKeys && rule.count === 'all'
+    return matched.every((entry) => !entry.rule.shadow && entry.cost === cost && entry.rule.maxWaitMs === rule.maxWaitMs && entry.rule.count === rule.count && (anyKey || entry.key === key))
+  }
   const groupLimiter = (group: Matched[]): Limiter => (group.length === 1 ? (group[0] as Matched).limiter : combined(group.map((entry) => entry.limiter)))
   const limitOptions = (cost: number, rule: CompiledRule, keys?: Record<string, string>) =>
     (cost === 1 && rule.maxWaitMs === 0 && keys === undefined ? undefined : { cost, maxWaitMs: rule.maxWaitMs, ...(keys !== undefined && { keys }) })
@@ -594,16 +600,25 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   /**
    * Notes the decision of a group spanning keys as the rules of each key would have had it: per key, its
    * policies' part of the decision (events, header items, refusals name the rules and key they are about).
+   * The group's limiter holds its rules' policies in order, so each rule's part is a slice of the decision.
    */
   const recordByKey = (request: HttpRequest, group: Matched[], decision: Decision, applied: Applied[] | undefined): Applied[] => {
-    const byKey = new Map<string, Matched[]>()
-    for (const entry of group) byKey.set(entry.key, [...(byKey.get(entry.key) ?? []), entry])
-    for (const part of byKey.values()) {
-      const limiter = groupLimiter(part)
-      const names = new Set(limiter.policies.map((policy) => policy.name))
-      const own = combine(decision.policies.filter((entry) => names.has(entry.policy)))
-      const degraded = decision.degraded ? { degraded: true, ...(decision.reason !== undefined && { reason: decision.reason }) } : {}
-      applied = appended(applied, record(request, part, limiter, { ...own, ...degraded }))
+    const parts: Array<{ entries: Matched[]; decisions: PolicyDecision[] }> = []
+    let at = 0
+    for (const entry of group) {
+      const slice = decision.policies.slice(at, (at += entry.limiter.policies.length))
+      const part = parts.find((candidate) => (candidate.entries[0] as Matched).key === entry.key)
+      if (part === undefined) {
+        parts.push({ entries: [entry], decisions: slice })
+      } else {
+        part.entries.push(entry)
+        part.decisions.push(...slice)
+      }
+    }
+    for (const { entries, decisions } of parts) {
+      const own = combine(decisions)
+      const degraded = decision.degraded ? { ...own, degraded: true, ...(decision.reason !== undefined && { reason: decision.reason }) } : own
+      applied = appended(applied, record(request, entries, groupLimiter(entries), degraded))
     }
     return applied as Applied[]
   }
@@ -899,16 +914,24 @@ function problemBody(status: number, title: string, detail: string, extra: Recor
  * single-valued ones carry the binding rule's numbers.
  */
 function mergeHeaders(perRule: HeaderList[], binding: number, standard: string | false): HeaderList {
-  const lists = new Set(['RateLimit-Policy', ...(standard === 'draft-10' || standard === 'draft-8' ? ['RateLimit'] : [])])
-  const merged = new Map<string, string[]>()
-  perRule.forEach((headers, i) => {
-    for (const [name, value] of headers) {
-      if (lists.has(name)) merged.set(name, [...(merged.get(name) ?? []), value])
-      else if (i === binding) merged.set(name, [value])
+  const lists = standard === 'draft-10' || standard === 'draft-8' ? LIST_FIELDS : POLICY_LIST_FIELD
+  const merged = new Map<string, string>()
+  for (let i = 0; i < perRule.length; i++) {
+    for (const [name, value] of perRule[i] as HeaderList) {
+      if (lists.has(name)) {
+        const before = merged.get(name)
+        merged.set(name, before === undefined ? value : `${before}, ${value}`)
+      } else if (i === binding) {
+        merged.set(name, value)
+      }
     }
-  })
-  return [...merged].map(([name, values]) => [name, values.join(', ')])
+  }
+  return Array.from(merged)
 }
+
+/** The fields whose items every rule adds to (structured-field lists); the others come from the binding rule. */
+const LIST_FIELDS: ReadonlySet<string> = new Set(['RateLimit-Policy', 'RateLimit'])
+const POLICY_LIST_FIELD: ReadonlySet<string> = new Set(['RateLimit-Policy'])
 
 function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule: string): void {
   if (!Number.isSafeInteger(cost) || cost < 1) throw new ArgumentError(`rule "${rule}" cost`, cost, 'must be a positive integer or a function')

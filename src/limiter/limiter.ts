@@ -148,6 +148,8 @@ export const MAX_KEY_LENGTH = 256
 
 export class Limiter {
   readonly policies: readonly ResolvedPolicy[]
+  /** Each policy's place in `policies`, by name (a call's `keys` name them). */
+  private readonly policyIndex: ReadonlyMap<string, number>
   readonly prefix: string
   readonly store: Store
   readonly onStoreFailure: 'open' | 'closed' | 'fallback'
@@ -183,6 +185,7 @@ export class Limiter {
     }
     rejectUnknown('a Limiter option', options, LIMITER_OPTIONS)
     this.policies = resolvePolicies(options.policies)
+    this.policyIndex = new Map(this.policies.map((policy, i) => [policy.name, i]))
     this.prefix = checkPrefix(options.prefix ?? 'sluice')
     if (options.clock !== undefined && typeof options.clock !== 'function') {
       throw new ArgumentError('clock', options.clock, 'must be a function returning epoch milliseconds')
@@ -659,17 +662,18 @@ export class Limiter {
     if (typeof keys !== 'object' || keys === null || Array.isArray(keys)) {
       throw new ArgumentError('keys', keys, 'must be an object of policy names to keys, e.g. { global: \'all\' }')
     }
-    const names = new Set(this.policies.map((policy) => policy.name))
-    for (const [name, own] of Object.entries(keys)) {
-      if (!names.has(name)) throw new ArgumentError(`keys["${name}"]`, own, `names no policy of this limiter (its policies: ${[...names].map((n) => `"${n}"`).join(', ')})`)
+    let resolved: string[] | undefined
+    for (const name of Object.keys(keys)) {
+      const own: unknown = (keys as Record<string, unknown>)[name]
+      const at = this.policyIndex.get(name)
+      if (at === undefined) throw new ArgumentError(`keys["${name}"]`, own, `names no policy of this limiter (its policies: ${this.policies.map((p) => `"${p.name}"`).join(', ')})`)
       if (typeof own !== 'string' || own.length === 0) throw new ArgumentError(`keys["${name}"]`, own, 'must be a non-empty string')
+      const normalized = normalizeKey(own)
+      if (normalized === key) continue
+      resolved ??= this.policies.map(() => key)
+      resolved[at] = normalized
     }
-    const byName = keys as Record<string, string | undefined>
-    const resolved = this.policies.map((policy) => {
-      const own = Object.hasOwn(byName, policy.name) ? byName[policy.name] : undefined
-      return own === undefined ? key : normalizeKey(own)
-    })
-    if (resolved.every((own) => own === key)) return undefined
+    if (resolved === undefined) return undefined
     if (this.shards > 1) throw new ArgumentError('keys', keys, 'cannot be used with shards: a call goes to one shard of its key')
     if (this.lease !== undefined) throw new ArgumentError('keys', keys, 'cannot be used with a lease: a lease holds units of one key')
     if (this.store.spansKeys !== true) {
