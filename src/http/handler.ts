@@ -629,14 +629,20 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     if (options.onDecision !== undefined) notify('onDecision', { rule: names, key, decision, shadow: rule.shadow, request })
     return { rules: names, shadow: rule.shadow, count: rule.count, limiter, decision, key, cost }
   }
+  const retryMsOf = (decision: Decision): number => (decision.degraded ? decision.retryAfterMs : refusalRetryMs(decision, inFlightPolicies))
   const respond = (request: HttpRequest, applied: Applied[]): HttpOutcome => {
     if (applied.length === 0) return unlimited()
-    // The rule whose numbers single-valued fields carry: the refusing one, else the one with the fewest units left.
+    // The rule whose numbers single-valued fields carry: the refusing one (of several, from one call spanning keys,
+    // the one that frees up last: the request passes no sooner), else the one with the fewest units left.
     let refused: Applied | undefined
+    let refusals = 0
     let binding = applied[0] as Applied
     let waitMs = 0
     for (const entry of applied) {
-      if (!entry.decision.allowed && !entry.shadow) refused ??= entry
+      if (!entry.decision.allowed && !entry.shadow) {
+        refusals++
+        if (refused === undefined || retryMsOf(entry.decision) > retryMsOf(refused.decision)) refused = entry
+      }
       if (entry.decision.remaining < binding.decision.remaining) binding = entry
       // A shadow rule reports the wait it would impose; only enforcing rules delay the request.
       if (!entry.shadow && entry.decision.waitMs > waitMs) waitMs = entry.decision.waitMs
@@ -671,8 +677,9 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     }
     const { decision } = refused
     if (options.onLimited !== undefined) notify('onLimited', { rule: refused.rules, key: refused.key, decision, shadow: false, request })
-    const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy)
-    const retryAfterMs = decision.degraded ? decision.retryAfterMs : refusalRetryMs(decision, inFlightPolicies)
+    const refusing = refusals === 1 ? [refused] : applied.filter((entry) => !entry.decision.allowed && !entry.shadow)
+    const violated = refusing.flatMap((entry) => entry.decision.policies.filter((p) => !p.allowed).map((p) => p.policy))
+    const retryAfterMs = retryMsOf(decision)
     const retryAfterSeconds = Math.max(1, Math.ceil(retryAfterMs / 1000))
     if (failedAs(refused.limiter, decision) === 'closed') {
       // Not over a limit: the limit could not be checked. A 429 would tell the client it sent too much,
