@@ -459,11 +459,14 @@ export class Limiter {
   private async resetKeys(key: string, keys: readonly string[]): Promise<void> {
     this.spanBlocked?.forget(spanOf(key, keys))
     for (const own of new Set(keys)) this.blocked?.forget(own)
-    this.policies.forEach((policy, i) => this.fallbackStore.resetSync(this.prefix, keys[i] as string, [this.fallbackPolicies[i] as ResolvedPolicy]))
+    this.fallbackPolicies.forEach((policy, i) => this.fallbackStore.resetSync(this.prefix, keys[i] as string, [policy]))
     const local = this.local
     if (local !== undefined) return this.policies.forEach((policy, i) => local.resetSync(this.prefix, keys[i] as string, [policy]))
+    // One store call per key, for the policies counted under it.
+    const byKey = new Map<string, ResolvedPolicy[]>()
+    this.policies.forEach((policy, i) => byKey.set(keys[i] as string, [...(byKey.get(keys[i] as string) ?? []), policy]))
     const outcome = await withTimeout(
-      () => Promise.all(this.policies.map((policy, i) => this.store.reset(this.prefix, keys[i] as string, [policy]))),
+      () => Promise.all([...byKey].map(([own, policies]) => this.store.reset(this.prefix, own, policies))),
       this.storeTimeoutMs,
     )
     if (!outcome.ok) {
