@@ -478,12 +478,16 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   // synchronous resolvers): no promise, no microtask per request. A step that returns a
   // promise continues the rest of the pipeline from there, once it settles.
   type Matched = { rule: CompiledRule; limiter: Limiter; key: string; cost: number }
-  type Applied = { rules: string; shadow: boolean; count: Count; limiter: Limiter; decision: Decision; key: string; cost: number }
+  /**
+   * A rule's (or same-key rules') part in a request's decision. `charged`: whether its units were taken, which is
+   * whether the whole store call allowed: of a refused call spanning keys, a part that would have allowed took none.
+   */
+  type Applied = { rules: string; shadow: boolean; count: Count; limiter: Limiter; decision: Decision; charged: boolean; key: string; cost: number }
   /**
    * Rules charged for a request whose response decides whether they keep the units (`count` other than all).
    * A fallback's decision charged the local fallback store, and is refunded there; one failing open charged nothing.
    */
-  const provisional = (applied: Applied[]) => applied.filter((entry) => entry.count !== 'all' && entry.decision.allowed && failedAs(entry.limiter, entry.decision) !== 'open')
+  const provisional = (applied: Applied[]) => applied.filter((entry) => entry.count !== 'all' && entry.charged && failedAs(entry.limiter, entry.decision) !== 'open')
 
   const resolveRule = (request: HttpRequest, rule: CompiledRule): Matched | HttpOutcome | undefined | Promise<Matched | HttpOutcome | undefined> => {
     const resolved = rule.key(request)
@@ -537,10 +541,9 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
       const { limiter, key, cost, rule } = matched[0] as Matched
       return respond(request, [record(request, matched, limiter, limiter.limitSync(key, limitOptions(cost, rule)))])
     }
-    // Enforcing rules that share cost and wait are one all-or-nothing store call, whatever their keys where the
-    // store spans keys, else those that share a key too; the rest go one by one, in order. Rules counting only some
-    // responses keep to their key: their refunds are made per rule and key, and of a refused call spanning keys,
-    // the parts that would have allowed read as allowed though nothing was charged.
+    // Enforcing rules that share cost, wait and what they count are one all-or-nothing store call, whatever their
+    // keys where the store spans keys, else those that share a key too; the rest go one by one, in order. Each key's
+    // part of a call is refunded on its own (see settler), and only if the call charged it.
     let groups: Iterable<Matched[]>
     if (matched.length === 1 || oneCall(matched)) {
       groups = [matched]
@@ -548,7 +551,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
       const byId = new Map<string, Matched[]>()
       for (const entry of matched) {
         const { rule } = entry
-        const id = rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${rule.maxWaitMs}\u0000${rule.count}${spansKeys && rule.count === 'all' ? '' : `\u0000${entry.key}`}`
+        const id = rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${rule.maxWaitMs}\u0000${rule.count}${spansKeys ? '' : `\u0000${entry.key}`}`
         byId.set(id, [...(byId.get(id) ?? []), entry])
       }
       groups = byId.values()
@@ -580,8 +583,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   /** Whether every matched rule goes in one store call (what the grouping below would find, without building it). */
   const oneCall = (matched: Matched[]): boolean => {
     const { cost, rule, key } = matched[0] as Matched
-    const anyKey = spansKeys && rule.count === 'all'
-    return matched.every((entry) => !entry.rule.shadow && entry.cost === cost && entry.rule.maxWaitMs === rule.maxWaitMs && entry.rule.count === rule.count && (anyKey || entry.key === key))
+    return matched.every((entry) => !entry.rule.shadow && entry.cost === cost && entry.rule.maxWaitMs === rule.maxWaitMs && entry.rule.count === rule.count && (spansKeys || entry.key === key))
   }
   const groupLimiter = (group: Matched[]): Limiter => (group.length === 1 ? (group[0] as Matched).limiter : combined(group.map((entry) => entry.limiter)))
   const limitOptions = (cost: number, rule: CompiledRule, keys?: Record<string, string>) =>
@@ -618,16 +620,16 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     for (const { entries, decisions } of parts) {
       const own = combine(decisions)
       const degraded = decision.degraded ? { ...own, degraded: true, ...(decision.reason !== undefined && { reason: decision.reason }) } : own
-      applied = appended(applied, record(request, entries, groupLimiter(entries), degraded))
+      applied = appended(applied, record(request, entries, groupLimiter(entries), degraded, decision.allowed))
     }
     return applied as Applied[]
   }
   /** Notes a group's decision. One that refuses (and is not shadow) ends the request: later groups are not charged. */
-  const record = (request: HttpRequest, group: Matched[], limiter: Limiter, decision: Decision): Applied => {
+  const record = (request: HttpRequest, group: Matched[], limiter: Limiter, decision: Decision, charged = decision.allowed): Applied => {
     const { key, cost, rule } = group[0] as Matched
     const names = group.length === 1 ? rule.name : group.map((entry) => entry.rule.name).join('+')
     if (options.onDecision !== undefined) notify('onDecision', { rule: names, key, decision, shadow: rule.shadow, request })
-    return { rules: names, shadow: rule.shadow, count: rule.count, limiter, decision, key, cost }
+    return { rules: names, shadow: rule.shadow, count: rule.count, limiter, decision, charged, key, cost }
   }
   const retryMsOf = (decision: Decision): number => (decision.degraded ? decision.retryAfterMs : refusalRetryMs(decision, inFlightPolicies))
   const respond = (request: HttpRequest, applied: Applied[]): HttpOutcome => {

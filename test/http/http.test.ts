@@ -8,7 +8,7 @@ import http2 from 'node:http2'
 import { Socket, type AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createRateLimitHandler, MemoryStore, RedisStore, type Store } from '../../src/index.ts'
+import { createRateLimitHandler, MemoryStore, RedisStore, type Store, type SyncStore } from '../../src/index.ts'
 import { withRateLimit as withNodeRateLimit, type RateLimitOptions } from '../../src/http/adapters/node.ts'
 import { rateLimit } from '../../src/http/adapters/express.ts'
 import { withRateLimit as withFetchRateLimit } from '../../src/http/adapters/fetch.ts'
@@ -682,6 +682,54 @@ describe('HTTP pipeline', () => {
     assert.deepEqual([(await pending).proceed, (await lookedUp(request)).status], [true, 429])
     const redisLike = createRateLimitPipeline({ rules: [{ policies }], clock: fixedClock, store: { consume: (call) => Promise.resolve(new MemoryStore().consumeSync(call)), reset: () => Promise.resolve() } })
     assert.ok(redisLike(request) instanceof Promise, 'a store that answers later is awaited')
+  })
+
+  it("count: 'in-flight' per user AND overall: one call for both keys; a refusal holds nothing anywhere, and each request's end frees both", () => {
+    const request = (user: string) => ({ method: 'GET', path: '/reports', host: 'localhost', header: (name: string) => (name === 'x-user' ? user : undefined), remoteAddress: '127.0.0.1' })
+    const inFlight = (name: string, limit: number) => ({ algorithm: 'sliding-log' as const, name, limit, windowMs: MINUTE })
+    let storeCalls = 0
+    const memory = new MemoryStore()
+    const store: SyncStore = {
+      spansKeys: true,
+      consumeSync: (call) => { storeCalls++; return memory.consumeSync(call) },
+      consume: (call) => memory.consume(call),
+      resetSync: (prefix, key, policies) => memory.resetSync(prefix, key, policies),
+      reset: (prefix, key, policies) => memory.reset(prefix, key, policies),
+    }
+    const decide = createRateLimitPipeline({
+      rules: [
+        { name: 'per-user', count: 'in-flight', key: (r) => `user:${r.header('x-user') ?? ''}`, policies: inFlight('per-user', 1) },
+        { name: 'overall', count: 'in-flight', key: () => 'everyone', policies: inFlight('overall', 2) },
+      ],
+      clock: fixedClock,
+      store,
+    })
+    const open = (user: string) => decide(request(user)) as HttpOutcome
+    const a = open('a')
+    assert.equal(a.proceed, true)
+    assert.equal(storeCalls, 1, 'both keys in one call')
+    // a's second is refused by its own limit: the overall one keeps its unit for b.
+    const a2 = open('a')
+    assert.equal(a2.status, 429)
+    a2.settle?.(429)
+    const b = open('b')
+    assert.equal(b.proceed, true)
+    // Two in progress: c is refused overall, and its own limit is not held.
+    const c = open('c')
+    assert.deepEqual([c.status, JSON.parse(c.body ?? '{}')['violated-policies']], [429, ['overall']])
+    c.settle?.(429)
+    // a ends: a's unit and one overall come back; c gets in, then a again is refused overall only.
+    a.settle?.(200)
+    const c2 = open('c')
+    assert.equal(c2.proceed, true)
+    const a3 = open('a')
+    assert.deepEqual([a3.status, JSON.parse(a3.body ?? '{}')['violated-policies']], [429, ['overall']])
+    a3.settle?.(429)
+    b.settle?.(200)
+    c2.settle?.(200)
+    // All ended: nothing is held, and nothing was given back that was not taken (no more than the limits get in).
+    const again = ['a', 'b', 'c'].map((user) => open(user))
+    assert.deepEqual(again.map((outcome) => outcome.status), [200, 200, 429])
   })
 
   it("count: 'in-flight': a request held past its log's window gives nothing back when it ends, so it cannot free the unit of one still in progress", () => {
