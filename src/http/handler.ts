@@ -563,7 +563,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
       const { key, cost, rule } = group[0] as Matched
       const keys = keysOf(group)
       const decision = limiter.limitSync(key, limitOptions(cost, rule, keys))
-      applied = keys === undefined ? appended(applied, record(request, group, limiter, decision)) : recordByKey(request, group, decision, applied)
+      applied = recordGroup(request, group, limiter, decision, keys !== undefined, applied)
       if (!decision.allowed && !rule.shadow) break
     }
     return respond(request, applied ?? [])
@@ -575,7 +575,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
       const { key, cost, rule } = group[0] as Matched
       const keys = keysOf(group)
       const decision = await limiter.limit(key, limitOptions(cost, rule, keys))
-      applied = keys === undefined ? appended(applied, record(request, group, limiter, decision)) : recordByKey(request, group, decision, applied)
+      applied = recordGroup(request, group, limiter, decision, keys !== undefined, applied)
       if (!decision.allowed && !rule.shadow) break
     }
     return respond(request, applied ?? [])
@@ -599,6 +599,9 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     }
     return keys
   }
+  /** Notes a group's decision: whole, or per key where its call spanned keys. */
+  const recordGroup = (request: HttpRequest, group: Matched[], limiter: Limiter, decision: Decision, spanned: boolean, applied: Applied[] | undefined): Applied[] =>
+    (spanned ? recordByKey(request, group, decision, applied) : appended(applied, record(request, group, limiter, decision)))
   /**
    * Notes the decision of a group spanning keys as the rules of each key would have had it: per key, its
    * policies' part of the decision (events, header items, refusals name the rules and key they are about).

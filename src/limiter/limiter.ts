@@ -452,16 +452,20 @@ export class Limiter {
     const normalized = normalizeKey(key)
     const keys = this.keyOptions(normalized, options)
     if (keys === undefined) return store.resetSync(this.prefix, normalized, this.policies)
-    this.policies.forEach((policy, i) => store.resetSync(this.prefix, keys[i] as string, [policy]))
+    this.resetEach(store, this.policies, keys)
+  }
+
+  /** Forgets each policy's state under its own key, on a store in this process. */
+  private resetEach(store: SyncStore, policies: readonly ResolvedPolicy[], keys: readonly string[]): void {
+    policies.forEach((policy, i) => store.resetSync(this.prefix, keys[i] as string, [policy]))
   }
 
   /** `reset` of a call spanning keys: each policy's state under its own key. */
   private async resetKeys(key: string, keys: readonly string[]): Promise<void> {
     this.spanBlocked?.forget(spanOf(key, keys))
     for (const own of new Set(keys)) this.blocked?.forget(own)
-    this.fallbackPolicies.forEach((policy, i) => this.fallbackStore.resetSync(this.prefix, keys[i] as string, [policy]))
-    const local = this.local
-    if (local !== undefined) return this.policies.forEach((policy, i) => local.resetSync(this.prefix, keys[i] as string, [policy]))
+    this.resetEach(this.fallbackStore, this.fallbackPolicies, keys)
+    if (this.local !== undefined) return this.resetEach(this.local, this.policies, keys)
     // One store call per key, for the policies counted under it.
     const byKey = new Map<string, ResolvedPolicy[]>()
     this.policies.forEach((policy, i) => byKey.set(keys[i] as string, [...(byKey.get(keys[i] as string) ?? []), policy]))
