@@ -430,8 +430,10 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
 
   // Whether any rule counts only some responses: only then can an allowed request need a refund later.
   const counting = rules.some((rule) => rule.count !== 'all')
-  // Whether one store call can span keys: then rules with different keys are decided together, all-or-nothing.
+  // Which keys one store call can span: any, those of one span (a Redis Cluster: one hash tag), or only one.
+  // Rules whose keys one call can span are decided together, all-or-nothing.
   const spansKeys = store.spansKeys === true
+  const spanOf = spansKeys ? () => '' : store.spanOf === undefined ? (key: string) => key : (key: string) => (store.spanOf as (key: string) => string)(key)
 
   // Limiters over the union of several rules' policies, one per combination that occurs.
   const combinations = new Map<string, Limiter>()
@@ -542,7 +544,8 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
       return respond(request, [record(request, matched, limiter, limiter.limitSync(key, limitOptions(cost, rule)))])
     }
     // Enforcing rules that share cost, wait and what they count are one all-or-nothing store call, whatever their
-    // keys where the store spans keys, else those that share a key too; the rest go one by one, in order. Each key's
+    // keys where the store spans keys, else those whose keys it can span (on a Redis Cluster, keys with one hash
+    // tag); the rest go one by one, in order. Each key's
     // part of a call is refunded on its own (see settler), and only if the call charged it.
     let groups: Iterable<Matched[]>
     if (matched.length === 1 || oneCall(matched)) {
@@ -551,7 +554,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
       const byId = new Map<string, Matched[]>()
       for (const entry of matched) {
         const { rule } = entry
-        const id = rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${rule.maxWaitMs}\u0000${rule.count}${spansKeys ? '' : `\u0000${entry.key}`}`
+        const id = rule.shadow ? `shadow:${byId.size}` : `${entry.cost}\u0000${rule.maxWaitMs}\u0000${rule.count}\u0000${spanOf(entry.key)}`
         byId.set(id, [...(byId.get(id) ?? []), entry])
       }
       groups = byId.values()
@@ -583,7 +586,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   /** Whether every matched rule goes in one store call (what the grouping below would find, without building it). */
   const oneCall = (matched: Matched[]): boolean => {
     const { cost, rule, key } = matched[0] as Matched
-    return matched.every((entry) => !entry.rule.shadow && entry.cost === cost && entry.rule.maxWaitMs === rule.maxWaitMs && entry.rule.count === rule.count && (spansKeys || entry.key === key))
+    return matched.every((entry) => !entry.rule.shadow && entry.cost === cost && entry.rule.maxWaitMs === rule.maxWaitMs && entry.rule.count === rule.count && (spansKeys || entry.key === key || spanOf(entry.key) === spanOf(key)))
   }
   const groupLimiter = (group: Matched[]): Limiter => (group.length === 1 ? (group[0] as Matched).limiter : combined(group.map((entry) => entry.limiter)))
   const limitOptions = (cost: number, rule: CompiledRule, keys?: Record<string, string>) =>

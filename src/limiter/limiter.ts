@@ -11,7 +11,8 @@ import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/polic
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isRedisClient } from '../stores/redis/detect.ts'
-import { isSyncStore, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
+import { clusterSpanError } from '../stores/redis/redis-store.ts'
+import { isSyncStore, spans, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
 import { BlockCache } from './block-cache.ts'
 import { Circuit, withTimeout, type CircuitOptions, type FailureReason, type Outcome } from './circuit.ts'
 import { combine } from './decision.ts'
@@ -683,11 +684,13 @@ export class Limiter {
     if (resolved === undefined) return undefined
     if (this.shards > 1) throw new ArgumentError('keys', keys, 'cannot be used with shards: a call goes to one shard of its key')
     if (this.lease !== undefined) throw new ArgumentError('keys', keys, 'cannot be used with a lease: a lease holds units of one key')
-    if (this.store.spansKeys !== true) {
+    if (!spans(this.store, resolved)) {
       const store = this.store.constructor.name
-      throw new ArgumentError('keys', keys, store === 'RedisStore'
-        ? 'cannot be used on a Redis Cluster: one atomic script touches one hash slot, and each key is a slot of its own'
-        : `cannot be used with ${store === 'Object' ? 'this store' : store}: it does not say it decides a call's keys together, atomically (a store that does declares spansKeys: true)`)
+      if (store === 'RedisStore') throw clusterSpanError(this.policies, resolved)
+      const named = store === 'Object' ? 'this store' : store
+      throw this.store.spanOf !== undefined
+        ? new ArgumentError('keys', keys, `name keys ${named} cannot decide together, its spanOf differing between them (${this.policies.map((policy, i) => `${policy.name}: "${resolved[i]}"`).join(', ')})`)
+        : new ArgumentError('keys', keys, `cannot be used with ${named}: it does not say it decides a call's keys together, atomically (a store that does declares spansKeys: true)`)
     }
     return resolved
   }

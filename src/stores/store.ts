@@ -33,11 +33,26 @@ export interface Store {
   /** Resolves when the store answers; used to probe a store that has been failing. */
   ping?(): Promise<void>
   /**
-   * True when the store decides a call's `keys` together, atomically. Not so
-   * on a Redis Cluster (a script touches one hash slot, and each key is a slot
-   * of its own), nor for a store that does not say: calls with `keys` are refused there.
+   * True when the store decides a call's `keys` together, atomically, whatever
+   * they are. A store that does not say is not trusted to: calls with `keys` are
+   * refused there, unless `spanOf` says they can go together.
    */
   readonly spansKeys?: boolean
+  /**
+   * Where only some keys can be decided together (a Redis Cluster: a script
+   * touches one hash slot), what a key must share with the others of its call:
+   * keys for which it returns the same string are decided together, atomically.
+   */
+  spanOf?(key: string): string
+}
+
+/** Whether one call of the store can decide these keys together. */
+export function spans(store: Store, keys: readonly string[]): boolean {
+  if (store.spansKeys === true) return true
+  if (store.spanOf === undefined) return false
+  const span = store.spanOf(keys[0] as string)
+  for (let i = 1; i < keys.length; i++) if (store.spanOf(keys[i] as string) !== span) return false
+  return true
 }
 
 /** A store that can decide without a promise (in-process stores). */

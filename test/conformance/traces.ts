@@ -129,7 +129,8 @@ function randomPolicy(random: () => number, index: number): Policy {
 
 /**
  * Calls that span keys (a policy under a key of its own, decided with the
- * others all-or-nothing), for stores that can: not a Redis Cluster.
+ * others all-or-nothing), for stores that can: on a Redis Cluster, only keys
+ * with one hash tag (see withHashTag).
  */
 export const spanningKeys: Trace[] = [
   {
@@ -185,6 +186,20 @@ export function randomTraces(count: number, seed = 1, blocking = false, spanning
     }
     return { name: `random #${n} (seed ${seed})`, policies, steps }
   })
+}
+
+/** The trace with every key starting with `{tag}`: on a Redis Cluster, all its keys in one slot. */
+export function withHashTag(trace: Trace, tag: string): Trace {
+  const tagged = (key: string): string => `{${tag}}${key}`
+  return {
+    ...trace,
+    name: `${trace.name} (keys tagged {${tag}})`,
+    steps: trace.steps.map((step) => ({
+      ...step,
+      key: tagged(step.key),
+      ...(step.keys !== undefined && { keys: Object.fromEntries(Object.entries(step.keys).map(([name, key]) => [name, tagged(key)])) }),
+    })),
+  }
 }
 
 /** Replays a trace on a limiter over `store`, with the clock at each step's time. */

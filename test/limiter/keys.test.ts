@@ -105,6 +105,17 @@ describe('Limiter: calls that span keys (a policy under a key of its own)', () =
     await assert.rejects(limiter.limit('k', SPAN), /keys cannot be used with this store: it does not say it decides a call's keys together, atomically \(a store that does declares spansKeys: true\)/)
     assert.equal((await limiter.limit('k', { keys: { global: 'k' } })).allowed, true, 'keys that name the call\'s own key change nothing')
   })
+
+  it('a store that spans only some keys (spanOf): those of one span are decided together, the rest refused naming them', async () => {
+    const memory = new MemoryStore()
+    // A store sharded by tenant, say: one call can span the keys of one tenant.
+    const byTenant: Store = { consume: (call) => memory.consume(call), reset: (prefix, key, policies) => memory.reset(prefix, key, policies), spanOf: (key) => key.split('/')[0] as string }
+    const limiter = new Limiter({ policies: [user, global], store: byTenant })
+    assert.equal((await limiter.limit('t1/u1', { keys: { global: 't1/all' } })).allowed, true)
+    assert.deepEqual((await limiter.peek('t1/all')).policies.map((p) => p.remaining), [3, 4], 'the tenant-wide key counted the call')
+    await assert.rejects(limiter.limit('t1/u1', { keys: { global: 't2/all' } }), /^ArgumentError: keys name keys this store cannot decide together, its spanOf differing between them \(user: "t1\/u1", global: "t2\/all"\) \(got/)
+    assert.deepEqual((await limiter.peek('t1/u1', { keys: { global: 't1/all' } })).policies.map((p) => p.remaining), [2, 4], 'the refused call charged nothing')
+  })
 })
 
 describe('Limiter: calls that span keys, on Redis', () => {

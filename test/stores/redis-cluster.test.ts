@@ -1,9 +1,12 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { Cluster } from 'ioredis'
 import { createCluster } from 'redis'
 import { MemoryStore, RedisStore, Limiter } from '../../src/index.ts'
-import { handWritten, randomTraces, replay } from '../conformance/traces.ts'
+import { handWritten, randomTraces, replay, spanningKeys, withHashTag } from '../conformance/traces.ts'
+import { withRateLimit } from '../../src/http/adapters/node.ts'
 import { startCluster, type RedisCluster } from '../support/cluster.ts'
 import { commandCalls, functionLibraries, scanKeys } from '../support/redis.ts'
 
@@ -48,14 +51,97 @@ describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
     assert.equal((await limiter.limit('u')).allowed, true)
   })
 
-  it('refuses calls that span keys, which one atomic script cannot on a cluster (ioredis and node-redis)', async () => {
+  it('spans keys that share a hash tag, all-or-nothing in one slot, with decisions identical to the memory store (ioredis and node-redis)', async () => {
+    for (const [label, store] of [['ioredis', new RedisStore({ client })], ['node-redis', new RedisStore({ client: nodeRedis })]] as const) {
+      assert.equal(store.spansKeys, false)
+      const traces = [...spanningKeys, ...randomTraces(10, 29, false, true), ...randomTraces(5, 31, true, true)]
+      for (const [n, trace] of traces.entries()) {
+        const tagged = withHashTag(trace, `tenant-${n}`)
+        const expected = await replay(tagged, new MemoryStore(), `${label}-span${n}`)
+        const actual = await replay(tagged, store, `${label}-span${n}`)
+        assert.deepEqual(actual, expected, `${label}: ${tagged.name}`)
+      }
+    }
+  })
+
+  it('per user AND per tenant on one tag: exact under concurrency, refusals charging neither, every key in one slot', async () => {
+    const limiter = new Limiter({
+      store: new RedisStore({ client }),
+      prefix: 'tenant',
+      policies: [{ algorithm: 'sliding-log', limit: 2, windowMs: 3_600_000, name: 'user' }, { algorithm: 'fixed-window', limit: 12, windowMs: 3_600_000, name: 'tenant' }],
+    })
+    const users = Array.from({ length: 10 }, (_, i) => `{t7}user:${i}`)
+    // 40 calls at once, 4 per user: each user's 2, until the tenant's 12 are spent.
+    const decisions = await Promise.all(users.flatMap((user) => [0, 1, 2, 3].map(() => limiter.limit(user, { keys: { tenant: '{t7}' } }))))
+    assert.equal(decisions.filter((d) => d.allowed).length, 12)
+    assert.ok(decisions.every((d) => !d.degraded))
+    // What the users' logs hold is exactly what was admitted: a call the tenant refused took nothing of its user's.
+    const held = await Promise.all(users.map(async (user) => 2 - (await limiter.peek(user, { keys: { tenant: '{t7}' } })).policies[0]!.remaining))
+    assert.equal(held.reduce((a, b) => a + b, 0), 12)
+    assert.equal((await limiter.peek('{t7}')).policies[1]?.remaining, 0)
+    const perNode = await Promise.all(client.nodes('master').map(async (node) => (await scanKeys(node, 'tenant:*')).length))
+    // The six users admitted and the tenant; the four refused outright left no key.
+    assert.deepEqual(perNode.filter((n) => n > 0), [7], `keys per master: ${perNode.join(', ')}`)
+  })
+
+  it('HTTP rules whose keys share a hash tag are one all-or-nothing call; keys of different tags a call each, in order (node adapter, real server)', async () => {
+    const tenantFirst = (prefix: string, tenantKey: string) => withRateLimit((_request, response) => response.end('ok'), {
+      store: new RedisStore({ client }),
+      prefix,
+      headers: { standard: 'draft-10' },
+      rules: [
+        { name: 'tenant', key: () => tenantKey, policies: { algorithm: 'fixed-window', limit: 3, windowMs: 3_600_000, name: 'tenant' } },
+        { name: 'user', key: (request) => `{t}${request.header('x-user')}`, policies: { algorithm: 'fixed-window', limit: 1, windowMs: 3_600_000, name: 'user' } },
+      ],
+    })
+    const outcomes: Record<string, string[]> = {}
+    for (const [label, tenantKey] of [['one tag', '{t}'], ['two tags', 'tenant']] as const) {
+      const server = createServer(tenantFirst(`http-${label.replace(' ', '-')}`, tenantKey))
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+      try {
+        const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+        const seen: string[] = []
+        for (const user of ['u1', 'u1', 'u2', 'u3', 'u4']) {
+          const response = await fetch(url, { headers: { 'x-user': user } })
+          // The fixed windows are the clock's hours: `t` is whatever is left of this one.
+          seen.push(`${response.status} ${response.headers.get('ratelimit')?.replace(/;t=\d+/g, '')}`)
+        }
+        outcomes[label] = seen
+      } finally {
+        server.closeAllConnections()
+        await new Promise((resolve) => server.close(resolve))
+      }
+    }
+    // One tag: u1's second request, refused by its user limit, took nothing of the tenant's 3 (u1, u2 and u3 spend them).
+    assert.deepEqual(outcomes['one tag'], [
+      '200 "tenant";r=2, "user";r=0',
+      '429 "tenant";r=2, "user";r=0',
+      '200 "tenant";r=1, "user";r=0',
+      '200 "tenant";r=0, "user";r=0',
+      '429 "tenant";r=0, "user";r=1',
+    ])
+    // Two tags: the tenant is decided first, on its own, and u1's refusal by its user limit had already charged it.
+    assert.deepEqual(outcomes['two tags'], [
+      '200 "tenant";r=2, "user";r=0',
+      '429 "tenant";r=1, "user";r=0',
+      '200 "tenant";r=0, "user";r=0',
+      '429 "tenant";r=0',
+      '429 "tenant";r=0',
+    ])
+  })
+
+  it('refuses calls spanning keys of different hash tags, saying how to tag them (ioredis and node-redis)', async () => {
     const policies = [{ algorithm: 'fixed-window' as const, limit: 5, windowMs: 60_000, name: 'user' }, { algorithm: 'fixed-window' as const, limit: 5, windowMs: 60_000, name: 'global' }]
     for (const store of [new RedisStore({ client }), new RedisStore({ client: nodeRedis })]) {
-      assert.equal(store.spansKeys, false)
       const limiter = new Limiter({ store, prefix: 'span', policies })
-      await assert.rejects(limiter.limit('a', { keys: { global: 'all' } }), /keys cannot be used on a Redis Cluster: one atomic script touches one hash slot/)
-      await assert.rejects(limiter.peek('a', { keys: { global: 'all' } }), /keys cannot be used on a Redis Cluster/)
+      const refused = (tags: string) => new RegExp(`^ArgumentError: keys must share a hash tag on a Redis Cluster, as one atomic script touches one hash slot; here ${tags} \\(got .*\\); start each key with the same \\{tag\\}, e\\.g\\. "\\{tenant:7\\}" and "\\{tenant:7\\}user:42"$`)
+      await assert.rejects(limiter.limit('a', { keys: { global: 'all' } }), refused('user: "a" \\(tag "a"\\), global: "all" \\(tag "all"\\)'))
+      await assert.rejects(limiter.peek('a', { keys: { global: 'all' } }), refused('user: "a" .*'))
+      // The tag is the key up to its first `}`: `{x}a` and `{x}` share one, `x` is another.
+      await assert.rejects(limiter.limit('{x}a', { keys: { global: 'x' } }), refused('user: "\\{x\\}a" \\(tag "\\{x"\\), global: "x" \\(tag "x"\\)'))
+      await assert.rejects(store.consume({ prefix: 'span', key: 'a', keys: ['a', 'b'], policies: limiter.policies, cost: 1, maxWaitMs: 0, now: undefined }), refused('user: "a" .*'))
       assert.equal((await limiter.limit('a')).allowed, true)
+      assert.equal((await limiter.limit('{x}a', { keys: { global: '{x}' } })).allowed, true)
     }
   })
 

@@ -9,7 +9,7 @@ import { ArgumentError, SluiceError } from '../../core/errors.ts'
 import { rejectUnknown } from '../../core/options.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
-import type { Store, StoreCall } from '../store.ts'
+import { spans, type Store, type StoreCall } from '../store.ts'
 import { asStoreFailure, resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type RunnerOptions, type ScriptRunner } from './clients.ts'
 import { isRedisClient } from './detect.ts'
 
@@ -83,6 +83,24 @@ export function redisKey(prefix: string, key: string, policy: string): string {
 /** Redis key of a policy's block of a key: braces cannot occur in a policy name, so no policy's state key is named so. */
 export function blockKey(prefix: string, key: string, policy: string): string {
   return `${redisKey(prefix, key, policy)}{block}`
+}
+
+/**
+ * What Redis hashes of `redisKey`'s names: the tag runs from the first `{` (the
+ * one after the prefix, which has none) to the next `}`, so a key's own `}` ends
+ * it. Keys that start alike up to their first `}` (`{tenant:7}` and
+ * `{tenant:7}user:42`) share a slot.
+ */
+export function slotTag(key: string): string {
+  const tagged = hashTag(key)
+  const end = tagged.indexOf('}')
+  return end === -1 ? tagged : tagged.slice(0, end)
+}
+
+/** A call's keys (in policy order) refused on a Cluster: what was wrong, and what to do. */
+export function clusterSpanError(policies: readonly ResolvedPolicy[], keys: readonly string[]): ArgumentError {
+  const tags = keys.map((key, i) => `${policies[i]?.name}: "${key}" (tag "${slotTag(key)}")`).join(', ')
+  return new ArgumentError('keys', keys, `must share a hash tag on a Redis Cluster, as one atomic script touches one hash slot; here ${tags}`, 'start each key with the same {tag}, e.g. "{tenant:7}" and "{tenant:7}user:42"')
 }
 
 /**
@@ -166,8 +184,8 @@ export class RedisStore implements Store {
    * key). Each is decided exactly as it would be alone.
    */
   consume(call: StoreCall): Promise<PolicyDecision[]> {
-    if (call.keys !== undefined && !this.spansKeys) {
-      return Promise.reject(new ArgumentError('keys', call.keys, 'cannot be used on a Redis Cluster: one atomic script touches one hash slot, and each key is a slot of its own'))
+    if (call.keys !== undefined && this.runner.cluster && !spans(this, call.keys)) {
+      return Promise.reject(clusterSpanError(call.policies, call.keys))
     }
     return new Promise((resolve, reject) => {
       this.queue.push({ call, resolve, reject })
@@ -200,7 +218,7 @@ export class RedisStore implements Store {
     this.queue = []
     const groups = new Map<string, Pending[]>()
     for (const pending of queue) {
-      const group = this.runner.cluster ? pending.call.key : ''
+      const group = this.runner.cluster ? this.spanOf(pending.call.keys?.[0] ?? pending.call.key) : ''
       const batch = groups.get(group)
       if (batch === undefined) groups.set(group, [pending])
       else batch.push(pending)
@@ -252,9 +270,14 @@ export class RedisStore implements Store {
     }
   }
 
-  /** One script invocation spans keys on a single server; on a Cluster it touches one hash slot, a key's. */
+  /** One script invocation spans keys on a single server; on a Cluster it touches one hash slot (see spanOf). */
   get spansKeys(): boolean {
     return !this.runner.cluster
+  }
+
+  /** The hash tag of a key's Redis keys: keys with the same one live in one slot, so one script can span them. */
+  spanOf(key: string): string {
+    return slotTag(key)
   }
 
   /** One script invocation for the batch (see lua/limit.lua for the layout). */
