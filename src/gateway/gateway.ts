@@ -238,14 +238,17 @@ export class Gateway {
     return this.runtime.routes
   }
 
-  /** Remaining quota of each watched key under each policy, read without charging. */
+  /** Remaining quota of each watched key under each policy that counts under keys of its kind, read without charging. */
   async watched(): Promise<Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>>> {
     const { config, store } = this.runtime
     const result: Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>> = {}
     if (config.admin.watch.length === 0) return result
-    const limiters = await watchLimiters(this.runtime, store.store)
+    const all = await watchLimiters(this.runtime, store.store)
     for (const key of config.admin.watch) {
       const perPolicy: Record<string, { limit: number; remaining: number; resetAfterMs: number }> = {}
+      // A limit keyed by IP never counts under apikey:…, nor a per-client one under everyone: their numbers there would be made up.
+      const kind = kindOf(key)
+      const limiters = all.filter(({ keyKinds }) => keyKinds.has(kind)).map(({ limiter }) => limiter)
       // A slice of peeks at a time: Redis answers them together, and requests are served between slices of the memory store's.
       for (let from = 0; from < limiters.length; from += ITEMS_PER_SLICE) {
         if (from > 0) await letIoIn()
@@ -644,7 +647,7 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
     everyone: () => EVERYONE,
   }
   for (const warning of configWarnings(config)) logger.warn(warning)
-  const defaultOrder = identity.order ?? [...(verified !== undefined ? ['jwt' as const] : []), ...(identity.apiKey !== undefined ? ['apiKey' as const] : []), 'ip' as const]
+  const defaultOrder = defaultOrderOf(config)
   const keyOf = (kinds: readonly IdentityKind[]): KeyResolver => {
     const chosen = kinds.map((kind) => resolvers[kind] as KeyResolver)
     return chosen.length === 1 ? (chosen[0] as KeyResolver) : firstOf(...chosen)
@@ -783,14 +786,45 @@ function ruleOf(
   }
 }
 
-/** Limiters over the same state as the rules, to read watched keys without charging them. */
-const watchCache = new WeakMap<Runtime, Promise<Limiter[]>>()
-function watchLimiters(runtime: Runtime, store: Store): Promise<Limiter[]> {
+/** The key of the identity kind `everyone`: one client that every request is. */
+const EVERYONE = 'everyone'
+
+/** The identity kinds a limit without its own `key` is keyed by: `identity.order`, else each kind configured, then the IP. */
+function defaultOrderOf(config: GatewayConfig): readonly IdentityKind[] {
+  const { identity } = config
+  return identity.order ?? [...(identity.jwt !== undefined ? ['jwt' as const] : []), ...(identity.apiKey !== undefined ? ['apiKey' as const] : []), 'ip' as const]
+}
+
+/** The kind of key (as kindOf names it) each identity kind gives. */
+const KEY_KIND: Record<IdentityKind, string> = { jwt: 'user', apiKey: 'apikey', ip: 'ip', everyone: EVERYONE }
+
+/**
+ * The kinds of key a limit keyed by these identity kinds counts under: theirs,
+ * and `anonymous` (the key of a request none of them resolves) unless the IP
+ * or everyone always does.
+ */
+function keyKindsOf(kinds: readonly IdentityKind[]): Set<string> {
+  const keyKinds = new Set(kinds.map((kind) => KEY_KIND[kind]))
+  if (!kinds.includes('ip') && !kinds.includes('everyone')) keyKinds.add('anonymous')
+  return keyKinds
+}
+
+/** A limiter over the same state as a rule's tier, to read watched keys without charging them, and the kinds of key it counts under. */
+interface WatchLimiter {
+  limiter: Limiter
+  keyKinds: Set<string>
+}
+
+const watchCache = new WeakMap<Runtime, Promise<WatchLimiter[]>>()
+function watchLimiters(runtime: Runtime, store: Store): Promise<WatchLimiter[]> {
   let limiters = watchCache.get(runtime)
   if (limiters === undefined) {
     const prefix = httpStatePrefix(runtime.config.prefix)
-    limiters = mapInSlices(runtime.config.limitsResolved, (limit) => [...limit.policies.values()].map((policies) => new Limiter({ policies, prefix, store, blockCache: false })))
-      .then((perLimit) => perLimit.flat())
+    const defaultOrder = defaultOrderOf(runtime.config)
+    limiters = mapInSlices(runtime.config.limitsResolved, (limit) => {
+      const keyKinds = keyKindsOf(limit.config.key ?? defaultOrder)
+      return [...limit.policies.values()].map((policies) => ({ limiter: new Limiter({ policies, prefix, store, blockCache: false }), keyKinds }))
+    }).then((perLimit) => perLimit.flat())
     watchCache.set(runtime, limiters)
   }
   return limiters
@@ -820,9 +854,6 @@ function routeFor<R extends { matches: RequestMatch }>(routes: readonly R[], req
   }
   return route
 }
-
-/** The key of the identity kind `everyone`: one client that every request is. */
-const EVERYONE = 'everyone'
 
 /** What kind of key a request was limited by (`user`, `apikey`, `ip`), never the key: `anonymous` and `everyone` are whole keys. */
 function kindOf(key: string): string {

@@ -350,6 +350,9 @@ routes:
       assert.deepEqual((await third[1]?.json() as { 'violated-policies': string[] })['violated-policies'], ['capacity'])
       assert.equal(third[1]?.headers.get('ratelimit'), '"per-client";r=1;t=3600, "capacity";r=0;t=3600')
       const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>> }
+      // Each watched key under the limits that count under keys of its kind only: a per-client count under `everyone` would be made up.
+      assert.deepEqual(Object.keys(status.watched.everyone ?? {}), ['capacity'])
+      assert.deepEqual(Object.keys(status.watched['ip:203.0.113.3'] ?? {}), ['per-client'])
       assert.equal(status.watched.everyone?.capacity?.remaining, 0)
       assert.equal(status.watched['ip:203.0.113.3']?.['per-client']?.remaining, 1, 'the refusal by the shared quota took nothing from C')
       const line = await gateway.waitForLog((l) => l.msg === 'request' && l.status === 429 && l.keyKind === 'everyone')
