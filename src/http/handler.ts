@@ -4,6 +4,7 @@
  * translate their request into `HttpRequest` and apply the `HttpOutcome`.
  */
 import { monotonicClock, type Clock } from '../core/clock.ts'
+import { GenerationalMap } from '../core/generational-map.ts'
 import { ITEMS_PER_SLICE, runInSlices, runToEnd } from '../core/turn.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
@@ -58,8 +59,13 @@ export interface RuleOptions {
   name?: string
   /** Which requests the rule applies to: predicates, or a function of the request. Default: every request. */
   match?: MatchOptions | ((request: HttpRequest) => boolean)
-  /** The rule's policies; or give `tiers` instead. */
-  policies?: Policy | Policy[]
+  /**
+   * The rule's policies; or give `tiers` instead. A function of the request
+   * reads them per request (a customer's contract, looked up; it may return a
+   * promise): each policy it gives must be named, and keep its name when its
+   * numbers change, so that its state carries over.
+   */
+  policies?: Policy | Policy[] | ((request: HttpRequest) => Policy | Policy[] | Promise<Policy | Policy[]>)
   /**
    * Policies per tier (FREE / PRO / ...): `of` names the request's tier (e.g.
    * from a verified JWT claim or a lookup); an unknown or missing tier gets
@@ -262,6 +268,10 @@ const OPTIONS = new Set(['rules', 'skip', 'caseSensitive', 'allow', 'deny', 'key
   'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'circuit', 'blockCache', 'observer'])
 /** Distinct unknown tier names reported per pipeline, a bound on what a client-written tier can make it log. */
 const MAX_UNKNOWN_TIERS = 10
+/** Distinct policy sets a rule's policies function may give before the least recently given are made again when next given. */
+const MAX_GIVEN_POLICY_SETS = 10_000
+/** Policy names kept to tell rules' policies apart; past this, names a policies function gives are not checked against other rules'. */
+const MAX_POLICY_NAMES = 100_000
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs', 'count'])
 const TIERS_OPTIONS = new Set(['of', 'policies', 'default'])
 
@@ -398,7 +408,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
    * any instance, which a refusal remembered here (the block cache) would not see: the key would stay
    * refused until the retry time, an hour for a concurrency limit's log, however many came back.
    */
-  const refunded = new Set<Limiter>()
+  const refunded = new WeakSet<Limiter>()
   const makeLimiter = (policies: Policy | Policy[], prefix: string, refundable: boolean) => {
     const limiter = new Limiter({
       policies,
@@ -436,10 +446,17 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   const spanOf = spansKeys ? () => '' : store.spanOf === undefined ? (key: string) => key : (key: string) => (store.spanOf as (key: string) => string)(key)
 
   // Limiters over the union of several rules' policies, one per combination that occurs.
-  const combinations = new Map<string, Limiter>()
-  const ids = new Map<Limiter, number>()
+  // Bounded, and weakly held: rules whose policies function gives new ones make new limiters, and combinations of them.
+  const combinations = new GenerationalMap<Limiter>(MAX_GIVEN_POLICY_SETS)
+  const ids = new WeakMap<Limiter, number>()
+  let nextId = 0
+  const idOf = (limiter: Limiter): number => {
+    let id = ids.get(limiter)
+    if (id === undefined) ids.set(limiter, id = nextId++)
+    return id
+  }
   const combined = (limiters: Limiter[]): Limiter => {
-    const id = limiters.map((limiter) => ids.get(limiter) ?? ids.set(limiter, ids.size).get(limiter)).join(',')
+    const id = limiters.map(idOf).join(',')
     let limiter = combinations.get(id)
     if (limiter === undefined) {
       limiter = makeLimiter(limiters.flatMap((l) => [...l.policies]), statePrefix, limiters.some((l) => refunded.has(l)))
@@ -773,8 +790,54 @@ class RuleCompiler {
         : new ArgumentError(`rules[${index}].name`, name, `is also the name of rules[${sameName}]; give each rule its own name (onDecision and onLimited report it)`)
     }
     this.ruleNames.set(name, index)
-    const refundable = (rule.count ?? 'all') !== 'all'
-    let limiters: Limiter[]
+    const cost = rule.cost ?? 1
+    if (typeof cost !== 'number' && typeof cost !== 'function') throw new ArgumentError(`rule "${name}" cost`, cost, 'must be a positive integer, or a function of the request returning one')
+    if (typeof cost === 'number' && (!Number.isSafeInteger(cost) || cost < 1)) throw new ArgumentError(`rule "${name}" cost`, cost, 'must be a positive integer or a function')
+    if (rule.key !== undefined && typeof rule.key !== 'function') throw new ArgumentError(`rule "${name}" key`, rule.key, 'must be a function of the request (e.g. apiKey(), jwtClaim(), clientIpKey(), or firstOf() of them)')
+    checkBoolean(`rule "${name}" shadow`, rule.shadow)
+    const action = rule.action ?? 'reject'
+    if (action !== 'reject' && action !== 'queue') throw new ArgumentError(`rule "${name}" action`, action, "must be 'reject' or 'queue'")
+    if (action === 'reject' && rule.maxWaitMs !== undefined) {
+      throw new ArgumentError(`rule "${name}" maxWaitMs`, rule.maxWaitMs, "applies to action 'queue' only: a refused request does not wait")
+    }
+    const maxWaitMs = action === 'queue' ? checkMaxWait(rule.maxWaitMs ?? 10_000, []) : 0
+    const count = rule.count ?? 'all'
+    if (count !== 'all' && count !== 'failed' && count !== 'succeeded' && count !== 'in-flight') {
+      throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed', 'succeeded' or 'in-flight'")
+    }
+    const refundable = count !== 'all'
+    /** A limiter of the rule's checked against what the rule asks of its policies (at start-up, or when a policies function first gives them). */
+    const admit = (limiter: Limiter): Limiter => {
+      const { policies } = limiter
+      // A policy's name is its state key and its header item: unique across all rules and tiers.
+      for (const policyName of policies.map((policy) => policy.name)) {
+        const other = this.policyNames.get(policyName)
+        if (other !== undefined && typeof rule.policies === 'function' && other !== name) {
+          throw new ArgumentError(`rule "${name}" policies()`, policyName, `gives a policy the name of one of rule "${other}"; give each policy its own name (it keys the state and the headers)`)
+        }
+        if (other !== undefined && typeof rule.policies !== 'function') {
+          throw new ArgumentError('rules', name, `${other === name ? 'has two tiers with' : `and rule "${other}" both have`} a policy named "${policyName}"; give each policy its own name (it keys the state and the headers)`)
+        }
+        if (this.policyNames.size < MAX_POLICY_NAMES) this.policyNames.set(policyName, name)
+      }
+      // The Limiter checks costs per call; a constant one can be checked now, at start-up (a policies function's, per request: see beyondReach).
+      if (typeof cost === 'number' && typeof rule.policies !== 'function') checkStaticCost(cost, policies, name)
+      // A policy that cannot reserve is named at start-up.
+      if (action === 'queue') inContext(`rule "${name}"`, () => checkMaxWait(maxWaitMs, policies))
+      if (count === 'in-flight') {
+        // A bucket would refill while requests are in progress, and a window would let a new one start as it turns.
+        const other = policies.find((policy) => policy.algorithm !== 'sliding-log')
+        if (other !== undefined) {
+          throw new ArgumentError(`rule "${name}" count`, count, `needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); "${other.name}" is ${other.algorithm}`)
+        }
+        for (const policy of policies) if (this.inFlightPolicies.size < MAX_POLICY_NAMES) this.inFlightPolicies.add(policy.name)
+      }
+      const unrefundable = count === 'all' ? undefined : policies.find((policy) => !REFUNDABLE(policy))
+      if (unrefundable !== undefined) {
+        throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket, police leaky-bucket or sliding-log policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
+      }
+      return limiter
+    }
     let limiterFor: CompiledRule['limiter']
     if ((rule.policies === undefined) === (rule.tiers === undefined)) {
       throw new ArgumentError(`rules[${index}]`, name, 'needs either policies or tiers')
@@ -789,7 +852,7 @@ class RuleCompiler {
       const byTier = new Map(Object.entries(policies).map(([tier, p]) => [tier, inContext(`rule "${name}" tier "${tier}"`, () => makeLimiter(p, statePrefix, refundable))]))
       const fallbackLimiter = byTier.get(fallback)
       if (fallbackLimiter === undefined) throw new ArgumentError(`rule "${name}" tiers.default`, fallback, `must name one of the tiers (${[...byTier.keys()].join(', ')})`)
-      limiters = [...byTier.values()]
+      for (const limiter of byTier.values()) admit(limiter)
       limiterFor = async (request) => {
         const tier = await of(request)
         const limiter = tier === undefined ? fallbackLimiter : byTier.get(tier)
@@ -797,48 +860,11 @@ class RuleCompiler {
         this.unknownTier(name, tier, fallback, [...byTier.keys()])
         return fallbackLimiter
       }
+    } else if (typeof rule.policies === 'function') {
+      limiterFor = givenPolicies(rule.policies, name, (policies) => admit(inContext(`rule "${name}" policies()`, () => makeLimiter(policies, statePrefix, refundable))))
     } else {
-      const limiter = inContext(`rule "${name}"`, () => makeLimiter(rule.policies as Policy | Policy[], statePrefix, refundable))
-      limiters = [limiter]
+      const limiter = admit(inContext(`rule "${name}"`, () => makeLimiter(rule.policies as Policy | Policy[], statePrefix, refundable)))
       limiterFor = () => limiter
-    }
-    // A policy's name is its state key and its header item: unique across all rules and tiers.
-    for (const policyName of limiters.flatMap((limiter) => limiter.policies.map((policy) => policy.name))) {
-      const other = this.policyNames.get(policyName)
-      if (other !== undefined) {
-        throw new ArgumentError('rules', name, `${other === name ? 'has two tiers with' : `and rule "${other}" both have`} a policy named "${policyName}"; give each policy its own name (it keys the state and the headers)`)
-      }
-      this.policyNames.set(policyName, name)
-    }
-    const cost = rule.cost ?? 1
-    if (typeof cost !== 'number' && typeof cost !== 'function') throw new ArgumentError(`rule "${name}" cost`, cost, 'must be a positive integer, or a function of the request returning one')
-    if (rule.key !== undefined && typeof rule.key !== 'function') throw new ArgumentError(`rule "${name}" key`, rule.key, 'must be a function of the request (e.g. apiKey(), jwtClaim(), clientIpKey(), or firstOf() of them)')
-    checkBoolean(`rule "${name}" shadow`, rule.shadow)
-    // The Limiter checks costs per call; a constant one can be checked now, at start-up.
-    if (typeof cost === 'number') for (const limiter of limiters) checkStaticCost(cost, limiter.policies, name)
-    const action = rule.action ?? 'reject'
-    if (action !== 'reject' && action !== 'queue') throw new ArgumentError(`rule "${name}" action`, action, "must be 'reject' or 'queue'")
-    if (action === 'reject' && rule.maxWaitMs !== undefined) {
-      throw new ArgumentError(`rule "${name}" maxWaitMs`, rule.maxWaitMs, "applies to action 'queue' only: a refused request does not wait")
-    }
-    // Checked now against every limiter: a policy that cannot reserve is named at start-up.
-    const maxWaitMs = action === 'queue' ? Math.max(...limiters.map((limiter) => checkMaxWait(rule.maxWaitMs ?? 10_000, limiter.policies))) : 0
-    const count = rule.count ?? 'all'
-    if (count !== 'all' && count !== 'failed' && count !== 'succeeded' && count !== 'in-flight') {
-      throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed', 'succeeded' or 'in-flight'")
-    }
-    const policies = limiters.flatMap((limiter) => limiter.policies)
-    if (count === 'in-flight') {
-      // A bucket would refill while requests are in progress, and a window would let a new one start as it turns.
-      const other = policies.find((policy) => policy.algorithm !== 'sliding-log')
-      if (other !== undefined) {
-        throw new ArgumentError(`rule "${name}" count`, count, `needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); "${other.name}" is ${other.algorithm}`)
-      }
-      for (const policy of policies) this.inFlightPolicies.add(policy.name)
-    }
-    const unrefundable = count === 'all' ? undefined : policies.find((policy) => !REFUNDABLE(policy))
-    if (unrefundable !== undefined) {
-      throw new ArgumentError(`rule "${name}" count`, count, `needs token-bucket, police leaky-bucket or sliding-log policies, which give back the units of a response that does not count; "${unrefundable.name}" is ${unrefundable.algorithm}`)
     }
     const matches = typeof rule.match === 'function' ? decidedAtOnce(rule.match, `rule "${name}" match`) : compileMatch(rule.match ?? {}, `rule "${name}" match`, caseSensitive)
     for (const method of typeof rule.match === 'function' ? [] : unknownMethods(rule.match ?? {})) {
@@ -853,7 +879,8 @@ class RuleCompiler {
       limiter: limiterFor,
       key: rule.key ?? defaultKey,
       cost: typeof cost === 'function' ? checkedCost(cost, name) : () => cost,
-      beyondReach: typeof cost === 'function' ? costBeyondReach(limiters) : undefined,
+      // A cost read from the request, or policies that are: a request may cost more than one of them ever admits.
+      beyondReach: typeof cost === 'function' || typeof rule.policies === 'function' ? costBeyondReach() : undefined,
       shadow: rule.shadow ?? this.setting.shadow ?? false,
       maxWaitMs,
       count,
@@ -972,16 +999,49 @@ function checkedCost(cost: (request: HttpRequest) => number, rule: string): (req
  * No wait would admit it: a 429 would send a retrying client round forever,
  * so it is a 413 that names the policy, and nothing is charged.
  */
-function costBeyondReach(limiters: readonly Limiter[]): (limiter: Limiter, cost: number) => HttpOutcome | undefined {
-  const tightest = new Map(limiters.map((limiter) => {
-    const policy = limiter.policies.reduce((least, p) => (limitOf(p) < limitOf(least) ? p : least))
-    return [limiter, { name: policy.name, limit: limitOf(policy) }]
-  }))
+function costBeyondReach(): (limiter: Limiter, cost: number) => HttpOutcome | undefined {
+  const tightest = new WeakMap<Limiter, { name: string; limit: number }>()
   return (limiter, cost) => {
-    const policy = tightest.get(limiter)
-    if (policy === undefined || cost <= policy.limit) return undefined
+    let policy = tightest.get(limiter)
+    if (policy === undefined) {
+      const least = limiter.policies.reduce((least, p) => (limitOf(p) < limitOf(least) ? p : least))
+      policy = { name: least.name, limit: limitOf(least) }
+      tightest.set(limiter, policy)
+    }
+    if (cost <= policy.limit) return undefined
     const detail = `This request costs ${cost} units; policy "${policy.name}" admits at most ${policy.limit} at once, so no wait would admit it. Send a smaller request.`
     return problem(413, 'Content Too Large', detail, [], { 'violated-policies': [policy.name], limit: policy.limit, cost })
+  }
+}
+
+/**
+ * A rule's policies read from the request (a customer's contract, looked up):
+ * a limiter per distinct answer, made when it is first given, and kept for
+ * the requests that give it again. Names must be given, and stay the same
+ * when the numbers change: the name keys the state, which carries over.
+ */
+function givenPolicies(policiesOf: (request: HttpRequest) => Policy | Policy[] | Promise<Policy | Policy[]>, rule: string, make: (policies: Policy | Policy[]) => Limiter): (request: HttpRequest) => Limiter | Promise<Limiter> {
+  const limiters = new GenerationalMap<Limiter>(MAX_GIVEN_POLICY_SETS)
+  const limiterOf = (given: unknown): Limiter => {
+    let id: string | undefined
+    try {
+      id = JSON.stringify(given)
+    } catch {
+      // Not JSON (a cycle, a BigInt): the Limiter names what is wrong with it below.
+    }
+    const known = id === undefined ? undefined : limiters.get(id)
+    if (known !== undefined) return known
+    const unnamed = (Array.isArray(given) ? given : [given]).find((policy: unknown) => typeof policy === 'object' && policy !== null && typeof (policy as Policy).name !== 'string')
+    if (unnamed !== undefined) {
+      throw new ArgumentError(`rule "${rule}" policies()`, unnamed, 'must give each policy a name: the name keys its state, which should carry over when the numbers change')
+    }
+    const limiter = make(given as Policy | Policy[])
+    if (id !== undefined) limiters.set(id, limiter)
+    return limiter
+  }
+  return (request) => {
+    const given: unknown = policiesOf(request)
+    return isPromise(given) ? Promise.resolve(given).then(limiterOf) : limiterOf(given)
   }
 }
 

@@ -280,6 +280,49 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
+  it(`${adapter}: policies read from the request (a customer's contract, looked up at once or awaited): each its own limit, a changed limit keeps the count, and a bad answer fails the request naming the rule`, async () => {
+    // What the customers' contracts say, changed while the server runs.
+    const contracts = new Map<string, number>([['acme', 3], ['globex', 1]])
+    const later = <T>(value: T) => new Promise<T>((resolve) => setTimeout(() => resolve(value), 1))
+    const contract = (request: { header(name: string): string | undefined }) => {
+      const customer = request.header('x-customer') ?? ''
+      if (customer === 'unnamed') return { algorithm: 'fixed-window' as const, limit: 5, windowMs: MINUTE }
+      if (customer === 'broken') return { algorithm: 'fixed-window' as const, limit: -5, windowMs: MINUTE, name: 'contract' }
+      if (customer === 'taken') return { algorithm: 'fixed-window' as const, limit: 5, windowMs: MINUTE, name: 'everything' }
+      return { algorithm: 'fixed-window' as const, limit: contracts.get(customer) ?? 2, windowMs: MINUTE, name: 'contract' }
+    }
+    const warnings: string[] = []
+    const options = base([
+      { name: 'contract', match: { path: '/api/**' }, policies: (request) => (request.header('x-async') === 'yes' ? later(contract(request)) : contract(request)), cost: (request) => (request.path === '/api/export' ? 4 : 1) },
+      { name: 'all', policies: { algorithm: 'fixed-window', limit: 100, windowMs: MINUTE, name: 'everything' } },
+    ], { key: (request) => request.header('x-customer'), onWarning: (message) => warnings.push(message) })
+    await withServer(start, options, async (url) => {
+      const call = (customer: string, extra: Record<string, string> = {}, path = '/api/items') => get(`${url}${path}`, { 'x-customer': customer, ...extra })
+      const acme = []
+      for (let i = 0; i < 4; i++) acme.push(await call('acme', i % 2 === 1 ? { 'x-async': 'yes' } : {}))
+      assert.deepEqual(acme.map((r) => r.status), [200, 200, 200, 429])
+      assert.equal(acme[0]?.headers.get('ratelimit-policy'), '"contract";q=3;w=60, "everything";q=100;w=60')
+      assert.equal(acme[2]?.headers.get('ratelimit'), '"contract";r=0;t=30, "everything";r=97;t=30')
+      assert.deepEqual([(await call('globex')).status, (await call('globex', { 'x-async': 'yes' })).status], [200, 429])
+      assert.equal((await call('initech')).headers.get('ratelimit'), '"contract";r=1;t=30, "everything";r=99;t=30', 'no contract: 2')
+      // acme's contract grows to 5: the 3 it spent still count, so 2 more.
+      contracts.set('acme', 5)
+      assert.deepEqual([(await call('acme')).status, (await call('acme')).status, (await call('acme')).status], [200, 200, 429])
+      // A cost no wait would admit under a contract is a 413 naming the policy, as for fixed policies; one that fits goes.
+      contracts.set('big', 10)
+      const beyond = await call('globex', {}, '/api/export')
+      assert.equal(beyond.status, 413)
+      assert.deepEqual(await beyond.json(), {
+        type: 'about:blank', title: 'Content Too Large', status: 413, 'violated-policies': ['contract'], limit: 1, cost: 4,
+        detail: 'This request costs 4 units; policy "contract" admits at most 1 at once, so no wait would admit it. Send a smaller request.',
+      })
+      assert.equal((await call('big', { 'x-async': 'yes' }, '/api/export')).headers.get('ratelimit'), '"contract";r=6;t=30, "everything";r=99;t=30')
+      // Bad answers: 500s, the server stays up.
+      for (const customer of ['unnamed', 'broken', 'taken']) assert.equal((await call(customer)).status, 500, customer)
+      assert.equal((await call('initech')).status, 200)
+    })
+  })
+
   it(`${adapter}: a queued rule delays requests instead of refusing them, up to maxWaitMs`, async () => {
     // Real time here: the adapter really waits. A bucket of 1 refilling every 100 ms.
     const options: RateLimitOptions = {
@@ -774,6 +817,55 @@ describe('HTTP pipeline', () => {
     assert.throws(() => enforced(request('')), /got 0/)
     const later = createRateLimitPipeline({ rules: [{ cost: (async () => 2) as never, policies: { algorithm: 'fixed-window', name: 'bytes', limit: 100, windowMs: MINUTE } }], clock: fixedClock })
     assert.throws(() => later(request('1')), /cost\(\) must return a positive integer at once \(not a promise\) \(got a promise\)/)
+  })
+})
+
+describe('HTTP policies read from the request', () => {
+  const request = (customer: string) => ({ method: 'GET', path: '/', host: 'h', header: (name: string) => (name === 'x-customer' ? customer : undefined), remoteAddress: '203.0.113.9' })
+  const fixed = (limit: number, name?: string) => ({ algorithm: 'fixed-window' as const, limit, windowMs: MINUTE, ...(name !== undefined && { name }) })
+
+  it('a bad answer fails the request naming the rule and what is wrong; the good answers are checked once, as a fixed rule\'s policies are at start-up', async () => {
+    let calls = 0
+    const answers: Record<string, unknown> = {
+      unnamed: fixed(5),
+      broken: fixed(-5, 'contract'),
+      taken: fixed(5, 'everything'),
+      twice: [fixed(5, 'contract'), fixed(6, 'contract')],
+      none: undefined,
+      text: 'contract',
+      cycle: (() => { const a: Record<string, unknown> = fixed(5, 'contract'); a.self = a; return a })(),
+      bucket: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000, name: 'contract' },
+    }
+    const decide = createRateLimitPipeline({
+      rules: [
+        { name: 'contract', key: (r) => r.header('x-customer'), policies: (r) => { calls++; const customer = r.header('x-customer') as string; return (customer in answers ? answers[customer] : fixed(2, 'contract')) as never } },
+        { name: 'all', policies: fixed(100, 'everything') },
+      ],
+      clock: fixedClock,
+    })
+    assert.throws(() => decide(request('unnamed')), /^ArgumentError: rule "contract" policies\(\) must give each policy a name: the name keys its state, which should carry over when the numbers change \(got an object\)/)
+    assert.throws(() => decide(request('broken')), /^PolicyError: rule "contract" policies\(\): policy "contract": limit must be a positive integer \(got -5\)/)
+    assert.throws(() => decide(request('taken')), /^ArgumentError: rule "contract" policies\(\) gives a policy the name of one of rule "all"; give each policy its own name \(it keys the state and the headers\) \(got "everything"\)$/)
+    assert.throws(() => decide(request('twice')), /^PolicyError: rule "contract" policies\(\): policy "contract": name is used by two policies of one limiter/)
+    assert.throws(() => decide(request('none')), /^\w+Error: rule "contract" policies\(\): policy must be an object with an "algorithm" field \(got undefined\)$/)
+    assert.throws(() => decide(request('text')), /^\w+Error: rule "contract" policies\(\): policy must be an object with an "algorithm" field \(got "contract"\)$/)
+    assert.throws(() => decide(request('cycle')), /^PolicyError: rule "contract" policies\(\): policy "contract": self is not a field of a fixed-window policy/)
+    // A good answer, under its name whatever the numbers: a token bucket for one customer, a window for others.
+    assert.equal((decide(request('bucket')) as HttpOutcome).decision?.policies[0]?.remaining, 4)
+    assert.equal((decide(request('a')) as HttpOutcome).decision?.policies[0]?.remaining, 1)
+    assert.equal((decide(request('a')) as HttpOutcome).decision?.policies[0]?.remaining, 0)
+    assert.equal((decide(request('a')) as HttpOutcome).status, 429)
+    assert.equal(calls, 11, 'asked once per request')
+  })
+
+  it('count and action rules check what a policies function gives: a rule counting requests in flight needs sliding logs, a queue policies that reserve', () => {
+    const inFlight = createRateLimitPipeline({ rules: [{ name: 'jobs', count: 'in-flight', policies: () => fixed(2, 'jobs') }], clock: fixedClock })
+    assert.throws(() => inFlight(request('a')), /^ArgumentError: rule "jobs" count needs sliding-log policies .*"jobs" is fixed-window/)
+    const queued = createRateLimitPipeline({ rules: [{ name: 'queued', action: 'queue', policies: () => ({ algorithm: 'sliding-log', limit: 2, windowMs: MINUTE, name: 'log' }) }], clock: fixedClock })
+    assert.throws(() => queued(request('a')), /^ArgumentError: rule "queued": maxWaitMs cannot be used with policy "log": sliding-log cannot reserve/)
+    const running = createRateLimitPipeline({ rules: [{ name: 'jobs', count: 'in-flight', policies: () => ({ algorithm: 'sliding-log', limit: 1, windowMs: MINUTE, name: 'jobs' }) }], clock: fixedClock })
+    const first = running(request('a')) as HttpOutcome
+    assert.equal(first.headers.find(([name]) => name === 'RateLimit-Policy')?.[1], '"jobs";q=1;qu="concurrent-requests"')
   })
 })
 
