@@ -1031,7 +1031,7 @@ function givenPolicies(policiesOf: (request: HttpRequest) => Policy | Policy[] |
     }
     const known = id === undefined ? undefined : limiters.get(id)
     if (known !== undefined) return known
-    const unnamed = (Array.isArray(given) ? given : [given]).find((policy: unknown) => typeof policy === 'object' && policy !== null && typeof (policy as Policy).name !== 'string')
+    const unnamed = (Array.isArray(given) ? given : [given]).find((policy: unknown) => typeof policy === 'object' && policy !== null && (policy as Policy).name === undefined)
     if (unnamed !== undefined) {
       throw new ArgumentError(`rule "${rule}" policies()`, unnamed, 'must give each policy a name: the name keys its state, which should carry over when the numbers change')
     }
