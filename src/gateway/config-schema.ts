@@ -275,9 +275,12 @@ const identity = z.strictObject({
   }).optional(),
   apiKey: z.strictObject({
     header: nonEmpty.default('x-api-key'),
-    /** The keys that exist; another value is no identity. Without keys (or keysFile) any value is a key. */
+    /**
+     * The keys that exist; another value is no identity. Without keys (or keysFile) any value is a key.
+     * Each may be followed by its tier (`k-1 pro`), which `tiers.from: apiKey` reads.
+     */
     keys: z.array(secret(false)).min(1).optional(),
-    /** A file of keys, one per line (`#` comments, blank lines ignored), read at start and on reload. */
+    /** A file of keys, one per line, each alone or followed by its tier (`#` comments, blank lines ignored), read at start and on reload. */
     keysFile: nonEmpty.optional(),
   }).refine((value) => value.keys === undefined || value.keysFile === undefined, { message: 'takes keys or keysFile, not both' }).optional(),
   clientIp: z.strictObject({
@@ -292,7 +295,7 @@ const identity = z.strictObject({
 })
 
 const tiers = z.strictObject({
-  from: z.union([z.strictObject({ jwtClaim: nonEmpty }), z.strictObject({ header: nonEmpty })], { error: 'expected { jwtClaim: <claim> } or { header: <name> }' }),
+  from: z.union([z.strictObject({ jwtClaim: nonEmpty }), z.strictObject({ header: nonEmpty }), z.literal('apiKey')], { error: 'expected { jwtClaim: <claim> }, { header: <name> } or apiKey (the tier the API key is listed with)' }),
   default: nonEmpty,
 })
 

@@ -73,6 +73,8 @@ export interface GatewayConfig extends RawConfig {
   jwtPublicKey: string | undefined
   /** `identity.apiKey.keys`, or the keys read from its keysFile; undefined: any value is a key. */
   apiKeys: string[] | undefined
+  /** The tier each API key is listed with, where the keys name tiers (`tiers.from: apiKey`). */
+  apiKeyTiers: Map<string, string> | undefined
 }
 
 /**
@@ -321,17 +323,26 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
       report(['identity', 'jwt', 'publicKeyFile'], `cannot read: ${(error as Error).message}`)
     }
   }
-  let apiKeys = config.identity.apiKey?.keys
+  let apiKeys: string[] | undefined
+  // Each key's tier, where the keys name them (tiers.from: apiKey), and where it was written.
+  const keyTiers: KeyTier[] = []
+  const inlineKeys = config.identity.apiKey?.keys
+  if (inlineKeys !== undefined) apiKeys = inlineKeys.map((entry, i) => keyOfEntry(entry, ['identity', 'apiKey', 'keys', i], undefined, keyTiers, report))
   const keysFile = config.identity.apiKey?.keysFile
   if (keysFile !== undefined) {
     try {
-      const listed = readBounded(beside(keysFile)).toString('utf8').split(/\r?\n/).map((line) => line.trim()).filter((line) => line !== '' && !line.startsWith('#'))
+      const listed: string[] = []
+      readBounded(beside(keysFile)).toString('utf8').split(/\r?\n/).forEach((text, i) => {
+        const line = text.trim()
+        if (line !== '' && !line.startsWith('#')) listed.push(keyOfEntry(line, ['identity', 'apiKey', 'keysFile'], `${keysFile}:${i + 1}`, keyTiers, report))
+      })
       if (listed.length === 0) report(['identity', 'apiKey', 'keysFile'], `lists no key (${keysFile}): every request would fall through to the next resolver`)
       else apiKeys = listed
     } catch (error) {
       report(['identity', 'apiKey', 'keysFile'], `cannot read: ${(error as Error).message}`)
     }
   }
+  const apiKeyTiers = checkKeyTiers(config, limitsResolved, keyTiers, report)
   checkReferences(config, report)
   checkServer(config, report)
   checkStoreHolds(config, limitsResolved, report)
@@ -340,10 +351,48 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   checkReachable(config, report)
   if (problems.length > 0) throw new ConfigError(file, problems)
   // Files the config names are part of it: a changed key file is a new version (and a reload takes it).
-  const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
+  const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, keyTiers.map(({ key, tier }) => [key, tier]), tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
   const named = [config.server.tls?.cert, config.server.tls?.key, config.identity.jwt?.publicKeyFile, keysFile]
   const files = [resolve(file), ...named.filter((path) => path !== undefined).map(beside)]
-  return { ...config, admin: { ...config.admin, watch }, file, version, files, limitsResolved, tls, jwtPublicKey, apiKeys, written }
+  return { ...config, admin: { ...config.admin, watch }, file, version, files, limitsResolved, tls, jwtPublicKey, apiKeys, apiKeyTiers, written }
+}
+
+/** An API key listed with its tier, and where: its YAML path, and for a keys file its file and line. */
+interface KeyTier {
+  key: string
+  tier: string
+  where: PropertyKey[]
+  at: string | undefined
+}
+
+/** The key of a listed entry, `key` or `key tier` (trimmed), noting its tier. The entry is never shown: it holds a key. */
+function keyOfEntry(entry: string, where: PropertyKey[], at: string | undefined, keyTiers: KeyTier[], report: Report): string {
+  const [key, tier, ...more] = entry.trim().split(/\s+/) as [string, string | undefined, ...string[]]
+  if (more.length > 0) report(where, `${at === undefined ? '' : `${at}: `}expected a key, or a key and its tier, separated by spaces; got ${more.length + 2} words`)
+  if (tier !== undefined) keyTiers.push({ key, tier, where, at })
+  return key
+}
+
+/**
+ * The tiers API keys are listed with: read by `tiers.from: apiKey` only, and
+ * each one a tier some limit gives policies for (a misspelt `prp` would
+ * quietly be the default tier).
+ */
+function checkKeyTiers(config: RawConfig, limits: readonly ResolvedLimit[], keyTiers: readonly KeyTier[], report: Report): Map<string, string> | undefined {
+  const fromApiKey = config.tiers?.from === 'apiKey'
+  if (fromApiKey && config.identity.apiKey === undefined) report(['tiers', 'from'], 'apiKey needs identity.apiKey, whose keys name their tiers')
+  if (keyTiers.length === 0) return undefined
+  if (!fromApiKey) {
+    const { where, at } = keyTiers[0] as (typeof keyTiers)[number]
+    report(where, `${at === undefined ? '' : `${at}: `}names a tier after its key, which only tiers.from: apiKey reads (tiers.from is ${config.tiers === undefined ? 'not set' : JSON.stringify(config.tiers.from)})`)
+    return undefined
+  }
+  const named = new Set(limits.flatMap((limit) => [...limit.policies.keys()]).filter((tier) => tier !== ''))
+  for (const { tier, where, at } of keyTiers) {
+    // The key itself is never shown: it is a secret.
+    if (!named.has(tier)) report(where, `${at === undefined ? '' : `${at}: `}the tier ${show(tier)} is one no limit gives policies for (their tiers: ${[...named].join(', ') || 'none'})`)
+  }
+  return new Map(keyTiers.map(({ key, tier }) => [key, tier]))
 }
 
 /**
@@ -435,7 +484,7 @@ export function configWarnings(config: GatewayConfig): string[] {
   const trustsEveryone = everyAddressWarning(trustProxy, 'identity.clientIp.trustProxy')
   if (trustsEveryone !== undefined) warnings.push(trustsEveryone)
   const behindProxy = trustProxy !== undefined && trustProxy !== false && trustProxy !== 0 && !(Array.isArray(trustProxy) && trustProxy.length === 0)
-  if (tierFrom !== undefined && 'header' in tierFrom && !behindProxy) {
+  if (tierFrom !== undefined && typeof tierFrom === 'object' && 'header' in tierFrom && !behindProxy) {
     warnings.push(`tiers.from.header: clients reach this gateway directly (identity.clientIp.trustProxy is not set), so any client can choose its tier by sending ${tierFrom.header}. Take the tier from a verified claim (tiers.from.jwtClaim), or set trustProxy for the proxy that writes the header.`)
   }
   return warnings
@@ -680,7 +729,7 @@ function checkReferences(config: RawConfig, report: Report): void {
   check(config.identity.order, ['identity', 'order'])
   config.limits.forEach((limit, j) => check(limit.key, ['limits', j, 'key']))
   config.routes.forEach((route, i) => route.limits.forEach((limit, j) => check(limit.key, ['routes', i, 'limits', j, 'key'])))
-  if (config.tiers !== undefined && 'jwtClaim' in config.tiers.from && config.identity.jwt === undefined) {
+  if (config.tiers !== undefined && typeof config.tiers.from === 'object' && 'jwtClaim' in config.tiers.from && config.identity.jwt === undefined) {
     report(['tiers', 'from', 'jwtClaim'], 'needs identity.jwt to verify the token the claim comes from')
   }
 }

@@ -652,12 +652,7 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
     const chosen = kinds.map((kind) => resolvers[kind] as KeyResolver)
     return chosen.length === 1 ? (chosen[0] as KeyResolver) : firstOf(...chosen)
   }
-  const tierFrom = config.tiers?.from
-  const tierOf = tierFrom === undefined
-    ? undefined
-    : 'jwtClaim' in tierFrom
-      ? async (request: HttpRequest) => claimOf(await (verified as NonNullable<typeof verified>)(request), tierFrom.jwtClaim)
-      : (request: HttpRequest) => request.header(tierFrom.header.toLowerCase())
+  const tierOf = tierResolver(config, verified)
 
   const rules: RuleOptions[] = await mapInSlices(config.limitsResolved, (limit) => ruleOf(limit, config, keyOf(limit.config.key ?? defaultOrder), tierOf))
   const routes = await mapInSlices(config.routes, (route) => ({
@@ -742,7 +737,7 @@ function decisionHeaders(config: GatewayConfig): ReadonlySet<string> {
   if (config.identity.jwt !== undefined) names.push('authorization')
   if (config.identity.apiKey !== undefined) names.push(config.identity.apiKey.header)
   const tierFrom = config.tiers?.from
-  if (tierFrom !== undefined && 'header' in tierFrom) names.push(tierFrom.header)
+  if (tierFrom !== undefined && typeof tierFrom === 'object' && 'header' in tierFrom) names.push(tierFrom.header)
   for (const match of [...config.routes.map((route) => route.match), ...config.limitsResolved.map((limit) => limit.config.match)]) {
     names.push(...Object.keys(match?.headers ?? {}))
   }
@@ -788,6 +783,24 @@ function ruleOf(
 
 /** The key of the identity kind `everyone`: one client that every request is. */
 const EVERYONE = 'everyone'
+
+/** Where a request's tier comes from (`tiers.from`): a verified claim, a header, or the tier its API key is listed with. */
+function tierResolver(config: GatewayConfig, verified: ReturnType<typeof jwtVerifier> | undefined): ((request: HttpRequest) => string | undefined | Promise<string | undefined>) | undefined {
+  const tierFrom = config.tiers?.from
+  if (tierFrom === undefined) return undefined
+  if (tierFrom === 'apiKey') {
+    const tiers = config.apiKeyTiers ?? new Map<string, string>()
+    const header = (config.identity.apiKey?.header ?? 'x-api-key').toLowerCase()
+    // As the apiKey resolver reads the key: trimmed.
+    return (request) => {
+      const key = request.header(header)?.trim()
+      return key === undefined ? undefined : tiers.get(key)
+    }
+  }
+  if ('jwtClaim' in tierFrom) return async (request) => claimOf(await (verified as NonNullable<typeof verified>)(request), tierFrom.jwtClaim)
+  const header = tierFrom.header.toLowerCase()
+  return (request) => request.header(header)
+}
 
 /** The identity kinds a limit without its own `key` is keyed by: `identity.order`, else each kind configured, then the IP. */
 function defaultOrderOf(config: GatewayConfig): readonly IdentityKind[] {

@@ -371,6 +371,40 @@ routes:
     })
   })
 
+  it('tiers from API keys: each key listed with its tier, inline or in the file; a tier no limit names, a line of three words, tiers the config does not read, are refused by line, never showing the key', async () => {
+    await inTempDir(async (dir) => {
+      const limits = '      - tiers: { free: { algorithm: fixed-window, limit: 5, windowMs: 1000 }, pro: { algorithm: fixed-window, limit: 50, windowMs: 1000 } }'
+      const keysFile = join(dir, 'api-keys')
+      writeFileSync(keysFile, '# key  tier\nk-alpha pro\nk-beta\n  k-gamma \t free \r\n')
+      const fromKeys = (identity: string, tiers = 'tiers: { from: apiKey, default: free }') => minimal(limits, `${tiers}\nidentity:\n  apiKey: ${identity}`)
+      const file = await parseConfig(fromKeys(`{ keysFile: ${keysFile} }`), 'test.yaml', {})
+      assert.deepEqual(file.apiKeys, ['k-alpha', 'k-beta', 'k-gamma'])
+      assert.deepEqual([...file.apiKeyTiers ?? []], [['k-alpha', 'pro'], ['k-gamma', 'free']])
+      const inline = await parseConfig(fromKeys('{ keys: [k-1 pro, k-2 free, k-3] }'), 'test.yaml', {})
+      assert.deepEqual([inline.apiKeys, [...inline.apiKeyTiers ?? []]], [['k-1', 'k-2', 'k-3'], [['k-1', 'pro'], ['k-2', 'free']]])
+      // A key's new tier is a new version: a reload takes it.
+      writeFileSync(keysFile, 'k-alpha free\nk-beta\nk-gamma free\n')
+      assert.notEqual((await parseConfig(fromKeys(`{ keysFile: ${keysFile} }`), 'test.yaml', {})).version, file.version)
+      writeFileSync(keysFile, 'k-alpha prp\nk-secret-beta pro extra\n')
+      assert.deepEqual(await problems(fromKeys(`{ keysFile: ${keysFile} }`)), [
+        `identity.apiKey.keysFile: ${keysFile}:2: expected a key, or a key and its tier, separated by spaces; got 3 words (line 4)`,
+        `identity.apiKey.keysFile: ${keysFile}:1: the tier "prp" is one no limit gives policies for (their tiers: free, pro) (line 4)`,
+      ])
+      assert.deepEqual(await problems(fromKeys('{ keys: [k-0, k-1 gold] }')), [
+        'identity.apiKey.keys[1]: the tier "gold" is one no limit gives policies for (their tiers: free, pro) (line 4)',
+      ])
+      writeFileSync(keysFile, 'k-alpha pro\n')
+      assert.deepEqual(await problems(fromKeys(`{ keysFile: ${keysFile} }`, 'tiers: { from: { header: x-tier }, default: free }')), [
+        `identity.apiKey.keysFile: ${keysFile}:1: names a tier after its key, which only tiers.from: apiKey reads (tiers.from is {"header":"x-tier"}) (line 4)`,
+      ])
+      assert.deepEqual(await problems(minimal(limits, 'tiers: { from: apiKey, default: free }')), ['tiers.from: apiKey needs identity.apiKey, whose keys name their tiers (line 2)'])
+      assert.match((await problems(minimal(limits, 'tiers: { from: apiKeys, default: free }'))).join(), /tiers\.from: expected \{ jwtClaim: <claim> \}, \{ header: <name> \} or apiKey/)
+      for (const listed of [await problems(fromKeys(`{ keysFile: ${keysFile} }`, 'tiers: { from: { header: x-tier }, default: free }')), await problems(fromKeys('{ keys: [k-0, k-1 gold] }'))]) {
+        assert.ok(!listed.join().includes('k-alpha') && !listed.join().includes('k-1'), 'no key is shown')
+      }
+    })
+  })
+
   it('warns when a client can choose its own tier: the tier from a header, and no proxy in front to write it', async () => {
     const limits = '      - tiers: { free: { algorithm: fixed-window, limit: 5, windowMs: 1000 }, pro: { algorithm: fixed-window, limit: 50, windowMs: 1000 } }'
     const direct = await parseConfig(minimal(limits, 'tiers: { from: { header: x-tier }, default: free }'), 'test.yaml', {})

@@ -512,6 +512,44 @@ routes:${routes.join('')}
     assert.equal((await fetch(`${gateway.adminUrl}/readyz`)).status, 200)
   })
 
+  it('tiers from API keys: each key gets its tier\'s limit, a request without a listed key the default; saving the keys file moves a key to another tier', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-key-tiers-'))
+    const keysFile = join(dir, 'api-keys')
+    writeFileSync(keysFile, '# key tier\nk-pro pro\nk-plain\n')
+    const gateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+identity: { apiKey: { header: x-api-key, keysFile: ${keysFile} }, order: [apiKey, ip] }
+tiers: { from: apiKey, default: free }
+routes:
+  - name: api
+    upstream: ${upstream.url}
+    limits:
+      - name: plan
+        tiers:
+          free: { algorithm: sliding-log, name: free, limit: 1, windowMs: 3600000 }
+          pro: { algorithm: sliding-log, name: pro, limit: 3, windowMs: 3600000 }
+`)
+    try {
+      const statuses = async (key: string | undefined, count: number) => {
+        const seen = []
+        for (let i = 0; i < count; i++) seen.push((await get(`${gateway.url}/hello`, key === undefined ? {} : { 'x-api-key': key })).status)
+        return seen
+      }
+      assert.deepEqual(await statuses('k-pro', 4), [200, 200, 200, 429])
+      assert.deepEqual(await statuses('k-plain', 2), [200, 429], 'a key listed without a tier: the default')
+      const unlisted = await get(`${gateway.url}/hello`, { 'x-api-key': 'k-made-up' })
+      assert.deepEqual([unlisted.status, unlisted.headers.get('ratelimit-policy')], [200, '"free";q=1;w=3600'], 'no listed key: the IP, on the default tier')
+      writeFileSync(keysFile, 'k-pro pro\nk-plain pro\n')
+      await gateway.waitForLog((l) => l.msg === 'config reloaded')
+      // Its request on the free tier stays in the log it was counted in; under pro it has 3 of its own.
+      assert.deepEqual(await statuses('k-plain', 4), [200, 200, 200, 429])
+    } finally {
+      await gateway.stop()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   it('logs each request with its key kind, never the key itself', async () => {
     await get(`${gateway.url}/api/hello`, { 'x-api-key': 'secret-key-value' })
     const line = await gateway.waitForLog((l) => l.msg === 'request' && l.keyKind === 'apikey')
