@@ -15,7 +15,7 @@ import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
 import { canonicalKey, ConfigError, configWarnings, loadConfigOffThread, type GatewayConfig } from '../gateway/config.ts'
 import { startDemoUpstream } from '../gateway/demo-upstream.ts'
-import { Gateway } from '../gateway/gateway.ts'
+import { Gateway, partsCountingUnder } from '../gateway/gateway.ts'
 import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
 import { compileMatch } from '../http/match.ts'
 import { LIMITER_CLIENT_OPTIONS, RedisStore, redisKey } from '../stores/redis/redis-store.ts'
@@ -298,14 +298,15 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     const store = new RedisStore({ client })
     if (config !== undefined) {
       out(`${key} under ${config.file} (read without charging):`)
-      for (const limit of config.limitsResolved) {
-        for (const [tier, policies] of limit.policies) {
-          const decision = await new Limiter({ policies, prefix, store, blockCache: false }).peek(key)
-          for (const entry of decision.policies) {
-            // A window that has not begun still has a reset ahead; with nothing spent, it is full now.
-            const refill = entry.remaining >= entry.limit ? 'full' : `full in ${entry.resetAfterMs} ms`
-            out(`  ${limit.name}${tier === '' ? '' : ` [tier ${tier}]`}  ${entry.policy}: ${entry.remaining}/${entry.limit} left, ${refill}${entry.allowed ? '' : `, refusing for ${entry.retryAfterMs} ms`}`)
-          }
+      // Only the limits (and tiers) that count under a key of this kind: the others would show a quota never used.
+      const parts = partsCountingUnder(config, key)
+      if (parts.length === 0) out('  no limit of this config counts under keys of this kind')
+      for (const { limit, tier, policies } of parts) {
+        const decision = await new Limiter({ policies, prefix, store, blockCache: false }).peek(key)
+        for (const entry of decision.policies) {
+          // A window that has not begun still has a reset ahead; with nothing spent, it is full now.
+          const refill = entry.remaining >= entry.limit ? 'full' : `full in ${entry.resetAfterMs} ms`
+          out(`  ${limit.name}${tier === '' ? '' : ` [tier ${tier}]`}  ${entry.policy}: ${entry.remaining}/${entry.limit} left, ${refill}${entry.allowed ? '' : `, refusing for ${entry.retryAfterMs} ms`}`)
         }
       }
       return 0

@@ -27,6 +27,7 @@ import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { DecisionOutcome } from '../metrics/tally.ts'
 import type { Store } from '../stores/store.ts'
 import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfigOffThread, type GatewayConfig, type ResolvedLimit } from './config.ts'
+import type { Policy } from '../core/types.ts'
 import type { IdentityKind, RouteConfig } from './config-schema.ts'
 import { createAdminServer } from './admin.ts'
 import { connectionTokens, createAgent, HOP_BY_HOP, forward, pathRewriter, respond, Upstreams, type PathRewrite, type Upgrade, type UpstreamFailure } from './proxy.ts'
@@ -243,12 +244,10 @@ export class Gateway {
     const { config, store } = this.runtime
     const result: Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>> = {}
     if (config.admin.watch.length === 0) return result
-    const all = await watchLimiters(this.runtime, store.store)
+    const limiterOf = await watchLimiters(this.runtime, store.store)
     for (const key of config.admin.watch) {
       const perPolicy: Record<string, { limit: number; remaining: number; resetAfterMs: number }> = {}
-      // A limit keyed by IP never counts under apikey:…, nor a per-client one under everyone: their numbers there would be made up.
-      const kind = kindOf(key)
-      const limiters = all.filter(({ keyKinds }) => keyKinds.has(kind)).map(({ limiter }) => limiter)
+      const limiters = partsCountingUnder(config, key).map(({ policies }) => limiterOf.get(policies) as Limiter)
       // A slice of peeks at a time: Redis answers them together, and requests are served between slices of the memory store's.
       for (let from = 0; from < limiters.length; from += ITEMS_PER_SLICE) {
         if (from > 0) await letIoIn()
@@ -822,22 +821,49 @@ function keyKindsOf(kinds: readonly IdentityKind[]): Set<string> {
   return keyKinds
 }
 
-/** A limiter over the same state as a rule's tier, to read watched keys without charging them, and the kinds of key it counts under. */
-interface WatchLimiter {
-  limiter: Limiter
-  keyKinds: Set<string>
+/** A limit's policies for one tier (`''`: a limit without tiers). */
+export interface LimitPart {
+  limit: ResolvedLimit
+  tier: string
+  policies: Policy[]
 }
 
-const watchCache = new WeakMap<Runtime, Promise<WatchLimiter[]>>()
-function watchLimiters(runtime: Runtime, store: Store): Promise<WatchLimiter[]> {
+/**
+ * The parts of the config's limits that count under a key: a limit keyed by
+ * IP never counts under apikey:…, nor a per-client one under everyone, and
+ * where the key's tier is known (tiers.from: apiKey) only that tier's
+ * policies do. Others' numbers for the key would be made up: a full quota
+ * never used.
+ */
+export function partsCountingUnder(config: GatewayConfig, key: string): LimitPart[] {
+  const kind = kindOf(key)
+  const defaultOrder = defaultOrderOf(config)
+  const tier = tierOfKey(config, key)
+  const parts: LimitPart[] = []
+  for (const limit of config.limitsResolved) {
+    if (!keyKindsOf(limit.config.key ?? defaultOrder).has(kind)) continue
+    // As a request is decided: a tier the limit has no policies for gets its default tier's.
+    const own = tier === undefined ? undefined : limit.policies.has(tier) ? tier : config.tiers?.default
+    for (const [name, policies] of limit.policies) if (name === '' || own === undefined || name === own) parts.push({ limit, tier: name, policies })
+  }
+  return parts
+}
+
+/** A key's tier where the config says it: with tiers.from: apiKey, an API key's listed one, and the default for every other key. */
+function tierOfKey(config: GatewayConfig, key: string): string | undefined {
+  const tiers = config.tiers
+  if (tiers?.from !== 'apiKey') return undefined
+  return (kindOf(key) === 'apikey' ? config.apiKeyTiers?.get(key.slice('apikey:'.length)) : undefined) ?? tiers.default
+}
+
+/** Limiters over the same state as the rules' (one per limit and tier, by its policies), to read watched keys without charging them. */
+const watchCache = new WeakMap<Runtime, Promise<Map<Policy[], Limiter>>>()
+function watchLimiters(runtime: Runtime, store: Store): Promise<Map<Policy[], Limiter>> {
   let limiters = watchCache.get(runtime)
   if (limiters === undefined) {
     const prefix = httpStatePrefix(runtime.config.prefix)
-    const defaultOrder = defaultOrderOf(runtime.config)
-    limiters = mapInSlices(runtime.config.limitsResolved, (limit) => {
-      const keyKinds = keyKindsOf(limit.config.key ?? defaultOrder)
-      return [...limit.policies.values()].map((policies) => ({ limiter: new Limiter({ policies, prefix, store, blockCache: false }), keyKinds }))
-    }).then((perLimit) => perLimit.flat())
+    limiters = mapInSlices(runtime.config.limitsResolved, (limit) => [...limit.policies.values()].map((policies) => [policies, new Limiter({ policies, prefix, store, blockCache: false })] as const))
+      .then((perLimit) => new Map(perLimit.flat()))
     watchCache.set(runtime, limiters)
   }
   return limiters

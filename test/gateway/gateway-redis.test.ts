@@ -118,6 +118,8 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     // Untouched: full now, though its day has hours to run.
     assert.match(viaConfig.stdout, /api\.plan \[tier free\] {2}free-day: 2\/2 left, full\n/)
     assert.match(viaConfig.stdout, /api\.plan \[tier pro\] {2}pro-day: 0\/5 left, full in \d+ ms/)
+    // The limits keyed by IP never count under user:bob: not shown, as a quota he never used.
+    assert.doesNotMatch(viaConfig.stdout, /shared-hour|slow-at-once/)
     assert.equal(viaConfig.stderr, '')
     // An address as the client's socket shows it (IPv4-mapped on a dual-stack listener) is read where its quota is kept.
     const mapped = await runCli(['inspect', '--redis', redis.url, '--config', dir, 'ip:::ffff:127.0.0.1'], { JWT_SECRET: SECRET })
