@@ -443,7 +443,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   // Which keys one store call can span: any, those of one span (a Redis Cluster: one hash tag), or only one.
   // Rules whose keys one call can span are decided together, all-or-nothing.
   const spansKeys = store.spansKeys === true
-  const spanOf = spansKeys ? () => '' : store.spanOf === undefined ? (key: string) => key : (key: string) => (store.spanOf as (key: string) => string)(key)
+  const spanOf: (key: string) => string = spansKeys ? () => '' : store.spanOf?.bind(store) ?? ((key) => key)
 
   // Limiters over the union of several rules' policies, one per combination that occurs.
   // Bounded, and weakly held: rules whose policies function gives new ones make new limiters, and combinations of them.
