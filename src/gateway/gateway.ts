@@ -831,8 +831,8 @@ export interface LimitPart {
 /**
  * The parts of the config's limits that count under a key: a limit keyed by
  * IP never counts under apikey:…, nor a per-client one under everyone, and
- * where the key's tier is known (tiers.from: apiKey) only that tier's
- * policies do. Others' numbers for the key would be made up: a full quota
+ * where the key's tier is known (an API key's, under tiers.from: apiKey) only
+ * that tier's policies do. Others' numbers for the key would be made up: a full quota
  * never used.
  */
 export function partsCountingUnder(config: GatewayConfig, key: string): LimitPart[] {
@@ -849,11 +849,15 @@ export function partsCountingUnder(config: GatewayConfig, key: string): LimitPar
   return parts
 }
 
-/** A key's tier where the config says it: with tiers.from: apiKey, an API key's listed one, and the default for every other key. */
+/**
+ * A key's tier where the config says it: with tiers.from: apiKey, an API
+ * key's listed one (else the default). Other keys (an IP, everyone) count
+ * under the tier of whichever key each request carries: any.
+ */
 function tierOfKey(config: GatewayConfig, key: string): string | undefined {
   const tiers = config.tiers
-  if (tiers?.from !== 'apiKey') return undefined
-  return (kindOf(key) === 'apikey' ? config.apiKeyTiers?.get(key.slice('apikey:'.length)) : undefined) ?? tiers.default
+  if (tiers?.from !== 'apiKey' || kindOf(key) !== 'apikey') return undefined
+  return config.apiKeyTiers?.get(key.slice('apikey:'.length)) ?? tiers.default
 }
 
 /** Limiters over the same state as the rules' (one per limit and tier, by its policies), to read watched keys without charging them. */

@@ -518,7 +518,7 @@ routes:${routes.join('')}
     writeFileSync(keysFile, '# key tier\nk-pro pro\nk-plain\n')
     const gateway = await startGateway(`
 server: { listen: 127.0.0.1:0 }
-admin: { listen: 127.0.0.1:0, watch: [apikey:k-pro, apikey:k-plain] }
+admin: { listen: 127.0.0.1:0, watch: [apikey:k-pro, apikey:k-plain, ip:127.0.0.1] }
 identity: { apiKey: { header: x-api-key, keysFile: ${keysFile} }, order: [apiKey, ip] }
 tiers: { from: apiKey, default: free }
 routes:
@@ -540,12 +540,12 @@ routes:
       assert.deepEqual(await statuses('k-plain', 2), [200, 429], 'a key listed without a tier: the default')
       const unlisted = await get(`${gateway.url}/hello`, { 'x-api-key': 'k-made-up' })
       assert.deepEqual([unlisted.status, unlisted.headers.get('ratelimit-policy')], [200, '"free";q=1;w=3600'], 'no listed key: the IP, on the default tier')
-      // /status shows each watched key under its own tier only.
+      // /status shows each API key under its own tier only; an IP under every tier (a request it keys may carry any key).
       const watched = async () => {
         const { watched: byKey } = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>> }
         return Object.fromEntries(Object.entries(byKey).map(([key, policies]) => [key, Object.fromEntries(Object.entries(policies).map(([name, { remaining }]) => [name, remaining]))]))
       }
-      assert.deepEqual(await watched(), { 'apikey:k-pro': { pro: 0 }, 'apikey:k-plain': { free: 0 } })
+      assert.deepEqual(await watched(), { 'apikey:k-pro': { pro: 0 }, 'apikey:k-plain': { free: 0 }, 'ip:127.0.0.1': { free: 0, pro: 3 } })
       writeFileSync(keysFile, 'k-pro pro\nk-plain pro\n')
       await gateway.waitForLog((l) => l.msg === 'config reloaded')
       // Its request on the free tier stays in the log it was counted in; under pro it has 3 of its own.
