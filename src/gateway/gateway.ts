@@ -765,11 +765,20 @@ function ruleOf(
       ? (request: HttpRequest) => (request as GatewayRequest).route === route
       : (request: HttpRequest) => (request as GatewayRequest).route === route && within(request)
   const tiered = limit.config.tiers !== undefined && config.tiers !== undefined && tierOf !== undefined
+  // The tiers API keys are listed with were checked with the config: one this limit has no policies for is its default,
+  // by design, not a client's made-up name to warn of.
+  const listedTier = config.tiers?.from === 'apiKey' ? apiKeyTierOf(config) : undefined
+  const ownTier = tiered && listedTier !== undefined
+    ? (request: HttpRequest) => {
+      const tier = listedTier(request)
+      return tier !== undefined && limit.policies.has(tier) ? tier : undefined
+    }
+    : tierOf
   return {
     name: limit.name,
     match,
-    ...(tiered
-      ? { tiers: { of: tierOf, policies: Object.fromEntries(limit.policies), default: (config.tiers as NonNullable<GatewayConfig['tiers']>).default } }
+    ...(tiered && ownTier !== undefined
+      ? { tiers: { of: ownTier, policies: Object.fromEntries(limit.policies), default: (config.tiers as NonNullable<GatewayConfig['tiers']>).default } }
       : { policies: limit.policies.get('') ?? [] }),
     key,
     cost: limit.cost,
@@ -787,18 +796,20 @@ const EVERYONE = 'everyone'
 function tierResolver(config: GatewayConfig, verified: ReturnType<typeof jwtVerifier> | undefined): ((request: HttpRequest) => string | undefined | Promise<string | undefined>) | undefined {
   const tierFrom = config.tiers?.from
   if (tierFrom === undefined) return undefined
-  if (tierFrom === 'apiKey') {
-    const tiers = config.apiKeyTiers ?? new Map<string, string>()
-    const header = (config.identity.apiKey?.header ?? 'x-api-key').toLowerCase()
-    // As the apiKey resolver reads the key: trimmed.
-    return (request) => {
-      const key = request.header(header)?.trim()
-      return key === undefined ? undefined : tiers.get(key)
-    }
-  }
+  if (tierFrom === 'apiKey') return apiKeyTierOf(config)
   if ('jwtClaim' in tierFrom) return async (request) => claimOf(await (verified as NonNullable<typeof verified>)(request), tierFrom.jwtClaim)
   const header = tierFrom.header.toLowerCase()
   return (request) => request.header(header)
+}
+
+/** The tier a request's API key is listed with (tiers.from: apiKey), read as the apiKey resolver reads the key: trimmed. */
+function apiKeyTierOf(config: GatewayConfig): (request: HttpRequest) => string | undefined {
+  const tiers = config.apiKeyTiers ?? new Map<string, string>()
+  const header = (config.identity.apiKey?.header ?? 'x-api-key').toLowerCase()
+  return (request) => {
+    const key = request.header(header)?.trim()
+    return key === undefined ? undefined : tiers.get(key)
+  }
 }
 
 /** The identity kinds a limit without its own `key` is keyed by: `identity.order`, else each kind configured, then the IP. */

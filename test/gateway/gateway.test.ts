@@ -529,6 +529,10 @@ routes:
         tiers:
           free: { algorithm: sliding-log, name: free, limit: 1, windowMs: 3600000 }
           pro: { algorithm: sliding-log, name: pro, limit: 3, windowMs: 3600000 }
+      # One tier for all: a pro key gets it as its default, by design, with no warning.
+      - name: daily
+        tiers:
+          free: { algorithm: sliding-log, name: daily, limit: 100, windowMs: 3600000 }
 `)
     try {
       const statuses = async (key: string | undefined, count: number) => {
@@ -539,17 +543,19 @@ routes:
       assert.deepEqual(await statuses('k-pro', 4), [200, 200, 200, 429])
       assert.deepEqual(await statuses('k-plain', 2), [200, 429], 'a key listed without a tier: the default')
       const unlisted = await get(`${gateway.url}/hello`, { 'x-api-key': 'k-made-up' })
-      assert.deepEqual([unlisted.status, unlisted.headers.get('ratelimit-policy')], [200, '"free";q=1;w=3600'], 'no listed key: the IP, on the default tier')
+      assert.deepEqual([unlisted.status, unlisted.headers.get('ratelimit-policy')], [200, '"free";q=1;w=3600, "daily";q=100;w=3600'], 'no listed key: the IP, on the default tier')
       // /status shows each API key under its own tier only; an IP under every tier (a request it keys may carry any key).
       const watched = async () => {
         const { watched: byKey } = await (await fetch(`${gateway.adminUrl}/status`)).json() as { watched: Record<string, Record<string, { remaining: number }>> }
         return Object.fromEntries(Object.entries(byKey).map(([key, policies]) => [key, Object.fromEntries(Object.entries(policies).map(([name, { remaining }]) => [name, remaining]))]))
       }
-      assert.deepEqual(await watched(), { 'apikey:k-pro': { pro: 0 }, 'apikey:k-plain': { free: 0 }, 'ip:127.0.0.1': { free: 0, pro: 3 } })
+      // k-pro's refused request, one call for both limits, spent nothing of daily.
+      assert.deepEqual(await watched(), { 'apikey:k-pro': { pro: 0, daily: 97 }, 'apikey:k-plain': { free: 0, daily: 99 }, 'ip:127.0.0.1': { free: 0, pro: 3, daily: 99 } })
+      assert.ok(!gateway.logs.some((l) => String(l.msg).includes('names none of its tiers')), 'no warning of a tier the limit lacks')
       writeFileSync(keysFile, 'k-pro pro\nk-plain pro\n')
       await gateway.waitForLog((l) => l.msg === 'config reloaded')
       // Its request on the free tier stays in the log it was counted in; under pro it has 3 of its own.
-      assert.deepEqual(Object.keys((await watched())['apikey:k-plain'] ?? {}), ['pro'])
+      assert.deepEqual((await watched())['apikey:k-plain'], { pro: 3, daily: 99 })
       assert.deepEqual(await statuses('k-plain', 4), [200, 200, 200, 429])
     } finally {
       await gateway.stop()
