@@ -463,7 +463,7 @@ export class Limiter {
 
   /** `reset` of a call spanning keys: each policy's state under its own key. */
   private async resetKeys(key: string, keys: readonly string[]): Promise<void> {
-    this.spanBlocked?.forget(spanOf(key, keys))
+    this.spanBlocked?.forget(spanCacheKey(key, keys))
     for (const own of new Set(keys)) this.blocked?.forget(own)
     this.resetEach(this.fallbackStore, this.fallbackPolicies, keys)
     if (this.local !== undefined) return this.resetEach(this.local, this.policies, keys)
@@ -501,7 +501,7 @@ export class Limiter {
   private async decideOn(call: StoreCall, logical: StoreCall, now: number): Promise<Decision> {
     // Only a plain charge may be answered from the cache: a reservation or a peek asks something else.
     const cache = call.cost > 0 && call.maxWaitMs === 0 ? this.blockCacheOf(call) : undefined
-    const cached = cache === undefined || call.keys === undefined ? call.key : spanOf(call.key, call.keys)
+    const cached = cache === undefined || call.keys === undefined ? call.key : spanCacheKey(call.key, call.keys)
     if (cache !== undefined) {
       const known = cache.check(cached, call.cost, now)
       if (known !== undefined) {
@@ -746,7 +746,7 @@ export class Limiter {
   private forgetRefusals(call: StoreCall): void {
     this.blocked?.forget(call.key)
     if (call.keys === undefined) return
-    this.spanBlocked?.forget(spanOf(call.key, call.keys))
+    this.spanBlocked?.forget(spanCacheKey(call.key, call.keys))
     for (const own of call.keys) this.blocked?.forget(own)
   }
 
@@ -809,7 +809,7 @@ function notApplied(outcome: Outcome<unknown> & { ok: false }): boolean {
 }
 
 /** A call spanning keys as the block cache of such calls remembers it: its keys in policy order. */
-function spanOf(key: string, keys: readonly string[]): string {
+function spanCacheKey(key: string, keys: readonly string[]): string {
   return `${key}\u0000${keys.join('\u0000')}`
 }
 
