@@ -16,7 +16,7 @@ import { createRateLimitPipeline, type HttpOutcome } from '../../src/http/handle
 import { NODE_METHODS } from '../../src/http/match.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { partitionable } from '../support/partition.ts'
-import { expressServer, fastifyServer, fetchServer, nodeServer, type StartServer } from './servers.ts'
+import { expressServer, fastifyServer, fetchServer, koaServer, nodeServer, type StartServer } from './servers.ts'
 
 const MINUTE = 60_000
 const fixedClock = () => 30_000 // 30 s into the first minute: reset headers say t=30
@@ -70,7 +70,7 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 
-  it(`${adapter}: other spellings of a limited path meet its limit (dot segments, empty segments, trailing slash, percent-encoded letters, absolute form, path parameters, backslashes, fragments${adapter === 'express' ? ', case' : ''})`, async () => {
+  it(`${adapter}: other spellings of a limited path meet its limit (dot segments, empty segments, trailing slash, percent-encoded letters, absolute form, path parameters, backslashes, fragments${adapter === 'express' || adapter === 'koa' ? ', case' : ''})`, async () => {
     await withServer(start, base([{ name: 'login', match: { path: '/api/login' }, policies: { algorithm: 'fixed-window', limit: 1, windowMs: MINUTE, name: 'login' } }]), async (url) => {
       // fetch() would resolve the dots itself: these go out as written.
       const raw = (path: string) => new Promise<number>((resolve, reject) => {
@@ -87,7 +87,8 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
         '/api/login;v=2/other',
         // A fragment, which no client sends but node lets through: the frameworks route /api/login#x as /api/login.
         '/api/login#x', '/api/login#/../../public', '/api/login?#']
-      if (adapter === 'express') spellings.push('/API/Login')
+      // Express and @koa/router route without regard to case by default.
+      if (adapter === 'express' || adapter === 'koa') spellings.push('/API/Login')
       const statuses = []
       for (const path of spellings) statuses.push(await raw(path))
       // Hono's node server refuses a target with a backslash itself (400): never served either.
@@ -894,6 +895,35 @@ describe('HTTP queueing and aborts', () => {
       server.close()
     }
   })
+
+  it('koa: a client that hangs up while queued never reaches the handlers, and Koa writes nothing after', async () => {
+    const { createServer } = await import('node:http')
+    const { default: Koa } = await import('koa')
+    const { rateLimit } = await import('../../src/http/adapters/koa.ts')
+    let handled = 0
+    const errors: Error[] = []
+    const app = new Koa()
+    app.on('error', (error: Error) => errors.push(error))
+    app.use(rateLimit({ rules: [{ action: 'queue', maxWaitMs: 5000, policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 300 } }] }))
+    app.use((ctx) => { handled++; ctx.body = 'ok' })
+    const server = createServer(app.callback())
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}/`
+    try {
+      assert.equal((await fetch(url)).status, 200)
+      const controller = new AbortController()
+      const queued = fetch(url, { signal: controller.signal }).catch((error: Error) => error.name)
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      controller.abort()
+      assert.equal(await queued, 'AbortError')
+      await new Promise((resolve) => setTimeout(resolve, 400)) // past the end of its wait
+      assert.equal(handled, 1, 'the aborted request was not handled')
+      assert.deepEqual(errors, [])
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
+  })
 })
 
 describe('HTTP observers', () => {
@@ -1073,6 +1103,42 @@ describe('Express mounting', () => {
   })
 })
 
+describe('Koa mounting', () => {
+  it('rules see the whole path under koa-mount, and meet @koa/router routes without regard to case, as the router routes them', async () => {
+    const { default: Koa } = await import('koa')
+    const { default: mount } = await import('koa-mount')
+    const { default: Router } = await import('@koa/router')
+    const { createServer } = await import('node:http')
+    const { rateLimit } = await import('../../src/http/adapters/koa.ts')
+    const once = (name: string) => ({ algorithm: 'fixed-window' as const, limit: 1, windowMs: 60_000, name })
+    const api = new Koa()
+    api.use(rateLimit({ rules: [{ name: 'login', match: { path: '/api/login', method: 'POST' }, policies: once('login') }] }))
+    const router = new Router({ prefix: '/v2' })
+    router.get('/items', (ctx) => { ctx.body = 'ok' })
+    router.get('/health', (ctx) => { ctx.body = 'ok' })
+    api.use((ctx, next) => (ctx.path === '/login' && ctx.method === 'POST' ? void (ctx.body = 'ok') : next()))
+    const app = new Koa()
+    app.use(mount('/api', api))
+    // On the app, not router.use(): @koa/router routes /V2/Items to /v2/items but runs its router-level middleware
+    // for the prefix as written only, so a limit there would be walked round by a change of case.
+    app.use(rateLimit({ rules: [{ name: 'v2', match: { path: '/v2/**' }, policies: once('v2') }], skip: ['/v2/health'] }))
+    app.use(router.routes())
+    const server = createServer(app.callback())
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`
+    const status = async (method: string, path: string) => (await fetch(`${url}${path}`, { method })).status
+    try {
+      // koa-mount takes /api as written; below it the rule meets /api/LOGIN as /api/login.
+      assert.deepEqual([await status('POST', '/api/login'), await status('POST', '/api/login'), await status('POST', '/api/LOGIN')], [200, 429, 429])
+      assert.deepEqual([await status('GET', '/v2/items'), await status('GET', '/V2/Items')], [200, 429])
+      assert.deepEqual([await status('GET', '/v2/health'), await status('GET', '/v2/health')], [200, 200])
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
+  })
+})
+
 describe('Fastify router options', () => {
   // Raw requests: fetch() and URL would resolve the dots themselves.
   const raw = (url: string, path: string) => new Promise<number>((resolve, reject) => {
@@ -1218,10 +1284,11 @@ describe('HTTP adapters (memory store)', () => {
   suite('fetch', fetchServer, () => new MemoryStore())
   suite('express', expressServer, () => new MemoryStore())
   suite('fastify', fastifyServer, () => new MemoryStore())
+  suite('koa', koaServer, () => new MemoryStore())
 })
 
 describe('HTTP adapters without a store option (the default memory store)', () => {
-  for (const [adapter, start] of [['node', nodeServer], ['fetch', fetchServer], ['express', expressServer], ['fastify', fastifyServer]] as const) {
+  for (const [adapter, start] of [['node', nodeServer], ['fetch', fetchServer], ['express', expressServer], ['fastify', fastifyServer], ['koa', koaServer]] as const) {
     it(`${adapter}: a request one rule matches and a request two rules match spend the same limit`, async () => {
       const options: RateLimitOptions = {
         rules: [
@@ -1277,6 +1344,7 @@ describe('HTTP adapters (Redis store)', () => {
   suite('fetch', fetchServer, () => new RedisStore({ client: redis.client() }))
   suite('express', expressServer, () => new RedisStore({ client: redis.client() }))
   suite('fastify', fastifyServer, () => new RedisStore({ client: redis.client() }))
+  suite('koa', koaServer, () => new RedisStore({ client: redis.client() }))
 
   it("count: 'in-flight': a request that ends while Redis is cut off gives its unit back once Redis answers again", async () => {
     const partition = await partitionable(redis.port)

@@ -13,7 +13,7 @@ import { rateLimitMetrics } from '../../src/metrics/index.ts'
 import type { RateLimitOptions } from '../../src/http/handler.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { partitionable } from '../support/partition.ts'
-import { expressServer, fastifyServer, fetchServer, nodeServer, type StartServer } from './servers.ts'
+import { expressServer, fastifyServer, fetchServer, koaServer, nodeServer, type StartServer } from './servers.ts'
 
 interface Family { name: string; metrics: Array<{ labels?: Record<string, string>; value?: string }> }
 type Scrape = { families: Map<string, Family>; text: string }
@@ -43,7 +43,7 @@ const rules: RateLimitOptions['rules'] = [
 ]
 
 describe('sluice/metrics: the middleware counts its decisions in the application\'s registry', () => {
-  const adapters: Array<[string, StartServer]> = [['node', nodeServer], ['express', expressServer], ['fastify', fastifyServer], ['fetch', fetchServer]]
+  const adapters: Array<[string, StartServer]> = [['node', nodeServer], ['express', expressServer], ['fastify', fastifyServer], ['koa', koaServer], ['fetch', fetchServer]]
   for (const [adapter, start] of adapters) {
     it(`${adapter}: allowed, limited and shadow-limited decisions by rule and policy, and those near the limit`, async () => {
       const registry = new Registry()

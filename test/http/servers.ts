@@ -8,8 +8,10 @@ import { withRateLimit as withNode, type RateLimitOptions } from '../../src/http
 import { withRateLimit as withFetch } from '../../src/http/adapters/fetch.ts'
 import { rateLimit as expressRateLimit } from '../../src/http/adapters/express.ts'
 import { sluiceFastify } from '../../src/http/adapters/fastify.ts'
+import { rateLimit as koaRateLimit } from '../../src/http/adapters/koa.ts'
 import express from 'express'
 import Fastify from 'fastify'
+import Koa from 'koa'
 import { Hono } from 'hono'
 import type { ContentfulStatusCode } from 'hono/utils/http-status'
 import { createAdaptorServer, type Http2Bindings, type HttpBindings } from '@hono/node-server'
@@ -119,4 +121,28 @@ export const fastifyServer: StartServer = async (options) => {
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as AddressInfo
   return { url: `http://127.0.0.1:${port}`, close: async () => { await app.close() } }
+}
+
+/** A Koa app with the middleware in front of its one handler, which reports what ctx.state says of the decision too. */
+export const koaServer: StartServer = (options) => {
+  const app = new Koa()
+  // The default: errors are logged to stderr and answered 500.
+  app.silent = true
+  app.use(koaRateLimit(options))
+  app.use(async (ctx) => {
+    const streamMs = streamAsked(ctx.get('x-stream-ms') || undefined)
+    if (streamMs !== undefined) {
+      ctx.type = 'text/plain'
+      ctx.body = Readable.from(chunksOver(streamMs))
+      return
+    }
+    await delayAsked(ctx.get('x-delay-ms') || undefined)
+    const state = ctx.state.rateLimit as { policy: string; remaining: number } | undefined
+    if (state !== undefined && seen(ctx.req) !== `${state.policy}:${state.remaining}`) throw new Error('ctx.state.rateLimit is not the decision rateLimitOf gives')
+    ctx.status = statusAsked(ctx.get('x-status') || undefined)
+    ctx.type = 'text/plain'
+    ctx.set('x-handler-saw', seen(ctx.req))
+    ctx.body = `ok ${ctx.originalUrl}`
+  })
+  return listen(createServer(app.callback()))
 }

@@ -18,11 +18,12 @@ describe('package', () => {
     assert.ok(readFileSync(new URL(`../../${pkg.exports['.']?.types}`, import.meta.url), 'utf8').includes('export'))
   })
 
-  it('exports the HTTP adapters as subpaths: sluice/node, sluice/express, sluice/fastify, sluice/fetch', async () => {
+  it('exports the HTTP adapters as subpaths: sluice/node, sluice/express, sluice/fastify, sluice/koa, sluice/fetch', async () => {
     const node = await import('sluice/node')
     const web = await import('sluice/fetch')
     assert.equal(typeof (await import('sluice/express')).rateLimit, 'function')
     assert.equal(typeof (await import('sluice/fastify')).sluiceFastify, 'function')
+    assert.equal(typeof (await import('sluice/koa')).rateLimit, 'function')
     assert.equal(typeof node.withRateLimit, 'function')
     assert.equal(typeof node.rateLimitNode, 'function')
     assert.equal(typeof web.withRateLimit, 'function')
@@ -59,7 +60,7 @@ describe('package', () => {
       const express = require('express')
       const { Limiter } = require('sluice')
       const { rateLimit } = require('sluice/express')
-      for (const entry of ['sluice/node', 'sluice/fastify', 'sluice/fetch', 'sluice/client', 'sluice/metrics', 'sluice/otel']) if (Object.keys(require(entry)).length === 0) throw new Error(entry + ' is empty')
+      for (const entry of ['sluice/node', 'sluice/fastify', 'sluice/koa', 'sluice/fetch', 'sluice/client', 'sluice/metrics', 'sluice/otel']) if (Object.keys(require(entry)).length === 0) throw new Error(entry + ' is empty')
       if (typeof Limiter !== 'function') throw new Error('no Limiter')
       const app = express()
       app.use(rateLimit({ rules: [{ policies: { algorithm: 'sliding-log', limit: 2, windowMs: 60000 } }], onWarning: () => {} }))
@@ -84,6 +85,7 @@ describe('package', () => {
         "import { withRateLimit } from 'sluice/node'",
         "import { rateLimit } from 'sluice/express'",
         "import { sluiceFastify } from 'sluice/fastify'",
+        "import { rateLimit as koaRateLimit } from 'sluice/koa'",
         "import { rateLimitFetch } from 'sluice/fetch'",
         "import { createClient } from 'sluice/client'",
         "import { rateLimitMetrics } from 'sluice/metrics'",
@@ -92,7 +94,7 @@ describe('package', () => {
         // A typed export, not `any`: a wrong option is an error the compiler names.
         "// @ts-expect-error the option is misspelt",
         "rateLimit({ rulez: [] })",
-        'export const used = [limiter, withRateLimit, sluiceFastify, rateLimitFetch, createClient, rateLimitMetrics, rateLimitTelemetry]',
+        'export const used = [limiter, withRateLimit, sluiceFastify, koaRateLimit, rateLimitFetch, createClient, rateLimitMetrics, rateLimitTelemetry]',
       ].join('\n'))
       const tsc = new URL('../../node_modules/typescript/bin/tsc', import.meta.url).pathname
       execFileSync(process.execPath, [tsc, '--noEmit', '--strict', '--skipLibCheck', '--module', 'commonjs', '--moduleResolution', 'node10', join(dir, 'app.ts')], { cwd: dir, encoding: 'utf8' })

@@ -1,0 +1,56 @@
+/**
+ * Koa middleware. Koa's `ctx.req` and `ctx.res` are node's request and
+ * response, so this is the node adapter in Koa's terms: a refused request is
+ * answered by Koa from `ctx.status` and `ctx.body` (middleware before this one
+ * sees it, as any other response), an allowed one goes on to `next()` with the
+ * fields set. A callback that throws rejects, and Koa's error handling answers
+ * (a 500). Path patterns match case-insensitively, as @koa/router routes,
+ * unless `caseSensitive: true`, and always against the whole path: mounted
+ * under `/api` (koa-mount), a rule for `/api/login` still sees `/api/login`.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { createRateLimitPipeline, recordDecision, type RateLimitOptions } from '../handler.ts'
+import { nodeRequest, settleWhenSent, waitTurn } from './node.ts'
+import type { Decision } from '../../core/types.ts'
+
+/** The parts of Koa's context the middleware uses. */
+export interface KoaContextLike {
+  req: IncomingMessage
+  res: ServerResponse
+  /** The target as the client sent it, before mounting rewrote `url`. */
+  originalUrl: string
+  status: number
+  body: unknown
+  /** False when the middleware answered the client itself (a client gone while queued). */
+  respond?: boolean
+  state: { rateLimit?: Decision; [name: string]: unknown }
+  set(name: string, value: string): void
+}
+
+export function rateLimit(options: RateLimitOptions): (ctx: KoaContextLike, next: () => Promise<unknown>) => Promise<void> {
+  // @koa/router routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
+  const decide = createRateLimitPipeline({ caseSensitive: false, ...options })
+  return async function sluiceRateLimit(ctx, next) {
+    const outcome = await decide(nodeRequest(ctx.req, ctx.originalUrl))
+    // rateLimitOf(ctx.req), as in the other node adapters; and Koa's own place for what middleware learns.
+    recordDecision(ctx.req, outcome, true)
+    if (outcome.decision !== undefined) ctx.state.rateLimit = outcome.decision
+    settleWhenSent(ctx.res, outcome.settle, outcome.inProgressUntilEnded)
+    for (const [name, value] of outcome.headers) ctx.set(name, value)
+    if (outcome.proceed) {
+      if (outcome.waitMs > 0 && !(await waitTurn(ctx.res, outcome.waitMs))) {
+        // The client hung up while queued: nobody to answer, and the handlers never run.
+        ctx.respond = false
+        return
+      }
+      await next()
+      return
+    }
+    ctx.status = outcome.status
+    // The problem body's Content-Type is among the fields set above: Koa keeps it.
+    ctx.body = outcome.body
+  }
+}
+
+export { rateLimitOf } from '../handler.ts'
+export type { RateLimitOptions, RuleOptions, KeyResolver, HttpRequest, HttpOutcome } from '../handler.ts'
