@@ -1267,6 +1267,21 @@ describe('HTTP/2 (cleartext, node:http2)', () => {
       await app.close()
     }
   })
+
+  it('koa on http2.createServer(app.callback()) limits by :authority', async () => {
+    const { default: Koa } = await import('koa')
+    const { rateLimit } = await import('../../src/http/adapters/koa.ts')
+    const app = new Koa()
+    app.use(rateLimit(options()))
+    app.use((ctx) => { ctx.body = 'ok' })
+    const server = http2.createServer(app.callback() as unknown as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void)
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      assert.deepEqual(await h2Requests((server.address() as AddressInfo).port, ['api.example.com', 'API.example.com:443', 'www.example.com']), expected)
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
+  })
 })
 
 describe('HTTP adapters (memory store)', () => {
