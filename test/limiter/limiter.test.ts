@@ -31,6 +31,20 @@ describe('Limiter', () => {
     assert.equal(clock.at(50_000).policy, 'minute')
   })
 
+  it('limiters over one store and prefix share a policy\'s state by its name: a limit raised from 3 to 5 after 3 were spent leaves 2', () => {
+    let now = 1_000_000
+    const store = new MemoryStore()
+    const contract = (limit: number) => new Limiter({ store, prefix: 'tenants', clock: () => now, policies: { algorithm: 'sliding-window', limit, windowMs: 60_000, name: 'contract' } })
+    const three = contract(3)
+    const five = contract(5)
+    assert.deepEqual([1, 2, 3, 4].map(() => (now++, three.limitSync('tenant:a').allowed)), [true, true, true, false])
+    assert.deepEqual([1, 2, 3].map(() => (now++, five.limitSync('tenant:a').remaining)), [1, 0, 0])
+    assert.equal(five.peekSync('tenant:a').allowed, false)
+    assert.equal(five.peekSync('tenant:b').remaining, 5, 'another key: its own count')
+    // Another prefix is another namespace.
+    assert.equal(new Limiter({ store, prefix: 'other', clock: () => now, policies: { algorithm: 'sliding-window', limit: 5, windowMs: 60_000, name: 'contract' } }).peekSync('tenant:a').remaining, 5)
+  })
+
   it('peek changes nothing and reports whether a call of cost 1 would pass', () => {
     const clock = onVirtualClock({ algorithm: 'token-bucket', capacity: 2, refillTokens: 1, refillIntervalMs: 1000 })
     assert.deepEqual([clock.peekAt(0).allowed, clock.peekAt(0).remaining], [true, 2])
