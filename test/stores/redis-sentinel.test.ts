@@ -2,8 +2,9 @@ import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
+import { createSentinel } from 'redis'
 import { Limiter, MemoryStore, RedisStore } from '../../src/index.ts'
-import { handWritten, replay } from '../conformance/traces.ts'
+import { handWritten, replay, spanningKeys } from '../conformance/traces.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { startSentinel, type Sentinel } from '../support/sentinel.ts'
 
@@ -36,6 +37,23 @@ describe('RedisStore through Redis Sentinel (ioredis)', () => {
     const limiter = new Limiter({ store, prefix: 'sentinel', policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 } })
     assert.equal((await limiter.limit('k')).allowed, true)
     assert.equal(await master.client().exists('sentinel:{k}:fixed-window:1/1m'), 1, 'the state is on the master')
+  })
+
+  it('node-redis createSentinel: the same decisions, through the master it names', async () => {
+    const nodeRedis = createSentinel({ name: 'sluice-master', sentinelRootNodes: [{ host: '127.0.0.1', port: sentinel.port }] })
+    nodeRedis.on('error', () => {})
+    await nodeRedis.connect()
+    try {
+      const store = new RedisStore({ client: nodeRedis })
+      for (const [n, trace] of [...handWritten, ...spanningKeys].entries()) {
+        assert.deepEqual(await replay(trace, store, `nrsen${n}`), await replay(trace, new MemoryStore(), `nrsen${n}`), trace.name)
+      }
+      const limiter = new Limiter({ store, prefix: 'nr-sentinel', policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 } })
+      assert.deepEqual([(await limiter.limit('k')).allowed, (await limiter.limit('k')).allowed], [true, false])
+      assert.equal(await master.client().exists('nr-sentinel:{k}:fixed-window:1/1m'), 1, 'the state is on the master')
+    } finally {
+      await nodeRedis.close()
+    }
   })
 })
 
