@@ -484,6 +484,9 @@ export function configWarnings(config: GatewayConfig): string[] {
   const trustsEveryone = everyAddressWarning(trustProxy, 'identity.clientIp.trustProxy')
   if (trustsEveryone !== undefined) warnings.push(trustsEveryone)
   const behindProxy = trustProxy !== undefined && trustProxy !== false && trustProxy !== 0 && !(Array.isArray(trustProxy) && trustProxy.length === 0)
+  if (tierFrom === 'apiKey' && config.identity.apiKey !== undefined && config.apiKeyTiers === undefined) {
+    warnings.push('tiers.from: apiKey, but no API key is listed with a tier (a key, a space, its tier: "k-1 pro"), so every request gets the default tier.')
+  }
   if (tierFrom !== undefined && typeof tierFrom === 'object' && 'header' in tierFrom && !behindProxy) {
     warnings.push(`tiers.from.header: clients reach this gateway directly (identity.clientIp.trustProxy is not set), so any client can choose its tier by sending ${tierFrom.header}. Take the tier from a verified claim (tiers.from.jwtClaim), or set trustProxy for the proxy that writes the header.`)
   }

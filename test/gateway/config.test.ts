@@ -380,6 +380,10 @@ routes:
       const file = await parseConfig(fromKeys(`{ keysFile: ${keysFile} }`), 'test.yaml', {})
       assert.deepEqual(file.apiKeys, ['k-alpha', 'k-beta', 'k-gamma'])
       assert.deepEqual([...file.apiKeyTiers ?? []], [['k-alpha', 'pro'], ['k-gamma', 'free']])
+      assert.deepEqual(configWarnings(file), [])
+      assert.deepEqual(configWarnings(await parseConfig(fromKeys('{ keys: [k-1, k-2] }'), 'test.yaml', {})), [
+        'tiers.from: apiKey, but no API key is listed with a tier (a key, a space, its tier: "k-1 pro"), so every request gets the default tier.',
+      ])
       const inline = await parseConfig(fromKeys('{ keys: [k-1 pro, k-2 free, k-3] }'), 'test.yaml', {})
       assert.deepEqual([inline.apiKeys, [...inline.apiKeyTiers ?? []]], [['k-1', 'k-2', 'k-3'], [['k-1', 'pro'], ['k-2', 'free']]])
       // A key's new tier is a new version: a reload takes it.
