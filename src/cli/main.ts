@@ -9,7 +9,7 @@ import { connect as connectTcp } from 'node:net'
 import { readFileSync, realpathSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { commandLineProblem, maskCredentials, SluiceError } from '../core/errors.ts'
+import { commandLineProblem, maskCredentials, messageOf, SluiceError } from '../core/errors.ts'
 import { resolvePolicies } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
@@ -63,8 +63,9 @@ Exit code 0 when the file is valid, 1 when it is not, 2 on bad usage.
 const INSPECT_USAGE = `usage: sluice inspect --redis URL [--config FILE] [--prefix PREFIX] KEY
 
 Shows what Redis holds for KEY (e.g. ip:203.0.113.7, apikey:abc, user:42).
-With --config, reads each of the config's policies without charging (remaining,
-limit, reset). Without it, lists the raw state of every policy under the prefix.
+With --config, reads the config's policies that count under KEY without
+charging (remaining, limit, reset). Without it, lists the raw state of every
+policy under the prefix. On a Redis Cluster, any one node's URL will do.
 
 options:
   --redis URL       redis:// or rediss:// URL (required)
@@ -294,8 +295,17 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     client.disconnect()
     return 3
   }
+  // A Cluster node holds its own slots only: a key in another's would read as never seen. Through the Cluster, every node.
+  let cluster: import('ioredis').Cluster | undefined
   try {
-    const store = new RedisStore({ client })
+    cluster = await clusterOf(client, url)
+  } catch (error) {
+    err(`sluice inspect: ${maskCredentials(url)} is a Cluster node, and the Cluster cannot be reached through it: ${messageOf(error)}`)
+    client.disconnect()
+    return 3
+  }
+  try {
+    const store = new RedisStore({ client: cluster ?? client })
     if (config !== undefined) {
       out(`${key} under ${config.file} (read without charging):`)
       // Only the limits (and tiers) that count under a key of this kind: the others would show a quota never used.
@@ -314,27 +324,58 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     // No config: every state key of this client key, raw.
     const head = redisKey(prefix, key, '')
     const pattern = `${head.replace(/[*?[\]\\]/g, '\\$&')}*`
-    const found: string[] = []
-    let cursor = '0'
-    do {
-      const [next, keys] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
-      cursor = next
-      found.push(...keys)
-    } while (cursor !== '0' && found.length < 1000)
+    // A key's state keys share its hash tag, so one node holds them all; on a Cluster, which one is its slot's: each master is asked.
+    const found: Array<[string, import('ioredis').Redis]> = []
+    for (const node of cluster?.nodes('master') ?? [client]) {
+      let cursor = '0'
+      do {
+        const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
+        cursor = next
+        for (const stateKey of keys) found.push([stateKey, node])
+      } while (cursor !== '0' && found.length < 1000)
+    }
     if (found.length === 0) {
       out(`${key}: no state under prefix ${prefix} (never seen, or expired)`)
       return 0
     }
-    for (const stateKey of found.sort()) {
+    for (const [stateKey, node] of found.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
       const policy = stateKey.slice(head.length)
-      const [type, ttl] = await Promise.all([client.type(stateKey), client.pttl(stateKey)])
-      const value = type === 'zset' ? await describeLog(client, stateKey) : type === 'string' ? describeState(String(await client.get(stateKey))) : type
+      const [type, ttl] = await Promise.all([node.type(stateKey), node.pttl(stateKey)])
+      const value = type === 'zset' ? await describeLog(node, stateKey) : type === 'string' ? describeState(String(await node.get(stateKey))) : type
       out(`  ${policy}: ${value} (expires in ${ttl} ms)`)
     }
     return 0
   } finally {
+    if (cluster !== undefined) await cluster.quit().catch(() => cluster?.disconnect())
     await client.quit().catch(() => client.disconnect())
   }
+}
+
+/**
+ * The Cluster `client`'s node belongs to, connected through it with the
+ * URL's credentials; undefined for a Redis not in cluster mode.
+ */
+async function clusterOf(client: import('ioredis').Redis, url: string): Promise<import('ioredis').Cluster | undefined> {
+  const info = await client.info('cluster').catch(() => '')
+  if (!/^cluster_enabled:1/m.test(info)) return undefined
+  const { Cluster } = await import('ioredis')
+  const { protocol, hostname, port, username, password } = new URL(url)
+  const cluster = new Cluster([{ host: hostname.replace(/^\[|\]$/g, ''), port: Number(port || 6379) }], {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    clusterRetryStrategy: () => null,
+    redisOptions: {
+      ...LIMITER_CLIENT_OPTIONS,
+      connectTimeout: 1000,
+      commandTimeout: 2000,
+      ...(username !== '' ? { username: decodeURIComponent(username) } : {}),
+      ...(password !== '' ? { password: decodeURIComponent(password) } : {}),
+      ...(protocol === 'rediss:' ? { tls: {} } : {}),
+    },
+  })
+  cluster.on('error', () => {})
+  await cluster.connect()
+  return cluster
 }
 
 /** Whether a plain `redis://` URL's server answers a PING as Redis does not (undefined: it does, or says nothing in 1 s). */

@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { AddressInfo } from 'node:net'
 import { Cluster } from 'ioredis'
 import { createCluster } from 'redis'
@@ -8,6 +11,7 @@ import { MemoryStore, RedisStore, Limiter } from '../../src/index.ts'
 import { handWritten, randomTraces, replay, spanningKeys, withHashTag } from '../conformance/traces.ts'
 import { withRateLimit } from '../../src/http/adapters/node.ts'
 import { startCluster, type RedisCluster } from '../support/cluster.ts'
+import { runCli } from '../support/gateway.ts'
 import { commandCalls, functionLibraries, scanKeys } from '../support/redis.ts'
 
 describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
@@ -142,6 +146,38 @@ describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
       await assert.rejects(store.consume({ prefix: 'span', key: 'a', keys: ['a', 'b'], policies: limiter.policies, cost: 1, maxWaitMs: 0, now: undefined }), refused('user: "a" .*'))
       assert.equal((await limiter.limit('a')).allowed, true)
       assert.equal((await limiter.limit('{x}a', { keys: { global: '{x}' } })).allowed, true)
+    }
+  })
+
+  it('sluice inspect given any one node finds a key\'s state on whichever master holds it, raw and through a config', async () => {
+    const policies = { algorithm: 'fixed-window' as const, name: 'hour', limit: 5, windowMs: 3_600_000 }
+    const limiter = new Limiter({ store: new RedisStore({ client }), prefix: 'insp:http', policies })
+    const keys = Array.from({ length: 12 }, (_, i) => `ip:10.0.0.${i}`)
+    for (const key of keys) await limiter.limit(key)
+    const holders = await Promise.all(client.nodes('master').map(async (node) => (await scanKeys(node, 'insp:http:*')).length))
+    assert.ok(holders.filter((n) => n > 0).length > 1, `the keys spread over masters: ${holders.join(', ')}`)
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-inspect-'))
+    try {
+      writeFileSync(join(dir, 'sluice.yaml'), `
+server: { listen: 127.0.0.1:0 }
+prefix: insp
+routes:
+  - name: api
+    upstream: http://127.0.0.1:9
+    limits:
+      - { name: hour, key: [ip], policies: { algorithm: fixed-window, name: hour, limit: 5, windowMs: 3600000 } }
+`)
+      const node = `redis://127.0.0.1:${cluster.nodes[0]?.port}`
+      for (const key of keys) {
+        const raw = await runCli(['inspect', '--redis', node, '--prefix', 'insp', key])
+        assert.equal(raw.code, 0, raw.stderr)
+        assert.match(raw.stdout, /^ {2}hour: fixed-window state \d+:1 \(expires in \d+ ms\)\n$/, `${key}: ${raw.stdout}`)
+        const viaConfig = await runCli(['inspect', '--redis', node, '--config', join(dir, 'sluice.yaml'), key])
+        assert.equal(viaConfig.code, 0, viaConfig.stderr)
+        assert.match(viaConfig.stdout, /api\.hour {2}hour: 4\/5 left, full in \d+ ms\n$/, `${key}: ${viaConfig.stdout}`)
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
     }
   })
 
