@@ -651,9 +651,11 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
     const chosen = kinds.map((kind) => resolvers[kind] as KeyResolver)
     return chosen.length === 1 ? (chosen[0] as KeyResolver) : firstOf(...chosen)
   }
-  const tierOf = tierResolver(config, verified)
+  // With tiers.from: apiKey the tier is the key's listed one, known synchronously (see ruleOf).
+  const listedTier = config.tiers?.from === 'apiKey' ? apiKeyTierOf(config) : undefined
+  const tierOf = listedTier ?? tierResolver(config, verified)
 
-  const rules: RuleOptions[] = await mapInSlices(config.limitsResolved, (limit) => ruleOf(limit, config, keyOf(limit.config.key ?? defaultOrder), tierOf))
+  const rules: RuleOptions[] = await mapInSlices(config.limitsResolved, (limit) => ruleOf(limit, config, keyOf(limit.config.key ?? defaultOrder), tierOf, listedTier))
   const routes = await mapInSlices(config.routes, (route) => ({
     config: route,
     matches: compileMatch(route.match ?? {}, `route "${route.name}" match`, config.caseSensitive),
@@ -756,6 +758,7 @@ function ruleOf(
   config: GatewayConfig,
   key: KeyResolver,
   tierOf: ((request: HttpRequest) => string | undefined | Promise<string | undefined>) | undefined,
+  listedTier: ((request: HttpRequest) => string | undefined) | undefined,
 ): RuleOptions {
   const within = limit.config.match === undefined ? undefined : compileMatch(limit.config.match, `limit "${limit.name}" match`, config.caseSensitive)
   const route = limit.route
@@ -767,7 +770,6 @@ function ruleOf(
   const tiered = limit.config.tiers !== undefined && config.tiers !== undefined && tierOf !== undefined
   // The tiers API keys are listed with were checked with the config: one this limit has no policies for is its default,
   // by design, not a client's made-up name to warn of.
-  const listedTier = config.tiers?.from === 'apiKey' ? apiKeyTierOf(config) : undefined
   const ownTier = tiered && listedTier !== undefined
     ? (request: HttpRequest) => {
       const tier = listedTier(request)
@@ -792,11 +794,10 @@ function ruleOf(
 /** The key of the identity kind `everyone`: one client that every request is. */
 const EVERYONE = 'everyone'
 
-/** Where a request's tier comes from (`tiers.from`): a verified claim, a header, or the tier its API key is listed with. */
+/** Where a request's tier comes from (`tiers.from`) when it is a verified claim or a header (for apiKey, see apiKeyTierOf). */
 function tierResolver(config: GatewayConfig, verified: ReturnType<typeof jwtVerifier> | undefined): ((request: HttpRequest) => string | undefined | Promise<string | undefined>) | undefined {
   const tierFrom = config.tiers?.from
-  if (tierFrom === undefined) return undefined
-  if (tierFrom === 'apiKey') return apiKeyTierOf(config)
+  if (tierFrom === undefined || tierFrom === 'apiKey') return undefined
   if ('jwtClaim' in tierFrom) return async (request) => claimOf(await (verified as NonNullable<typeof verified>)(request), tierFrom.jwtClaim)
   const header = tierFrom.header.toLowerCase()
   return (request) => request.header(header)

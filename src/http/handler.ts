@@ -806,22 +806,23 @@ class RuleCompiler {
       throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed', 'succeeded' or 'in-flight'")
     }
     const refundable = count !== 'all'
+    // Policies a function gives per request: checked as each new set comes, and their names may come again.
+    const given = typeof rule.policies === 'function'
     /** A limiter of the rule's checked against what the rule asks of its policies (at start-up, or when a policies function first gives them). */
     const admit = (limiter: Limiter): Limiter => {
       const { policies } = limiter
       // A policy's name is its state key and its header item: unique across all rules and tiers.
       for (const policyName of policies.map((policy) => policy.name)) {
         const other = this.policyNames.get(policyName)
-        if (other !== undefined && typeof rule.policies === 'function' && other !== name) {
-          throw new ArgumentError(`rule "${name}" policies()`, policyName, `gives a policy the name of one of rule "${other}"; give each policy its own name (it keys the state and the headers)`)
-        }
-        if (other !== undefined && typeof rule.policies !== 'function') {
-          throw new ArgumentError('rules', name, `${other === name ? 'has two tiers with' : `and rule "${other}" both have`} a policy named "${policyName}"; give each policy its own name (it keys the state and the headers)`)
+        if (other !== undefined && !(given && other === name)) {
+          throw given
+            ? new ArgumentError(`rule "${name}" policies()`, policyName, `gives a policy the name of one of rule "${other}"; give each policy its own name (it keys the state and the headers)`)
+            : new ArgumentError('rules', name, `${other === name ? 'has two tiers with' : `and rule "${other}" both have`} a policy named "${policyName}"; give each policy its own name (it keys the state and the headers)`)
         }
         if (this.policyNames.size < MAX_POLICY_NAMES) this.policyNames.set(policyName, name)
       }
       // The Limiter checks costs per call; a constant one can be checked now, at start-up (a policies function's, per request: see beyondReach).
-      if (typeof cost === 'number' && typeof rule.policies !== 'function') checkStaticCost(cost, policies, name)
+      if (typeof cost === 'number' && !given) checkStaticCost(cost, policies, name)
       // A policy that cannot reserve is named at start-up.
       if (action === 'queue') inContext(`rule "${name}"`, () => checkMaxWait(maxWaitMs, policies))
       if (count === 'in-flight') {
@@ -880,7 +881,7 @@ class RuleCompiler {
       key: rule.key ?? defaultKey,
       cost: typeof cost === 'function' ? checkedCost(cost, name) : () => cost,
       // A cost read from the request, or policies that are: a request may cost more than one of them ever admits.
-      beyondReach: typeof cost === 'function' || typeof rule.policies === 'function' ? costBeyondReach() : undefined,
+      beyondReach: typeof cost === 'function' || given ? costBeyondReach() : undefined,
       shadow: rule.shadow ?? this.setting.shadow ?? false,
       maxWaitMs,
       count,
@@ -975,8 +976,8 @@ function mergeHeaders(perRule: HeaderList[], binding: number, standard: string |
 const LIST_FIELDS: ReadonlySet<string> = new Set(['RateLimit-Policy', 'RateLimit'])
 const POLICY_LIST_FIELD: ReadonlySet<string> = new Set(['RateLimit-Policy'])
 
+/** A constant cost (a positive integer: see compile) that a policy can never admit refuses every request. */
 function checkStaticCost(cost: number, policies: readonly ResolvedPolicy[], rule: string): void {
-  if (!Number.isSafeInteger(cost) || cost < 1) throw new ArgumentError(`rule "${rule}" cost`, cost, 'must be a positive integer or a function')
   for (const policy of policies) {
     const limit = limitOf(policy)
     if (cost > limit) throw new ArgumentError(`rule "${rule}" cost`, cost, `exceeds the limit ${limit} of policy "${policy.name}", so the rule would refuse every request`)

@@ -11,7 +11,7 @@ import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/polic
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isRedisClient } from '../stores/redis/detect.ts'
-import { clusterSpanError } from '../stores/redis/redis-store.ts'
+import { clusterSpanError, RedisStore } from '../stores/redis/redis-store.ts'
 import { isSyncStore, spans, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
 import { BlockCache } from './block-cache.ts'
 import { Circuit, withTimeout, type CircuitOptions, type FailureReason, type Outcome } from './circuit.ts'
@@ -685,8 +685,8 @@ export class Limiter {
     if (this.shards > 1) throw new ArgumentError('keys', keys, 'cannot be used with shards: a call goes to one shard of its key')
     if (this.lease !== undefined) throw new ArgumentError('keys', keys, 'cannot be used with a lease: a lease holds units of one key')
     if (!spans(this.store, resolved)) {
+      if (this.store instanceof RedisStore) throw clusterSpanError(this.policies, resolved)
       const store = this.store.constructor.name
-      if (store === 'RedisStore') throw clusterSpanError(this.policies, resolved)
       const named = store === 'Object' ? 'this store' : store
       throw this.store.spanOf !== undefined
         ? new ArgumentError('keys', keys, `name keys ${named} cannot decide together, its spanOf differing between them (${this.policies.map((policy, i) => `${policy.name}: "${resolved[i]}"`).join(', ')})`)
