@@ -9,10 +9,13 @@ import express from 'express'
 import Fastify from 'fastify'
 import { rateLimit as expressRateLimit } from 'express-rate-limit'
 import fastifyRateLimit from '@fastify/rate-limit'
+import Koa from 'koa'
+import koaRateLimit from 'koa-ratelimit'
 import { RedisStore as ExpressRateLimitRedisStore, type RedisReply } from 'rate-limit-redis'
 import { RedisStore, type Store } from 'sluice'
 import { rateLimit } from 'sluice/express'
 import { sluiceFastify } from 'sluice/fastify'
+import { rateLimit as koaSluice } from 'sluice/koa'
 
 const [framework, limiter, redisUrl] = process.argv.slice(2) as [string, string, string | undefined]
 const HUGE = 1_000_000_000
@@ -34,7 +37,7 @@ const remainingField = () => `"api";r=${HUGE - ++served};t=60`
 const twoKeys = limiter.startsWith('sluice-redis-keys') || limiter === 'peer-redis-keys'
 const userRule = { name: 'user', key: () => 'user:42', policies: { algorithm: 'fixed-window' as const, limit: HUGE, windowMs: 60_000, name: 'user' } }
 const sluiceOptions = { rules: twoKeys ? [...rules, userRule] : rules, onWarning: () => {}, ...(store ? { store } : {}) }
-// The peers on the same Redis, each with its own store: rate-limit-redis for express-rate-limit, the built-in one for @fastify/rate-limit.
+// The peers on the same Redis, each with its own store: rate-limit-redis for express-rate-limit, the built-in one for @fastify/rate-limit and koa-ratelimit.
 const peerRedis = limiter === 'peer-redis' || limiter === 'peer-redis-keys' ? new Redis(redisUrl as string) : undefined
 
 if (framework === 'express') {
@@ -52,6 +55,17 @@ if (framework === 'express') {
   }
   app.get('/', (_req, res) => { res.send('ok') })
   const server = createServer(app).listen(0, '127.0.0.1', () => console.log((server.address() as AddressInfo).port))
+} else if (framework === 'koa') {
+  const app = new Koa()
+  if (limiter.startsWith('sluice-')) app.use(koaSluice(sluiceOptions))
+  // The floor any middleware pays: one more layer that awaits next().
+  if (limiter === 'noop') app.use(async (_ctx, next) => { await next() })
+  if (limiter === 'fields') app.use(async (ctx, next) => { ctx.set('RateLimit-Policy', policyField); ctx.set('RateLimit', remainingField()); await next() })
+  // koa-ratelimit's drivers: a Map in memory, or Redis (a sorted set per client). Its three X-RateLimit-* fields are on by default.
+  if (limiter === 'peer') app.use(koaRateLimit({ driver: 'memory', db: new Map(), duration: 60_000, max: HUGE }))
+  if (peerRedis) app.use(koaRateLimit({ driver: 'redis', db: peerRedis, duration: 60_000, max: HUGE }))
+  app.use((ctx) => { ctx.body = 'ok' })
+  const server = createServer(app.callback()).listen(0, '127.0.0.1', () => console.log((server.address() as AddressInfo).port))
 } else {
   const app = Fastify({ logger: false })
   if (limiter.startsWith('sluice-')) await app.register(sluiceFastify, sluiceOptions)

@@ -1,9 +1,10 @@
 /**
  * HTTP benchmark (not a test): requests/s and p99 with autocannon against a
- * trivial handler, for Express and Fastify, each bare, with sluice (memory and
- * Redis) and with its own peer limiter configured alike (express-rate-limit,
- * @fastify/rate-limit), in memory and on the same Redis (rate-limit-redis, the
- * plugin's own Redis store), in one run. sluice on Redis (by EVALSHA, and by
+ * trivial handler, for Express, Fastify and Koa, each bare, with sluice (memory
+ * and Redis) and with its own peer limiter configured alike (express-rate-limit,
+ * @fastify/rate-limit, koa-ratelimit), in memory and on the same Redis
+ * (rate-limit-redis, the plugin's own Redis store, koa-ratelimit's redis
+ * driver), in one run. sluice on Redis (by EVALSHA, and by
  * FCALL with `functions: true`: sluice-redis-fn) is compared with the peer on
  * Redis. Two floors sit beside them: a no-op middleware (or async hook), what
  * one more layer costs; and a layer that writes the two draft-10 fields sluice
@@ -18,8 +19,9 @@
  * the server's own CPU time per request (from /proc, Linux only) moves less,
  * so each row also shows it: what the middleware adds to every request.
  *
- *   npm run bench:http                  (about five minutes)
+ *   npm run bench:http                  (about ten minutes)
  *   BENCH_SECONDS=2 BENCH_ROUNDS=1 npm run bench:http
+ *   BENCH_FRAMEWORKS=koa npm run bench:http          (one framework's rows)
  */
 import { startRedis } from '../test/support/redis.ts'
 import { CONNECTIONS, measure, median, medianOf, type Row } from './http-measure.ts'
@@ -32,6 +34,9 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 5))
 const VARIANTS = ['bare', 'bare-again', 'noop', 'fields', 'peer', 'peer-redis', 'sluice-memory', 'sluice-redis', 'sluice-redis-fn']
 
 const LABEL_WIDTH = 26
+const FRAMEWORKS = (process.env.BENCH_FRAMEWORKS ?? 'express,fastify,koa').split(',')
+/** Each framework's own limiter, configured as sluice is: in memory, and on the same Redis. */
+const PEERS: Record<string, string> = { express: 'express-rate-limit', fastify: '@fastify/rate-limit', koa: 'koa-ratelimit' }
 
 function cpuCell(row: Row, bare: Row): string {
   if (row.cpuUsPerRequest === undefined || bare.cpuUsPerRequest === undefined) return ''
@@ -45,7 +50,7 @@ try {
   console.log(`${'framework'.padEnd(10)}${'limiter'.padEnd(LABEL_WIDTH)}${'req/s'.padStart(10)}${'p99 ms'.padStart(9)}${'vs bare'.padStart(10)}${'vs peer'.padStart(10)}  server CPU us/req (vs bare)`)
   const table: Array<Array<string | number>> = []
   const noise: string[] = []
-  for (const framework of ['express', 'fastify']) {
+  for (const framework of FRAMEWORKS) {
     const rows: Record<string, Row> = {}
     const samples: Record<string, Row[]> = {}
     for (let round = 0; round < ROUNDS; round++) {
@@ -60,10 +65,10 @@ try {
     const paired = (limiter: string, against: string, of: (a: Row, b: Row) => number) =>
       medianOf((samples[limiter] as Row[]).map((run, round) => of(run, (samples[against] as Row[])[round] as Row)))
     for (const [limiter, row] of Object.entries(rows)) {
-      const peerName = framework === 'express' ? 'express-rate-limit' : '@fastify/rate-limit'
+      const peerName = PEERS[framework] as string
       const label = limiter === 'peer' ? peerName
         : limiter === 'peer-redis' ? `${peerName}-redis`
-        : limiter === 'noop' ? (framework === 'express' ? 'no-op middleware' : 'no-op async hook')
+        : limiter === 'noop' ? (framework === 'fastify' ? 'no-op async hook' : 'no-op middleware')
         : limiter === 'fields' ? 'two fields, no limit'
         : limiter === 'bare-again' ? 'bare, again' : limiter
       const vsBare = `${(paired(limiter, 'bare', (a, b) => (a.rps - b.rps) / b.rps) * 100).toFixed(1)}%`

@@ -9,7 +9,7 @@
  * under `/api` (koa-mount), a rule for `/api/login` still sees `/api/login`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { createRateLimitPipeline, recordDecision, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitPipeline, isPromise, recordDecision, type HttpOutcome, type RateLimitOptions } from '../handler.ts'
 import { nodeRequest, settleWhenSent, waitTurn } from './node.ts'
 import type { Decision } from '../../core/types.ts'
 
@@ -30,26 +30,31 @@ export interface KoaContextLike {
 export function rateLimit(options: RateLimitOptions): (ctx: KoaContextLike, next: () => Promise<unknown>) => Promise<void> {
   // @koa/router routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
   const decide = createRateLimitPipeline({ caseSensitive: false, ...options })
-  return async function sluiceRateLimit(ctx, next) {
-    const outcome = await decide(nodeRequest(ctx.req, ctx.originalUrl))
-    // rateLimitOf(ctx.req), as in the other node adapters; and Koa's own place for what middleware learns.
-    recordDecision(ctx.req, outcome, true)
-    if (outcome.decision !== undefined) ctx.state.rateLimit = outcome.decision
-    settleWhenSent(ctx.res, outcome.settle, outcome.inProgressUntilEnded)
-    for (const [name, value] of outcome.headers) ctx.set(name, value)
-    if (outcome.proceed) {
-      if (outcome.waitMs > 0 && !(await waitTurn(ctx.res, outcome.waitMs))) {
-        // The client hung up while queued: nobody to answer, and the handlers never run.
-        ctx.respond = false
-        return
-      }
-      await next()
+  return function sluiceRateLimit(ctx, next) {
+    // The memory store decides at once: the request goes on without waiting a microtask for it.
+    const outcome = decide(nodeRequest(ctx.req, ctx.originalUrl))
+    return isPromise(outcome) ? outcome.then((settled) => apply(ctx, next, settled)) : apply(ctx, next, outcome)
+  }
+}
+
+async function apply(ctx: KoaContextLike, next: () => Promise<unknown>, outcome: HttpOutcome): Promise<void> {
+  // rateLimitOf(ctx.req), as in the node adapter; and Koa's own place for what middleware learns.
+  recordDecision(ctx.req, outcome)
+  if (outcome.decision !== undefined) ctx.state.rateLimit = outcome.decision
+  settleWhenSent(ctx.res, outcome.settle, outcome.inProgressUntilEnded)
+  for (const [name, value] of outcome.headers) ctx.set(name, value)
+  if (outcome.proceed) {
+    if (outcome.waitMs > 0 && !(await waitTurn(ctx.res, outcome.waitMs))) {
+      // The client hung up while queued: nobody to answer, and the handlers never run.
+      ctx.respond = false
       return
     }
-    ctx.status = outcome.status
-    // The problem body's Content-Type is among the fields set above: Koa keeps it.
-    ctx.body = outcome.body
+    await next()
+    return
   }
+  ctx.status = outcome.status
+  // The problem body's Content-Type is among the fields set above: Koa keeps it.
+  ctx.body = outcome.body
 }
 
 export { rateLimitOf } from '../handler.ts'
