@@ -6,7 +6,7 @@
  * A quick run or a run of some benchmarks writes bench/results-partial.md
  * instead, so the committed full results (which the README quotes) stay.
  *
- *   npm run bench                  (about 25 minutes on 2 cores)
+ *   npm run bench                  (about 26 minutes on 2 cores)
  *   npm run bench -- --quick       (about 2.5 minutes: shorter rounds, fewer cells)
  *   npm run bench -- --only redis,algorithms
  *
