@@ -914,6 +914,16 @@ describe('HTTP queueing and aborts', () => {
     assert.equal(await handledWhenOneHangsUp(app.callback(), () => handled), 1, 'the aborted request was not handled')
     assert.deepEqual(errors, [])
   })
+
+  it('koa: the middleware, called as any async middleware, rejects (never throws) when a callback throws at once', async () => {
+    const { rateLimit } = await import('../../src/http/adapters/koa.ts')
+    const middleware = rateLimit({ rules: [{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'p' } }], key: () => { throw new Error('no session store') } })
+    const req = Object.assign(new IncomingMessage(new Socket()), { method: 'GET', url: '/', headers: { host: 'api.test' } })
+    const ctx = { req, res: new ServerResponse(req), originalUrl: '/', status: 404, body: undefined, state: {}, set: () => {} }
+    let returned: Promise<void> | undefined
+    assert.doesNotThrow(() => { returned = middleware(ctx, async () => {}) })
+    await assert.rejects(returned as Promise<void>, /no session store/)
+  })
 })
 
 describe('HTTP observers', () => {

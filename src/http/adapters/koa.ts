@@ -31,8 +31,14 @@ export function rateLimit(options: RateLimitOptions): (ctx: KoaContextLike, next
   // @koa/router routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
   const decide = createRateLimitPipeline({ caseSensitive: false, ...options })
   return function sluiceRateLimit(ctx, next) {
+    let outcome: HttpOutcome | Promise<HttpOutcome>
+    try {
+      outcome = decide(nodeRequest(ctx.req, ctx.originalUrl))
+    } catch (error) {
+      // A callback that throws at once: a rejection all the same, as from the async middleware Koa expects.
+      return Promise.reject(error as Error)
+    }
     // The memory store decides at once: the request goes on without waiting a microtask for it.
-    const outcome = decide(nodeRequest(ctx.req, ctx.originalUrl))
     return isPromise(outcome) ? outcome.then((settled) => apply(ctx, next, settled)) : apply(ctx, next, outcome)
   }
 }
