@@ -33,11 +33,12 @@ export class PolicyError extends SluiceError {
   readonly field: string
   readonly value: unknown
 
-  constructor(field: string, value: unknown, problem: string, policy?: string) {
+  /** `hint`, after the value: what the caller most likely meant. */
+  constructor(field: string, value: unknown, problem: string, policy?: string, hint?: string) {
     const where = policy === undefined ? '' : `policy "${policy}": `
     // A missing field needs no "(got undefined)": "limit is required" says it.
     const got = value === undefined && problem === 'is required' ? '' : ` (got ${describe(value)})`
-    super('ERR_SLUICE_POLICY', `${where}${field} ${problem}${got}`)
+    super('ERR_SLUICE_POLICY', `${where}${field} ${problem}${got}${hint === undefined ? '' : `; ${hint}`}`)
     this.policy = policy
     this.field = field
     this.value = value

@@ -3,6 +3,7 @@
  * objects once, at construction, so no decision ever meets a bad number.
  */
 import { ArgumentError, PolicyError } from './errors.ts'
+import { didYouMean } from './options.ts'
 import type { AlgorithmName, ResolvedPolicy } from './types.ts'
 
 /**
@@ -73,12 +74,12 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
   const raw = input as Record<string, unknown>
   const algorithm = raw.algorithm
   if (typeof algorithm !== 'string' || !ALGORITHMS.includes(algorithm as AlgorithmName)) {
-    throw new PolicyError('algorithm', algorithm, `must be one of ${ALGORITHMS.join(', ')}`, nameHint(raw))
+    throw new PolicyError('algorithm', algorithm, `must be one of ${ALGORITHMS.join(', ')}`, nameHint(raw), typeof algorithm === 'string' ? didYouMean(algorithm, ALGORITHMS) : undefined)
   }
   const known = POLICY_FIELDS[algorithm as AlgorithmName]
   for (const field of Object.keys(raw)) {
     if (field !== 'algorithm' && field !== 'name' && !known.includes(field) && raw[field] !== undefined) {
-      throw new PolicyError(field, raw[field], `is not a field of a ${algorithm} policy (fields: ${known.join(', ')}, name)`, nameHint(raw))
+      throw new PolicyError(field, raw[field], `is not a field of a ${algorithm} policy (fields: ${known.join(', ')}, name)`, nameHint(raw), didYouMean(field, [...known, 'name']))
     }
   }
   const hint = nameHint(raw)

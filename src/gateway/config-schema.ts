@@ -439,3 +439,54 @@ function allowReferences(schema: unknown): unknown {
   const { description, default: fallback, ...rest } = node
   return { ...(description === undefined ? {} : { description }), ...(fallback === undefined ? {} : { default: fallback }), anyOf: [rest, { $ref: '#/$defs/envReference' }] }
 }
+
+/** The schema's zod definition: only what `fieldsAt` walks through. */
+interface SchemaDefinition {
+  type: string
+  shape?: Record<string, unknown>
+  innerType?: unknown
+  in?: unknown
+  options?: unknown[]
+  element?: unknown
+  valueType?: unknown
+  getter?: () => unknown
+}
+
+/**
+ * The fields the config may have at `path` (every shape a union allows there),
+ * read off the schema itself, so that an unknown field's message can say which
+ * one was meant. A path the schema has no object at gives none.
+ */
+export function fieldsAt(path: readonly PropertyKey[]): string[] {
+  return [...new Set(schemasAt(configSchema, path).flatMap((schema) => {
+    const definition = definitionOf(schema)
+    return definition.type === 'object' ? Object.keys(definition.shape ?? {}) : []
+  }))]
+}
+
+function definitionOf(schema: unknown): SchemaDefinition {
+  return (schema as { _zod: { def: SchemaDefinition } })._zod.def
+}
+
+function schemasAt(schema: unknown, path: readonly PropertyKey[]): unknown[] {
+  const definition = definitionOf(schema)
+  switch (definition.type) {
+    case 'optional': case 'nullable': case 'default': case 'prefault': case 'readonly': case 'catch': case 'nonoptional':
+      return schemasAt(definition.innerType, path)
+    case 'pipe':
+      return schemasAt(definition.in, path)
+    case 'lazy':
+      return schemasAt(definition.getter?.(), path)
+    case 'union':
+      return (definition.options ?? []).flatMap((option) => schemasAt(option, path))
+  }
+  if (path.length === 0) return [schema]
+  const [head, ...rest] = path
+  if (definition.type === 'object') {
+    const field = definition.shape?.[String(head)]
+    return field === undefined ? [] : schemasAt(field, rest)
+  }
+  if (definition.type === 'array') return schemasAt(definition.element, rest)
+  if (definition.type === 'record') return schemasAt(definition.valueType, rest)
+  return []
+}

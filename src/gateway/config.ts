@@ -15,6 +15,7 @@ import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } f
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../core/errors.ts'
 import { readFileBounded } from '../core/files.ts'
+import { didYouMean } from '../core/options.ts'
 import { letIoIn } from '../core/turn.ts'
 import { limitOf, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
@@ -23,7 +24,7 @@ import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.t
 import { bareHost, compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
 import { partitionKeyProblem } from '../http/headers.ts'
 import { substituteEnv } from './config-env.ts'
-import { configSchema, defaultMessage, policyName, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
+import { configSchema, defaultMessage, fieldsAt, policyName, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -283,7 +284,10 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   if (!parsed.success) {
     for (const issue of parsed.error.issues) {
       if (issue.code === 'unrecognized_keys') {
-        for (const key of issue.keys) report([...issue.path, key], 'is not a known field')
+        for (const key of issue.keys) {
+          const hint = didYouMean(key, fieldsAt(issue.path))
+          report([...issue.path, key], `is not a known field${hint === undefined ? '' : `; ${hint}`}`)
+        }
       } else if (!unset.has(formatPath(issue.path))) {
         report(issue.path, issue.message)
       }

@@ -3,6 +3,7 @@
  * routes: path patterns, methods, hosts and header values.
  */
 import { ArgumentError } from '../core/errors.ts'
+import { didYouMean } from '../core/options.ts'
 import type { HttpRequest } from './handler.ts'
 import { compileGlob, foldCase } from './glob.ts'
 import { normalizePath } from './path.ts'
@@ -35,7 +36,7 @@ export interface RequestMatch {
 export function compileMatch(match: MatchOptions, what: string, caseSensitive = true): RequestMatch {
   if (typeof match !== 'object' || match === null) throw new ArgumentError(what, match, 'must be an object of predicates or a function')
   for (const [name, value] of Object.entries(match)) {
-    if (!MATCH_OPTIONS.has(name) && value !== undefined) throw new ArgumentError(`${what}.${name}`, value, `is not a match option (known: ${[...MATCH_OPTIONS].join(', ')})`)
+    if (!MATCH_OPTIONS.has(name) && value !== undefined) throw new ArgumentError(`${what}.${name}`, value, `is not a match option (known: ${[...MATCH_OPTIONS].join(', ')})`, didYouMean(name, MATCH_OPTIONS))
   }
   const paths = match.path === undefined ? undefined : compilePaths(list(match.path), `${what}.path`, caseSensitive)
   const excluded = match.exclude === undefined ? undefined : compilePaths(list(match.exclude), `${what}.exclude`, caseSensitive)

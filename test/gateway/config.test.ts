@@ -90,6 +90,39 @@ routes:
     ])
   })
 
+  it('an unknown field says which known one it most likely is, from the fields the schema allows where it stands', async () => {
+    const text = `
+server:
+  listen: 127.0.0.1:0
+  timeout: { upstreamMs: 100 }
+stor: { type: memory }
+identity:
+  apikey: { header: x-api-key }
+  clientIp: { trustProxies: [10.0.0.0/8] }
+routes:
+  - name: api
+    matches: { path: /api/** }
+    upstream: http://127.0.0.1:8081
+    limits:
+      - policies: { algorithm: fixed-window, limit: 5, windowMS: 1000 }
+      - replenishrate: 5
+        burstCapacity: 10
+      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
+        nonsense: 1
+`
+    assert.deepEqual((await problems(text)).sort(), [
+      'identity.apikey: is not a known field; did you mean "apiKey"? (line 7)',
+      'identity.clientIp.trustProxies: is not a known field; did you mean "trustProxy"? (line 8)',
+      'routes[0].limits[0].policies.windowMS: is not a field of a fixed-window policy (fields: limit, windowMs, blockMs, name) (got 1000); did you mean "windowMs"? (line 14)',
+      'routes[0].limits[1].replenishRate: is required with Spring Cloud Gateway limits (line 15)',
+      'routes[0].limits[1].replenishrate: is not a known field; did you mean "replenishRate"? (line 15)',
+      'routes[0].limits[2].nonsense: is not a known field (line 18)',
+      'routes[0].matches: is not a known field; did you mean "match"? (line 11)',
+      'server.timeout: is not a known field; did you mean "timeouts"? (line 4)',
+      'stor: is not a known field; did you mean "store"? (line 5)',
+    ])
+  })
+
   it('a wrong file (keys, a certificate, a .env) is described in a problem, never quoted, so it does not land in logs', async () => {
     const secret = `sk_live_${'x'.repeat(200)}`
     assert.deepEqual(await problems(`${secret}\n`), [`(file): expected the config's sections (server, store, identity, limits, routes, ...), got text (${secret.length} characters, not shown): is it the right file?`])

@@ -1,0 +1,35 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { didYouMean } from '../../src/core/options.ts'
+import { createRateLimitHandler, Limiter, resolvePolicy } from '../../src/index.ts'
+
+describe('did you mean', () => {
+  it('names the known option a misspelt one stands for: case, - and _, plural for singular, a slip of a letter or two', () => {
+    const known = ['limit', 'windowMs', 'refillTokens', 'method', 'trustProxy', 'capacity', 'policies']
+    const meant = (name: string) => didYouMean(name, known)
+    assert.equal(meant('windowMS'), 'did you mean "windowMs"?')
+    assert.equal(meant('window_ms'), 'did you mean "windowMs"?')
+    assert.equal(meant('refill-tokens'), 'did you mean "refillTokens"?')
+    assert.equal(meant('methods'), 'did you mean "method"?')
+    assert.equal(meant('trustProxies'), 'did you mean "trustProxy"?')
+    assert.equal(meant('policy'), 'did you mean "policies"?')
+    assert.equal(meant('limt'), 'did you mean "limit"?')
+    assert.equal(meant('capcaity'), 'did you mean "capacity"?')
+  })
+
+  it('names none where no one option is clearly meant: another word, a short name, two as close', () => {
+    assert.equal(didYouMean('zzz', ['limit', 'windowMs']), undefined)
+    assert.equal(didYouMean('burst', ['limit', 'windowMs']), undefined)
+    assert.equal(didYouMean('x', ['a', 'y']), undefined)
+    assert.equal(didYouMean('limitz', ['limit', 'limits']), undefined)
+  })
+
+  it('ends the errors of options, match options, policy fields and algorithms', () => {
+    const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
+    assert.throws(() => new Limiter({ policies, prefx: 'x' } as never), /^.*prefx is not a Limiter option \(known: .*\) \(got "x"\); did you mean "prefix"\?$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ match: { methods: ['POST'] } as never, policies }] }), /match\.methods is not a match option .*; did you mean "method"\?$/)
+    assert.throws(() => resolvePolicy({ algorithm: 'fixed-window', limit: 5, windowMS: 1000 }), /windowMS is not a field of a fixed-window policy .* \(got 1000\); did you mean "windowMs"\?$/)
+    assert.throws(() => resolvePolicy({ algorithm: 'token_bucket', capacity: 5 }), /algorithm must be one of .* \(got "token_bucket"\); did you mean "token-bucket"\?$/)
+    assert.throws(() => new Limiter({ policies, zzz: 1 } as never), (error: Error) => !error.message.includes('did you mean'))
+  })
+})
