@@ -19,23 +19,33 @@ export function rejectUnknown(what: string, options: object, known: ReadonlySet<
 /**
  * `did you mean "windowMs"?` for a name that is one of `known` misspelt: in
  * another case or with `-` / `_` (`windowMS`, `refill_tokens`), a plural for a
- * singular or the other way round (`methods`), or a slip of a letter or two
- * (`limt`, `capcity`). Undefined when no one name is clearly meant.
+ * singular or the other way round (`methods`), with a word around it
+ * (`fail-open` for `open`), or a slip of a letter or two (`limt`, `capcity`).
+ * Undefined when no one name is clearly meant.
  */
 export function didYouMean(name: string, known: Iterable<string>): string | undefined {
   const folded = fold(name)
+  const words = name.split(/[-_\s]+/).map(fold)
   let best: string | undefined
   let bestDistance = Infinity
   let tied = false
   for (const candidate of known) {
     const other = fold(candidate)
-    const distance = other === folded || pluralOf(other) === folded || pluralOf(folded) === other ? 0 : editDistance(folded, other)
+    const distance = other === folded || pluralOf(other) === folded || pluralOf(folded) === other ? 0
+      // One word of several is the name (`fail-open` for `open`): nearer than any slip.
+      : words.length > 1 && other.length >= 3 && words.includes(other) ? 0.5
+      : editDistance(folded, other)
     if (distance < bestDistance) [best, bestDistance, tied] = [candidate, distance, false]
     else if (distance === bestDistance) tied = true
   }
   // A slip, not another word: at most two edits, and fewer than a third of the name.
   const close = bestDistance === 0 || (bestDistance <= 2 && bestDistance * 3 < folded.length)
   return best !== undefined && close && !tied ? `did you mean "${best}"?` : undefined
+}
+
+/** didYouMean for a value that must be one of `choices`: a string misspelt, as options' names are. */
+export function choiceHint(value: unknown, choices: readonly string[]): string | undefined {
+  return typeof value === 'string' ? didYouMean(value, choices) : undefined
 }
 
 function pluralOf(name: string): string {

@@ -3,7 +3,7 @@
  * objects once, at construction, so no decision ever meets a bad number.
  */
 import { ArgumentError, PolicyError } from './errors.ts'
-import { didYouMean } from './options.ts'
+import { choiceHint, didYouMean } from './options.ts'
 import type { AlgorithmName, ResolvedPolicy } from './types.ts'
 
 /**
@@ -74,7 +74,7 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
   const raw = input as Record<string, unknown>
   const algorithm = raw.algorithm
   if (typeof algorithm !== 'string' || !ALGORITHMS.includes(algorithm as AlgorithmName)) {
-    throw new PolicyError('algorithm', algorithm, `must be one of ${ALGORITHMS.join(', ')}`, nameHint(raw), typeof algorithm === 'string' ? didYouMean(algorithm, ALGORITHMS) : undefined)
+    throw new PolicyError('algorithm', algorithm, `must be one of ${ALGORITHMS.join(', ')}`, nameHint(raw), choiceHint(algorithm, ALGORITHMS))
   }
   const known = POLICY_FIELDS[algorithm as AlgorithmName]
   for (const field of Object.keys(raw)) {
@@ -219,7 +219,7 @@ function oneOf<T extends string>(
   const value = raw[field]
   if (value === undefined) return choices[0]
   if (typeof value !== 'string' || !choices.includes(value as T)) {
-    throw new PolicyError(field, value, `must be one of ${choices.join(', ')}`, policy)
+    throw new PolicyError(field, value, `must be one of ${choices.join(', ')}`, policy, choiceHint(value, choices))
   }
   return value as T
 }

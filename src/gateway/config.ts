@@ -289,7 +289,9 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
           report([...issue.path, key], `is not a known field${hint === undefined ? '' : `; ${hint}`}`)
         }
       } else if (!unset.has(formatPath(issue.path))) {
-        report(issue.path, issue.message)
+        // A value that is one of the choices misspelt (`draft10`, `queued`, `inflight`): say which.
+        const hint = typeof issue.input === 'string' ? didYouMean(issue.input, choicesOf(issue)) : undefined
+        report(issue.path, `${issue.message}${hint === undefined ? '' : `; ${hint}`}`)
       }
     }
     throw new ConfigError(file, problems)
@@ -815,4 +817,17 @@ function nodeOffset(doc: Document, path: readonly PropertyKey[]): number | undef
 export function formatPath(path: readonly PropertyKey[]): string {
   if (path.length === 0) return '(file)'
   return path.map((part, i) => (typeof part === 'number' ? `[${part}]` : `${i === 0 ? '' : '.'}${String(part)}`)).join('')
+}
+
+/** The strings a value could have been, where the schema lists them: an enum's, or those of a union's enums and literals. */
+function choicesOf(issue: ZodIssueLike): string[] {
+  if (issue.code === 'invalid_value') return (issue.values ?? []).filter((value): value is string => typeof value === 'string')
+  if (issue.code === 'invalid_union') return (issue.errors ?? []).flat().flatMap(choicesOf)
+  return []
+}
+
+interface ZodIssueLike {
+  code: string
+  values?: readonly unknown[]
+  errors?: readonly (readonly ZodIssueLike[])[]
 }

@@ -8,7 +8,7 @@
  */
 import ipaddr from 'ipaddr.js'
 import { ArgumentError } from '../core/errors.ts'
-import { checkOptions } from '../core/options.ts'
+import { checkOptions, choiceHint } from '../core/options.ts'
 
 type Address = ipaddr.IPv4 | ipaddr.IPv6
 
@@ -48,7 +48,7 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
   }
   const forwardingHeader = options.header ?? 'x-forwarded-for'
   if (forwardingHeader !== 'x-forwarded-for' && forwardingHeader !== 'forwarded') {
-    throw new ArgumentError('header', options.header, "must be 'x-forwarded-for' or 'forwarded'")
+    throw new ArgumentError('header', options.header, "must be 'x-forwarded-for' or 'forwarded'", choiceHint(options.header, ['x-forwarded-for', 'forwarded']))
   }
   // Entries are read as addresses only as far as the walk goes: a header can hold thousands a client wrote.
   const forwardedEntries = forwardingHeader === 'forwarded'

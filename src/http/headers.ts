@@ -15,7 +15,7 @@
 import { createHash } from 'node:crypto'
 import { serializeByteSequence, serializeItem, serializeString } from 'structured-headers'
 import { ArgumentError } from '../core/errors.ts'
-import { checkBoolean, checkOptions } from '../core/options.ts'
+import { checkBoolean, checkOptions, choiceHint } from '../core/options.ts'
 import type { Decision, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 
 export type StandardHeaders = 'draft-10' | 'draft-8' | 'draft-7' | 'draft-6'
@@ -57,7 +57,7 @@ export function checkHeaderOptions(options: unknown, argument = 'headers'): asse
   checkOptions(argument, 'a headers option', options, HEADER_OPTIONS)
   const { standard } = options as HeaderOptions
   if (standard !== undefined && !STANDARDS.includes(standard)) {
-    throw new ArgumentError(`${argument}.standard`, standard, "must be 'draft-10', 'draft-8', 'draft-7', 'draft-6' or false")
+    throw new ArgumentError(`${argument}.standard`, standard, "must be 'draft-10', 'draft-8', 'draft-7', 'draft-6' or false", choiceHint(standard, ['draft-10', 'draft-8', 'draft-7', 'draft-6']))
   }
   for (const flag of ['legacy', 'partitionKey', 'springCloudGateway'] as const) checkBoolean(`${argument}.${flag}`, (options as HeaderOptions)[flag])
   const unsent = partitionKeyProblem(options as HeaderOptions)

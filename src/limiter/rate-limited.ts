@@ -4,7 +4,7 @@
  * (standard, TypeScript 5+) method decorator.
  */
 import { ArgumentError, RateLimitedError } from '../core/errors.ts'
-import { checkOptions } from '../core/options.ts'
+import { checkOptions, choiceHint } from '../core/options.ts'
 import { checkCost, checkMaxWait, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy } from '../core/types.ts'
 import type { Store } from '../stores/store.ts'
@@ -95,7 +95,7 @@ function createGuard<Args extends unknown[]>(
   checkOptions('options', 'a rateLimited option', options, RATE_LIMITED_OPTIONS)
   const action = options.action ?? 'reject'
   if (action !== 'reject' && action !== 'queue') {
-    throw new ArgumentError('action', action, "must be 'reject' or 'queue'")
+    throw new ArgumentError('action', action, "must be 'reject' or 'queue'", choiceHint(action, ['reject', 'queue']))
   }
   const limiter = limiterOf(options)
   if (action === 'reject' && options.maxWaitMs !== undefined) {

@@ -30,6 +30,15 @@ describe('did you mean', () => {
     assert.throws(() => createRateLimitHandler({ rules: [{ match: { methods: ['POST'] } as never, policies }] }), /match\.methods is not a match option .*; did you mean "method"\?$/)
     assert.throws(() => resolvePolicy({ algorithm: 'fixed-window', limit: 5, windowMS: 1000 }), /windowMS is not a field of a fixed-window policy .* \(got 1000\); did you mean "windowMs"\?$/)
     assert.throws(() => resolvePolicy({ algorithm: 'token_bucket', capacity: 5 }), /algorithm must be one of .* \(got "token_bucket"\); did you mean "token-bucket"\?$/)
+    assert.throws(() => resolvePolicy({ algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000, refill: 'Greedy' }), /refill must be one of greedy, interval \(got "Greedy"\); did you mean "greedy"\?$/)
     assert.throws(() => new Limiter({ policies, zzz: 1 } as never), (error: Error) => !error.message.includes('did you mean'))
+  })
+
+  it('ends the errors of values that must be one of a few: a word around one (fail-open), another spelling (draft10, inflight)', () => {
+    const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
+    assert.throws(() => new Limiter({ policies, onStoreFailure: 'fail-open' } as never), /onStoreFailure must be 'open', 'closed' or 'fallback' \(got "fail-open"\); did you mean "open"\?$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], headers: { standard: 'draft10' } as never }), /standard must be .* \(got "draft10"\); did you mean "draft-10"\?$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ name: 'r', policies, count: 'inflight' as never }] }), /rule "r" count must be .* \(got "inflight"\); did you mean "in-flight"\?$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], emptyKey: 'deny' as never }), (error: Error) => /emptyKey must be/.test(error.message) && !error.message.includes('did you mean'))
   })
 })

@@ -123,6 +123,27 @@ routes:
     ])
   })
 
+  it('a value that must be one of a few, misspelt, says which it most likely is: in a zod enum, a union of them, or a policy', async () => {
+    const text = `
+store: { type: memory }
+headers: { standard: draft10 }
+logging: { level: warning }
+routes:
+  - name: api
+    upstream: http://127.0.0.1:8081
+    limits:
+      - policies: { algorithm: token-bucket, capacity: 5, refillTokens: 1, refillIntervalMs: 1000, refill: Greedy }
+        action: queued
+        maxWaitMs: 100
+`
+    assert.deepEqual(await problems(text), [
+      'headers.standard: expected draft-10, draft-8, draft-7, draft-6 or false, got "draft10"; did you mean "draft-10"? (line 3)',
+      'routes[0].limits[0].policies.refill: must be one of greedy, interval (got "Greedy"); did you mean "greedy"? (line 9)',
+      'routes[0].limits[0].action: expected reject or queue, got "queued"; did you mean "queue"? (line 10)',
+      'logging.level: expected fatal, error, warn, info, debug, trace, silent, got "warning" (line 4)',
+    ])
+  })
+
   it('a wrong file (keys, a certificate, a .env) is described in a problem, never quoted, so it does not land in logs', async () => {
     const secret = `sk_live_${'x'.repeat(200)}`
     assert.deepEqual(await problems(`${secret}\n`), [`(file): expected the config's sections (server, store, identity, limits, routes, ...), got text (${secret.length} characters, not shown): is it the right file?`])

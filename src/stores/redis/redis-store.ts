@@ -6,7 +6,7 @@
  */
 import { monotonicClock } from '../../core/clock.ts'
 import { ArgumentError, SluiceError } from '../../core/errors.ts'
-import { rejectUnknown } from '../../core/options.ts'
+import { choiceHint, rejectUnknown } from '../../core/options.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import { spans, type Store, type StoreCall } from '../store.ts'
@@ -148,7 +148,7 @@ export class RedisStore implements Store {
       throw new ArgumentError('client', options.client, 'or url is required, and only one of them')
     }
     if (options.time !== undefined && options.time !== 'server' && options.time !== 'client') {
-      throw new ArgumentError('time', options.time, "must be 'server' or 'client'")
+      throw new ArgumentError('time', options.time, "must be 'server' or 'client'", choiceHint(options.time, ['server', 'client']))
     }
     if (options.functions !== undefined && typeof options.functions !== 'boolean') {
       throw new ArgumentError('functions', options.functions, 'must be true or false')
