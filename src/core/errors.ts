@@ -3,6 +3,7 @@
  * `Decision` with `allowed: false`. Exceptions are kept for misuse (bad policy,
  * bad argument) and, in the function wrapper only, for a rejected call.
  */
+import { didYouMean } from './suggest.ts'
 import type { Decision } from './types.ts'
 
 
@@ -189,13 +190,16 @@ function secretStart(text: string, floor: number, start: number, at: number): nu
  * A mistake node's `parseArgs` found on a command line, said as the rest of
  * the CLI says things: `unknown option --bogus`, `--config needs a value`.
  */
-export function commandLineProblem(thrown: unknown): string {
+export function commandLineProblem(thrown: unknown, usage?: string): string {
   const { code } = thrown as { code?: unknown }
   const message = messageOf(thrown)
   const quoted = /'([^']*)'/.exec(message)?.[1]
   switch (code) {
-    case 'ERR_PARSE_ARGS_UNKNOWN_OPTION':
-      return `unknown option ${quoted ?? message}`
+    case 'ERR_PARSE_ARGS_UNKNOWN_OPTION': {
+      // The options a command takes are the ones its usage shows.
+      const hint = quoted === undefined || usage === undefined ? undefined : didYouMean(quoted, new Set(usage.match(/--[a-z][\w-]*/g)))
+      return `unknown option ${quoted ?? message}${hint === undefined ? '' : `; ${hint}`}`
+    }
     case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE': {
       const option = quoted?.match(/--[\w-]+/)?.[0] ?? quoted ?? message
       if (message.endsWith('argument missing')) return `${option} needs a value`

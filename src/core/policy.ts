@@ -3,7 +3,7 @@
  * objects once, at construction, so no decision ever meets a bad number.
  */
 import { ArgumentError, PolicyError } from './errors.ts'
-import { choiceHint, didYouMean } from './options.ts'
+import { choiceHint, didYouMean } from './suggest.ts'
 import type { AlgorithmName, ResolvedPolicy } from './types.ts'
 
 /**

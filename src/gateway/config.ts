@@ -15,7 +15,7 @@ import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } f
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../core/errors.ts'
 import { readFileBounded } from '../core/files.ts'
-import { didYouMean } from '../core/options.ts'
+import { didYouMean } from '../core/suggest.ts'
 import { letIoIn } from '../core/turn.ts'
 import { limitOf, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'

@@ -8,7 +8,8 @@
  */
 import ipaddr from 'ipaddr.js'
 import { ArgumentError } from '../core/errors.ts'
-import { checkOptions, choiceHint } from '../core/options.ts'
+import { checkOptions } from '../core/options.ts'
+import { choiceHint } from '../core/suggest.ts'
 
 type Address = ipaddr.IPv4 | ipaddr.IPv6
 

@@ -15,7 +15,8 @@
 import { createHash } from 'node:crypto'
 import { serializeByteSequence, serializeItem, serializeString } from 'structured-headers'
 import { ArgumentError } from '../core/errors.ts'
-import { checkBoolean, checkOptions, choiceHint } from '../core/options.ts'
+import { checkBoolean, checkOptions } from '../core/options.ts'
+import { choiceHint } from '../core/suggest.ts'
 import type { Decision, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 
 export type StandardHeaders = 'draft-10' | 'draft-8' | 'draft-7' | 'draft-6'

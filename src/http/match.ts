@@ -3,7 +3,7 @@
  * routes: path patterns, methods, hosts and header values.
  */
 import { ArgumentError } from '../core/errors.ts'
-import { didYouMean } from '../core/options.ts'
+import { didYouMean } from '../core/suggest.ts'
 import type { HttpRequest } from './handler.ts'
 import { compileGlob, foldCase } from './glob.ts'
 import { normalizePath } from './path.ts'

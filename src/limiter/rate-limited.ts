@@ -4,7 +4,8 @@
  * (standard, TypeScript 5+) method decorator.
  */
 import { ArgumentError, RateLimitedError } from '../core/errors.ts'
-import { checkOptions, choiceHint } from '../core/options.ts'
+import { checkOptions } from '../core/options.ts'
+import { choiceHint } from '../core/suggest.ts'
 import { checkCost, checkMaxWait, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy } from '../core/types.ts'
 import type { Store } from '../stores/store.ts'

@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { commandLineProblem, SluiceError } from '../core/errors.ts'
 import { FileTooLargeError, readFileBounded } from '../core/files.ts'
+import { didYouMean } from '../core/suggest.ts'
 import type { Policy } from '../core/types.ts'
 import { timelineSvg } from './chart.ts'
 import { htmlReport, textSummary } from './report.ts'
@@ -83,7 +84,7 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
       allowPositionals: false,
     }).values
   } catch (error) {
-    err(`sluice simulate: ${commandLineProblem(error)}\n\n${SIMULATE_USAGE}`)
+    err(`sluice simulate: ${commandLineProblem(error, SIMULATE_USAGE)}\n\n${SIMULATE_USAGE}`)
     return 2
   }
   if (values.help === true) {
@@ -99,7 +100,10 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
   if (timeUnit !== undefined && values.csv === undefined) return usage('--time-unit applies to --csv timestamps only')
   if (timeUnit !== undefined && !isNumericUnit(timeUnit)) return usage(`--time-unit must be ms, s, us or ns, got ${timeUnit}`)
   const patternName = values.pattern ?? 'boundary-burst'
-  if (!(PATTERNS as readonly string[]).includes(patternName)) return usage(`unknown pattern "${patternName}" (known: ${PATTERNS.join(', ')})`)
+  if (!(PATTERNS as readonly string[]).includes(patternName)) {
+    const hint = didYouMean(patternName, PATTERNS)
+    return usage(`unknown pattern "${patternName}" (known: ${PATTERNS.join(', ')})${hint === undefined ? '' : `; ${hint}`}`)
+  }
   const limit = values.limit === undefined ? 100 : Number(values.limit)
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > 1_000_000) return usage(`--limit must be an integer from 1 to 1000000, got ${values.limit}`)
   const windowMs = values.window === undefined ? 60_000 : parseDuration(values.window)

@@ -84,7 +84,7 @@ routes:
       'store: needs exactly one of url, cluster or sentinel (line 5)',
       'routes[0].upstream: expected an http:// or https:// URL without query or credentials, got "ftp://x" (line 8)',
       'routes[0].limits[0].policies[0].capacity: must be a positive integer (got -5) (line 12)',
-      'routes[0].limits[0].policies[1].algorithm: must be one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket (got "leaky") (line 15)',
+      'routes[0].limits[0].policies[1].algorithm: must be one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket (got "leaky"); did you mean "leaky-bucket"? (line 15)',
       'routes[0].limits[1].replenishRate: expected a positive integer, got 0 (line 16)',
       'routes[1].headers.standard: expected draft-10, draft-8, draft-7, draft-6 or false, got "draft-99" (line 20)',
     ])
@@ -910,7 +910,7 @@ routes:
     assert.equal(demo.code, 2)
     assert.match(demo.stderr, /sluice demo takes no arguments, got "--fast"/)
     // An option a command does not take, or one without its value, is named as the CLI names its other slips.
-    for (const [args, said] of [[['gateway', '--bogus'], 'sluice gateway: unknown option --bogus'], [['gateway', '--config'], 'sluice gateway: --config needs a value'], [['inspect', '-x', 'k'], 'sluice inspect: unknown option -x'], [['check-config', '--help=3'], 'sluice check-config: --help takes no value']] as const) {
+    for (const [args, said] of [[['gateway', '--bogus'], 'sluice gateway: unknown option --bogus'], [['gateway', '--config'], 'sluice gateway: --config needs a value'], [['inspect', '-x', 'k'], 'sluice inspect: unknown option -x'], [['check-config', '--help=3'], 'sluice check-config: --help takes no value'], [['gateway', '--confg', 'x.yaml'], 'sluice gateway: unknown option --confg; did you mean "--config"?'], [['inspect', '--reddis', 'redis://127.0.0.1:1', 'k'], 'sluice inspect: unknown option --reddis; did you mean "--redis"?']] as const) {
       const slip = await runCli([...args])
       assert.equal(slip.code, 2, args.join(' '))
       assert.ok(slip.stderr.startsWith(`${said}\n\nusage: sluice ${args[0]}`), slip.stderr)

@@ -91,9 +91,10 @@ describe('simulator charts', () => {
       assert.match(run('--csv', join(dir, 'epoch.csv'), '--limit', '2', '--window', '1s', '--time-unit', 'ms'), /3 events, 1 key\(s\), 3ms[^]*sliding-log\s+sliding-log\s+2\/3/)
       assert.throws(() => run('--time-unit', 's'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit applies to --csv timestamps only/.test(e.stderr))
       assert.throws(() => run('--csv', join(dir, 'epoch.csv'), '--time-unit', 'sec'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit must be ms, s, us or ns, got sec/.test(e.stderr))
-      assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /^sluice simulate: unknown pattern "tsunami"/.test(e.stderr))
+      assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /^sluice simulate: unknown pattern "tsunami" \(known: [^)]*\)\n/.test(e.stderr))
+      assert.throws(() => run('--pattern', 'burst'), (e: { status: number; stderr: string }) => e.status === 2 && /^sluice simulate: unknown pattern "burst" \(known: [^)]*\); did you mean "boundary-burst"\?\n/.test(e.stderr))
       // A slip on the command line is said as the CLI says the rest, with the usage after it.
-      for (const [args, said] of [[['--algorithm', 'x'], 'unknown option --algorithm'], [['--csv'], '--csv needs a value'], [['--json=yes'], '--json takes no value'], [['--limit', '-3'], '--limit needs a value; write one that starts with "-" as --limit=VALUE'], [['extra'], 'unexpected argument "extra"']] as const) {
+      for (const [args, said] of [[['--algorithm', 'x'], 'unknown option --algorithm'], [['--csv'], '--csv needs a value'], [['--json=yes'], '--json takes no value'], [['--limit', '-3'], '--limit needs a value; write one that starts with "-" as --limit=VALUE'], [['extra'], 'unexpected argument "extra"'], [['--patern', 'steady'], 'unknown option --patern; did you mean "--pattern"?']] as const) {
         assert.throws(() => run(...args), (e: { status: number; stderr: string }) => e.status === 2 && e.stderr.startsWith(`sluice simulate: ${said}\n\nusage: sluice simulate`), args.join(' '))
       }
       // Where no directory can be made, an error rather than a hang (node's recursive mkdir spins on these) or a stack trace.

@@ -6,7 +6,8 @@
  */
 import { monotonicClock } from '../../core/clock.ts'
 import { ArgumentError, SluiceError } from '../../core/errors.ts'
-import { choiceHint, rejectUnknown } from '../../core/options.ts'
+import { rejectUnknown } from '../../core/options.ts'
+import { choiceHint } from '../../core/suggest.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import { spans, type Store, type StoreCall } from '../store.ts'

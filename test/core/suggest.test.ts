@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { didYouMean } from '../../src/core/options.ts'
+import { didYouMean } from '../../src/core/suggest.ts'
 import { createRateLimitHandler, Limiter, resolvePolicy } from '../../src/index.ts'
 
 describe('did you mean', () => {
@@ -15,12 +15,17 @@ describe('did you mean', () => {
     assert.equal(meant('policy'), 'did you mean "policies"?')
     assert.equal(meant('limt'), 'did you mean "limit"?')
     assert.equal(meant('capcaity'), 'did you mean "capacity"?')
+    // One word of the other: fail-open for open, leaky for leaky-bucket; a slip of one letter comes first.
+    assert.equal(didYouMean('fail-open', ['fallback', 'open', 'closed']), 'did you mean "open"?')
+    assert.equal(didYouMean('leaky', ['token-bucket', 'leaky-bucket']), 'did you mean "leaky-bucket"?')
+    assert.equal(didYouMean('check-confg', ['check', 'check-config']), 'did you mean "check-config"?')
   })
 
   it('names none where no one option is clearly meant: another word, a short name, two as close', () => {
     assert.equal(didYouMean('zzz', ['limit', 'windowMs']), undefined)
     assert.equal(didYouMean('burst', ['limit', 'windowMs']), undefined)
     assert.equal(didYouMean('x', ['a', 'y']), undefined)
+    assert.equal(didYouMean('x-y', ['y', 'open']), undefined)
     assert.equal(didYouMean('limitz', ['limit', 'limits']), undefined)
   })
 
