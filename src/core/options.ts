@@ -17,7 +17,6 @@ export function rejectUnknown(what: string, options: object, known: ReadonlySet<
   }
 }
 
-
 /** A flag that must be a real boolean: a string such as 'false' (from an environment variable) would be truthy. */
 export function checkBoolean(name: string, value: unknown): void {
   if (value !== undefined && typeof value !== 'boolean') throw new ArgumentError(name, value, 'must be true or false')

@@ -3,6 +3,8 @@
  * No imports: errors.ts and options.ts both use it.
  */
 
+const MAX_NAME_LENGTH = 100
+
 /**
  * `did you mean "windowMs"?` for a name that is one of `known` misspelt: in
  * another case or with `-` / `_` (`windowMS`, `refill_tokens`), a plural for a
@@ -11,6 +13,8 @@
  * Undefined when no one name is clearly meant.
  */
 export function didYouMean(name: string, known: Iterable<string>): string | undefined {
+  // No slip is this long, and the edit distance takes time in the product of the lengths (a key of a large wrong file).
+  if (name.length > MAX_NAME_LENGTH) return undefined
   const folded = fold(name)
   let best: string | undefined
   let bestDistance = Infinity

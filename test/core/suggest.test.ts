@@ -26,6 +26,8 @@ describe('did you mean', () => {
     assert.equal(didYouMean('burst', ['limit', 'windowMs']), undefined)
     assert.equal(didYouMean('x', ['a', 'y']), undefined)
     assert.equal(didYouMean('x-y', ['y', 'open']), undefined)
+    // A name far longer than any slip (a key of a large wrong file) is not measured against each option.
+    assert.equal(didYouMean('limit'.repeat(1_000_000), ['limit', 'windowMs']), undefined)
     assert.equal(didYouMean('limitz', ['limit', 'limits']), undefined)
   })
 
