@@ -9,6 +9,7 @@ import { createPublicKey, type KeyObject } from 'node:crypto'
 import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { ArgumentError } from '../core/errors.ts'
 import { checkOptions } from '../core/options.ts'
+import { choiceHint } from '../core/suggest.ts'
 import { checkPrefix } from '../limiter/limiter.ts'
 import { clientIpResolver, type ClientIpOptions } from './client-ip.ts'
 import type { HttpRequest, KeyResolver } from './handler.ts'
@@ -188,7 +189,8 @@ const CURVE_NAMES: Record<string, string> = { prime256v1: 'P-256', secp384r1: 'P
 function verificationKey(options: JwtVerifierOptions): Uint8Array | KeyObject | JWTVerifyGetKey {
   const unknown = options.algorithms.filter((a) => !HMAC_ALGORITHMS.includes(a) && PUBLIC_KEY_ALGORITHMS[a] === undefined)
   if (unknown.length > 0) {
-    throw new ArgumentError('algorithms', unknown.join(', '), `must be JWS algorithms jose verifies: ${[...HMAC_ALGORITHMS, ...Object.keys(PUBLIC_KEY_ALGORITHMS)].join(', ')}`)
+    const known = [...HMAC_ALGORITHMS, ...Object.keys(PUBLIC_KEY_ALGORITHMS)]
+    throw new ArgumentError('algorithms', unknown.join(', '), `must be JWS algorithms jose verifies: ${known.join(', ')}`, unknown.length === 1 ? choiceHint(unknown[0], known) : undefined)
   }
   const hmac = options.algorithms.filter((a) => HMAC_ALGORITHMS.includes(a))
   if (options.secret !== undefined) {

@@ -213,7 +213,8 @@ describe('identity', () => {
     assert.throws(() => jwtClaim({ publicKey: pem('rsa', { modulusLength: 1024 }), algorithms: ['RS256'] }), /cannot verify RS256: RSA keys under 2048 bits .* \(got "1024 bits"\)/)
     assert.throws(() => jwtClaim({ publicKey: pem('ed448', {}), algorithms: ['EdDSA'] }), /cannot verify EdDSA, which needs an ed25519 key \(got "ed448"\)/)
     assert.throws(() => jwtClaim({ publicKey: pem('rsa-pss', { modulusLength: 2048 }), algorithms: ['PS256'] }), /cannot verify PS256, which needs an rsa key \(got "rsa-pss"\)/)
-    assert.throws(() => jwtClaim({ publicKey: rsaPem, algorithms: ['RS265'] }), /algorithms must be JWS algorithms jose verifies: HS256, .* \(got "RS265"\)/)
+    assert.throws(() => jwtClaim({ publicKey: rsaPem, algorithms: ['RS265'] }), /algorithms must be JWS algorithms jose verifies: HS256, .* \(got "RS265"\); did you mean "RS256"\?$/)
+    assert.throws(() => jwtClaim({ secret: 'x'.repeat(32), algorithms: ['hs256'] }), /\(got "hs256"\); did you mean "HS256"\?$/)
   })
 
   it('refuses an HMAC secret shorter than its hash (RFC 7518 3.2), naming its length and never its value', () => {
