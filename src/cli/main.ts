@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { commandLineProblem, maskCredentials, messageOf, SluiceError } from '../core/errors.ts'
 import { resolvePolicies } from '../core/policy.ts'
-import { didYouMean } from '../core/suggest.ts'
+import { didYouMean, withHint } from '../core/suggest.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
 import { canonicalKey, ConfigError, configWarnings, loadConfigOffThread, type GatewayConfig } from '../gateway/config.ts'
@@ -105,7 +105,7 @@ export async function main(argv: readonly string[], out: Out = console.log, err:
     case 'inspect':
       return inspect(rest, out, err)
     default:
-      err(`sluice: unknown command ${JSON.stringify(command)}${hintOf(didYouMean(command, COMMANDS))}\n\n${USAGE}`)
+      err(`${withHint(`sluice: unknown command ${JSON.stringify(command)}`, didYouMean(command, COMMANDS))}\n\n${USAGE}`)
       return 2
   }
 }
@@ -133,10 +133,6 @@ function takesNoArguments(command: string, args: readonly string[], err: Out): n
 const quoted = (args: readonly string[]): string => args.map((arg) => JSON.stringify(arg)).join(' ')
 
 /** Parses options; on a mistake prints it with the usage and returns undefined. */
-function hintOf(hint: string | undefined): string {
-  return hint === undefined ? '' : `; ${hint}`
-}
-
 function options<R>(command: string, parse: () => R, usage: string, err: Out): R | undefined {
   try {
     return parse()

@@ -3,7 +3,7 @@
  * `Decision` with `allowed: false`. Exceptions are kept for misuse (bad policy,
  * bad argument) and, in the function wrapper only, for a rejected call.
  */
-import { didYouMean } from './suggest.ts'
+import { didYouMean, withHint } from './suggest.ts'
 import type { Decision } from './types.ts'
 
 
@@ -39,7 +39,7 @@ export class PolicyError extends SluiceError {
     const where = policy === undefined ? '' : `policy "${policy}": `
     // A missing field needs no "(got undefined)": "limit is required" says it.
     const got = value === undefined && problem === 'is required' ? '' : ` (got ${describe(value)})`
-    super('ERR_SLUICE_POLICY', `${where}${field} ${problem}${got}${hint === undefined ? '' : `; ${hint}`}`)
+    super('ERR_SLUICE_POLICY', withHint(`${where}${field} ${problem}${got}`, hint))
     this.policy = policy
     this.field = field
     this.value = value
@@ -53,7 +53,7 @@ export class ArgumentError extends SluiceError {
 
   /** `hint`, after the value: what the caller most likely meant. */
   constructor(argument: string, value: unknown, problem: string, hint?: string) {
-    super('ERR_SLUICE_ARGUMENT', `${argument} ${problem} (got ${describe(value)})${hint === undefined ? '' : `; ${hint}`}`)
+    super('ERR_SLUICE_ARGUMENT', withHint(`${argument} ${problem} (got ${describe(value)})`, hint))
     this.argument = argument
     this.value = value
   }
@@ -198,7 +198,7 @@ export function commandLineProblem(thrown: unknown, usage?: string): string {
     case 'ERR_PARSE_ARGS_UNKNOWN_OPTION': {
       // The options a command takes are the ones its usage shows.
       const hint = quoted === undefined || usage === undefined ? undefined : didYouMean(quoted, new Set(usage.match(/--[a-z][\w-]*/g)))
-      return `unknown option ${quoted ?? message}${hint === undefined ? '' : `; ${hint}`}`
+      return withHint(`unknown option ${quoted ?? message}`, hint)
     }
     case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE': {
       const option = quoted?.match(/--[\w-]+/)?.[0] ?? quoted ?? message

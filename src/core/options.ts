@@ -1,5 +1,5 @@
 import { ArgumentError } from './errors.ts'
-import { didYouMean } from './suggest.ts'
+import { choiceHint, didYouMean } from './suggest.ts'
 
 /** An options object, checked whole: anything but an object is refused, and so is any name in it not `known`. */
 export function checkOptions(argument: string, what: string, options: unknown, known: ReadonlySet<string>): asserts options is object {
@@ -15,6 +15,13 @@ export function rejectUnknown(what: string, options: object, known: ReadonlySet<
     const value: unknown = (options as Record<string, unknown>)[name]
     if (value !== undefined) throw new ArgumentError(name, value, `is not ${what} (known: ${[...known].join(', ')})`, didYouMean(name, known))
   }
+}
+
+/** A value that must be one of a few strings: refused by name, with the choices, and the one a misspelling meant. */
+export function checkChoice<T extends string>(argument: string, value: unknown, choices: readonly T[]): asserts value is T {
+  if ((choices as readonly unknown[]).includes(value)) return
+  const quoted = choices.map((choice) => `'${choice}'`)
+  throw new ArgumentError(argument, value, `must be ${quoted.slice(0, -1).join(', ')} or ${quoted.at(-1)}`, choiceHint(value, choices))
 }
 
 /** A flag that must be a real boolean: a string such as 'false' (from an environment variable) would be truthy. */

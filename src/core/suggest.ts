@@ -34,6 +34,11 @@ export function didYouMean(name: string, known: Iterable<string>): string | unde
   return best !== undefined && close && !tied ? `did you mean "${best}"?` : undefined
 }
 
+/** `text`, then `; hint` where there is one: how every refusal ends with what was meant. */
+export function withHint(text: string, hint: string | undefined): string {
+  return hint === undefined ? text : `${text}; ${hint}`
+}
+
 /** didYouMean for a value that must be one of `choices`: a string misspelt, as options' names are. */
 export function choiceHint(value: unknown, choices: readonly string[]): string | undefined {
   return typeof value === 'string' ? didYouMean(value, choices) : undefined

@@ -15,7 +15,7 @@ import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } f
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../core/errors.ts'
 import { readFileBounded } from '../core/files.ts'
-import { didYouMean } from '../core/suggest.ts'
+import { didYouMean, withHint } from '../core/suggest.ts'
 import { letIoIn } from '../core/turn.ts'
 import { limitOf, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
@@ -286,12 +286,12 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
       if (issue.code === 'unrecognized_keys') {
         for (const key of issue.keys) {
           const hint = didYouMean(key, fieldsAt(issue.path))
-          report([...issue.path, key], `is not a known field${hint === undefined ? '' : `; ${hint}`}`)
+          report([...issue.path, key], withHint('is not a known field', hint))
         }
       } else if (!unset.has(formatPath(issue.path))) {
         // A value that is one of the choices misspelt (`draft10`, `queued`, `inflight`): say which.
         const hint = typeof issue.input === 'string' ? didYouMean(issue.input, choicesOf(issue)) : undefined
-        report(issue.path, `${issue.message}${hint === undefined ? '' : `; ${hint}`}`)
+        report(issue.path, withHint(issue.message, hint))
       }
     }
     throw new ConfigError(file, problems)

@@ -8,8 +8,7 @@
  */
 import ipaddr from 'ipaddr.js'
 import { ArgumentError } from '../core/errors.ts'
-import { checkOptions } from '../core/options.ts'
-import { choiceHint } from '../core/suggest.ts'
+import { checkChoice, checkOptions } from '../core/options.ts'
 
 type Address = ipaddr.IPv4 | ipaddr.IPv6
 
@@ -48,9 +47,7 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
     throw new ArgumentError('ipv6Prefix', options.ipv6Prefix, 'must be an integer from 1 to 128')
   }
   const forwardingHeader = options.header ?? 'x-forwarded-for'
-  if (forwardingHeader !== 'x-forwarded-for' && forwardingHeader !== 'forwarded') {
-    throw new ArgumentError('header', options.header, "must be 'x-forwarded-for' or 'forwarded'", choiceHint(options.header, ['x-forwarded-for', 'forwarded']))
-  }
+  checkChoice('header', forwardingHeader, ['x-forwarded-for', 'forwarded'])
   // Entries are read as addresses only as far as the walk goes: a header can hold thousands a client wrote.
   const forwardedEntries = forwardingHeader === 'forwarded'
     ? (header: HeaderReader) => entriesOf(header('forwarded'))

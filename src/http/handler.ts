@@ -8,8 +8,7 @@ import { GenerationalMap } from '../core/generational-map.ts'
 import { ITEMS_PER_SLICE, runInSlices, runToEnd } from '../core/turn.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
-import { checkBoolean, checkOptions, rejectUnknown } from '../core/options.ts'
-import { choiceHint } from '../core/suggest.ts'
+import { checkBoolean, checkChoice, checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { checkObserver, checkPrefix, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
@@ -377,7 +376,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   }
   checkBoolean('shadow', options.shadow)
   const emptyKey = options.emptyKey ?? 'anonymous'
-  if (emptyKey !== 'anonymous' && emptyKey !== 'forbid') throw new ArgumentError('emptyKey', emptyKey, "must be 'anonymous' or 'forbid'", choiceHint(emptyKey, ['anonymous', 'forbid']))
+  checkChoice('emptyKey', emptyKey, ['anonymous', 'forbid'])
   const clock = options.clock ?? Date.now
   // Durations (how long a request held its units) must not jump with the wall clock.
   const elapsedClock = options.clock ?? monotonicClock
@@ -797,15 +796,13 @@ class RuleCompiler {
     if (rule.key !== undefined && typeof rule.key !== 'function') throw new ArgumentError(`rule "${name}" key`, rule.key, 'must be a function of the request (e.g. apiKey(), jwtClaim(), clientIpKey(), or firstOf() of them)')
     checkBoolean(`rule "${name}" shadow`, rule.shadow)
     const action = rule.action ?? 'reject'
-    if (action !== 'reject' && action !== 'queue') throw new ArgumentError(`rule "${name}" action`, action, "must be 'reject' or 'queue'", choiceHint(action, ['reject', 'queue']))
+    checkChoice(`rule "${name}" action`, action, ['reject', 'queue'])
     if (action === 'reject' && rule.maxWaitMs !== undefined) {
       throw new ArgumentError(`rule "${name}" maxWaitMs`, rule.maxWaitMs, "applies to action 'queue' only: a refused request does not wait")
     }
     const maxWaitMs = action === 'queue' ? checkMaxWait(rule.maxWaitMs ?? 10_000, []) : 0
     const count = rule.count ?? 'all'
-    if (count !== 'all' && count !== 'failed' && count !== 'succeeded' && count !== 'in-flight') {
-      throw new ArgumentError(`rule "${name}" count`, count, "must be 'all', 'failed', 'succeeded' or 'in-flight'", choiceHint(count, ['all', 'failed', 'succeeded', 'in-flight']))
-    }
+    checkChoice(`rule "${name}" count`, count, ['all', 'failed', 'succeeded', 'in-flight'])
     const refundable = count !== 'all'
     // Policies a function gives per request: checked as each new set comes, and their names may come again.
     const given = typeof rule.policies === 'function'

@@ -6,8 +6,7 @@ import { createHash } from 'node:crypto'
 import { evaluate, NO_WAIT, REFUNDABLE } from '../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../core/clock.ts'
 import { ArgumentError, asError, SluiceError, StoreNotAppliedError } from '../core/errors.ts'
-import { checkOptions, rejectUnknown } from '../core/options.ts'
-import { choiceHint } from '../core/suggest.ts'
+import { checkChoice, checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
@@ -199,9 +198,7 @@ export class Limiter {
 
     this.storeTimeoutMs = positiveNumber('storeTimeoutMs', options.storeTimeoutMs, 250)
     const failure = options.onStoreFailure ?? 'fallback'
-    if (failure !== 'open' && failure !== 'closed' && failure !== 'fallback') {
-      throw new ArgumentError('onStoreFailure', failure, "must be 'open', 'closed' or 'fallback'", choiceHint(failure, ['open', 'closed', 'fallback']))
-    }
+    checkChoice('onStoreFailure', failure, ['open', 'closed', 'fallback'])
     this.onStoreFailure = failure
     const instances = options.expectedInstances ?? 1
     if (!Number.isSafeInteger(instances) || instances < 1) {

@@ -4,8 +4,7 @@
  * (standard, TypeScript 5+) method decorator.
  */
 import { ArgumentError, RateLimitedError } from '../core/errors.ts'
-import { checkOptions } from '../core/options.ts'
-import { choiceHint } from '../core/suggest.ts'
+import { checkChoice, checkOptions } from '../core/options.ts'
 import { checkCost, checkMaxWait, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy } from '../core/types.ts'
 import type { Store } from '../stores/store.ts'
@@ -95,9 +94,7 @@ function createGuard<Args extends unknown[]>(
 ): (args: Args) => Promise<Decision> {
   checkOptions('options', 'a rateLimited option', options, RATE_LIMITED_OPTIONS)
   const action = options.action ?? 'reject'
-  if (action !== 'reject' && action !== 'queue') {
-    throw new ArgumentError('action', action, "must be 'reject' or 'queue'", choiceHint(action, ['reject', 'queue']))
-  }
+  checkChoice('action', action, ['reject', 'queue'])
   const limiter = limiterOf(options)
   if (action === 'reject' && options.maxWaitMs !== undefined) {
     throw new ArgumentError('maxWaitMs', options.maxWaitMs, "applies to action 'queue' only: a rejected call does not wait")

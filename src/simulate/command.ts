@@ -4,7 +4,7 @@ import { dirname, join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { commandLineProblem, SluiceError } from '../core/errors.ts'
 import { FileTooLargeError, readFileBounded } from '../core/files.ts'
-import { didYouMean } from '../core/suggest.ts'
+import { didYouMean, withHint } from '../core/suggest.ts'
 import type { Policy } from '../core/types.ts'
 import { timelineSvg } from './chart.ts'
 import { htmlReport, textSummary } from './report.ts'
@@ -101,8 +101,7 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
   if (timeUnit !== undefined && !isNumericUnit(timeUnit)) return usage(`--time-unit must be ms, s, us or ns, got ${timeUnit}`)
   const patternName = values.pattern ?? 'boundary-burst'
   if (!(PATTERNS as readonly string[]).includes(patternName)) {
-    const hint = didYouMean(patternName, PATTERNS)
-    return usage(`unknown pattern "${patternName}" (known: ${PATTERNS.join(', ')})${hint === undefined ? '' : `; ${hint}`}`)
+    return usage(withHint(`unknown pattern "${patternName}" (known: ${PATTERNS.join(', ')})`, didYouMean(patternName, PATTERNS)))
   }
   const limit = values.limit === undefined ? 100 : Number(values.limit)
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > 1_000_000) return usage(`--limit must be an integer from 1 to 1000000, got ${values.limit}`)

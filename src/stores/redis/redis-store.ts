@@ -6,8 +6,7 @@
  */
 import { monotonicClock } from '../../core/clock.ts'
 import { ArgumentError, SluiceError } from '../../core/errors.ts'
-import { rejectUnknown } from '../../core/options.ts'
-import { choiceHint } from '../../core/suggest.ts'
+import { checkChoice, rejectUnknown } from '../../core/options.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import { spans, type Store, type StoreCall } from '../store.ts'
@@ -148,9 +147,7 @@ export class RedisStore implements Store {
     if ((options.client === undefined) === (options.url === undefined)) {
       throw new ArgumentError('client', options.client, 'or url is required, and only one of them')
     }
-    if (options.time !== undefined && options.time !== 'server' && options.time !== 'client') {
-      throw new ArgumentError('time', options.time, "must be 'server' or 'client'", choiceHint(options.time, ['server', 'client']))
-    }
+    if (options.time !== undefined) checkChoice('time', options.time, ['server', 'client'])
     if (options.functions !== undefined && typeof options.functions !== 'boolean') {
       throw new ArgumentError('functions', options.functions, 'must be true or false')
     }
