@@ -38,7 +38,7 @@ export class PolicyError extends SluiceError {
   constructor(field: string, value: unknown, problem: string, policy?: string, hint?: string) {
     const where = policy === undefined ? '' : `policy "${policy}": `
     // A missing field needs no "(got undefined)": "limit is required" says it.
-    const got = value === undefined && problem === 'is required' ? '' : ` (got ${describe(value)})`
+    const got = value === undefined && problem.startsWith('is required') ? '' : ` (got ${describe(value)})`
     super('ERR_SLUICE_POLICY', withHint(`${where}${field} ${problem}${got}`, hint))
     this.policy = policy
     this.field = field

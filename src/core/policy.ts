@@ -74,7 +74,8 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
   const raw = input as Record<string, unknown>
   const algorithm = raw.algorithm
   if (typeof algorithm !== 'string' || !ALGORITHMS.includes(algorithm as AlgorithmName)) {
-    throw new PolicyError('algorithm', algorithm, `must be one of ${ALGORITHMS.join(', ')}`, nameHint(raw), choiceHint(algorithm, ALGORITHMS))
+    const problem = algorithm === undefined ? 'is required:' : 'must be'
+    throw new PolicyError('algorithm', algorithm, `${problem} one of ${ALGORITHMS.join(', ')}`, nameHint(raw), choiceHint(algorithm, ALGORITHMS))
   }
   const known = POLICY_FIELDS[algorithm as AlgorithmName]
   for (const field of Object.keys(raw)) {

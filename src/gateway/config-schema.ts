@@ -73,7 +73,9 @@ const policy = z.record(z.string(), z.unknown(), { error: (issue) => `expected a
     } catch (error) {
       if (!(error instanceof PolicyError)) throw error
       const path = error.field === 'policy' ? [] : [error.field]
-      context.addIssue({ code: 'custom', path, message: error.message.replace(/^policy "[^"]*": /, '').replace(new RegExp(`^${error.field} `), '') })
+      // The field leads the message, and the issue's path names it already (it may be any key the file holds: no pattern of it).
+      const message = error.message.replace(/^policy "[^"]*": /, '')
+      context.addIssue({ code: 'custom', path, message: message.startsWith(`${error.field} `) ? message.slice(error.field.length + 1) : message })
     }
   })
   .meta({

@@ -29,7 +29,7 @@ describe('policy validation', () => {
 
   it('rejects an unknown algorithm, unknown keys and non-objects', () => {
     policyError({ algorithm: 'gcra', limit: 1 }, 'algorithm', /must be one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket \(got "gcra"\)/)
-    policyError({ limit: 1, windowMs: 1 }, 'algorithm', /got undefined/)
+    policyError({ limit: 1, windowMs: 1 }, 'algorithm', /^algorithm is required: one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket$/)
     policyError({ algorithm: 'fixed-window', limit: 10, windowMs: 1000, window: 60 }, 'window', /not a field of a fixed-window policy/)
     policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, limit: 5 }, 'limit', /not a field/)
     policyError(null, 'policy', /must be an object/)

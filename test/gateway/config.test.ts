@@ -123,6 +123,22 @@ routes:
     ])
   })
 
+  it('a policy field named with regular-expression syntax, or a policy without its algorithm, is a problem of the file, not a crash', async () => {
+    const text = `
+routes:
+  - name: api
+    match: { path: /api/** }
+    upstream: http://127.0.0.1:8081
+    limits:
+      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000, "[": 1, "(a+)+$": 2 }
+      - policies: { limit: 5, windowMs: 1000 }
+`
+    assert.deepEqual(await problems(text), [
+      'routes[0].limits[0].policies.[: is not a field of a fixed-window policy (fields: limit, windowMs, blockMs, name) (got 1) (line 7)',
+      'routes[0].limits[1].policies.algorithm: is required: one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket (line 8)',
+    ])
+  })
+
   it('a value that must be one of a few, misspelt, says which it most likely is: in a zod enum, a union of them, or a policy', async () => {
     const text = `
 store: { type: memory }
