@@ -6,6 +6,7 @@
 import { monotonicClock, type Clock } from '../core/clock.ts'
 import { GenerationalMap } from '../core/generational-map.ts'
 import { ITEMS_PER_SLICE, runInSlices, runToEnd } from '../core/turn.ts'
+import { isPromise, observing, warningTo } from '../core/callbacks.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { checkBoolean, checkChoice, checkOptions, rejectUnknown } from '../core/options.ts'
@@ -142,15 +143,16 @@ export interface RateLimitOptions extends Pick<LimiterOptions, 'storeTimeoutMs' 
   store?: Store
   prefix?: string
   clock?: Clock
-  /** Every decision, allowed or not (shadow ones too). Should it throw, the error goes to onWarning and the request goes on. */
+  /** Every decision, allowed or not (shadow ones too). Should it throw, or return a promise that rejects, the error goes to onWarning and the request goes on. */
   onDecision?: (event: DecisionEvent) => void
-  /** Each request refused with 429 (for logging). Should it throw, the error goes to onWarning and the 429 is sent. */
+  /** Each request refused with 429 (for logging). Should it throw, or return a promise that rejects, the error goes to onWarning and the 429 is sent. */
   onLimited?: (event: DecisionEvent) => void
   /**
    * Replaces the refusal's body (and, if given, its status and content type):
    * an HTML page, or the API's own error shape. The RateLimit fields and
    * Retry-After stay. Return undefined to send the default problem body;
-   * should it throw, the error goes to onWarning and the default is sent.
+   * should it throw (or return a promise: it must answer at once), the error
+   * goes to onWarning and the default is sent.
    */
   limitedResponse?: (event: LimitedEvent) => LimitedResponse | undefined
   /** Misconfiguration noticed at run time (e.g. forwarding headers with no trusted proxy). */
@@ -338,14 +340,12 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     warned.add(about)
     warn(message)
   }
-  // An observer that throws must not fail the request it observes: the error is reported, the request goes on.
-  const notify = (hook: 'onDecision' | 'onLimited', event: DecisionEvent) => {
-    try {
-      options[hook]?.(event)
-    } catch (error) {
-      warn(`${hook} threw, and the request went on: ${messageOf(error)}`)
-    }
+  // A hook that throws or rejects must not fail the request it observes: the error is reported, the request goes on.
+  const hooks = {
+    onDecision: options.onDecision === undefined ? undefined : observing(options.onDecision, (how, error) => warn(`onDecision ${how}, and the request went on: ${messageOf(error)}`)),
+    onLimited: options.onLimited === undefined ? undefined : observing(options.onLimited, (how, error) => warn(`onLimited ${how}, and the request went on: ${messageOf(error)}`)),
   }
+  const notify = (hook: 'onDecision' | 'onLimited', event: DecisionEvent) => hooks[hook]?.(event)
   const resolveIp = clientIpResolver(options.clientIp)
   const trustsEveryone = everyAddressWarning(options.clientIp?.trustProxy, 'sluice: clientIp.trustProxy')
   if (trustsEveryone !== undefined) warn(trustsEveryone)
@@ -395,7 +395,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     const more = failure.failedSinceLastLog === undefined ? '' : ` (${failure.failedSinceLastLog} more calls failed since the last such warning)`
     warn(`sluice: a store call failed (${failure.reason}): ${failure.error}; the failure policy (onStoreFailure) decides${more}`)
   })
-  const userObserver = checkObserver(options.observer)
+  const userObserver = checkObserver(options.observer, warn)
   const observer: LimiterObserver = {
     ...userObserver,
     storeCall: (durationMs, outcome, error) => {
@@ -721,8 +721,13 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     if (options.limitedResponse === undefined) return refusal
     try {
       const event = { rule: refused.rules, key: refused.key, decision, shadow: false, request, retryAfterSeconds, problem: problemBody(429, title, detail, extra) }
-      const custom = options.limitedResponse(event)
-      return custom === undefined ? refusal : customRefusal(custom, refusalHeaders)
+      const custom: unknown = options.limitedResponse(event)
+      if (isPromise(custom)) {
+        // The refusal is sent now; what the promise comes to is only reported (a rejection left alone would end the process).
+        Promise.resolve(custom).catch((error: unknown) => warn(`limitedResponse rejected: ${messageOf(error)}`))
+        throw new ArgumentError('limitedResponse()', custom, 'must return its response at once, not a promise (an async function): the refusal is sent in the same turn')
+      }
+      return custom === undefined ? refusal : customRefusal(custom as LimitedResponse, refusalHeaders)
     } catch (error) {
       warn(`limitedResponse failed, and the default 429 was sent: ${messageOf(error)}`)
       return refusal
@@ -917,7 +922,7 @@ function failedAs(limiter: Limiter, decision: Decision): Limiter['onStoreFailure
 
 /** Where the HTTP layer's warnings go: `onWarning`, else a process warning (code SLUICE_HTTP). */
 export function warningSink(options: Pick<RateLimitOptions, 'onWarning'>): (message: string) => void {
-  return options.onWarning ?? ((message) => process.emitWarning(message, { code: 'SLUICE_HTTP' }))
+  return warningTo(options.onWarning, 'SLUICE_HTTP')
 }
 
 /** `list` with `item` at its end: a new list of one for none. */
@@ -1060,9 +1065,7 @@ function decidedAtOnce(predicate: (request: HttpRequest) => boolean, name: strin
   }
 }
 
-export function isPromise<T>(value: T | Promise<T>): value is Promise<T> {
-  return typeof (value as Promise<T> | undefined)?.then === 'function'
-}
+export { isPromise }
 
 function pick<T extends object, K extends keyof T>(object: T, keys: K[]): Partial<Pick<T, K>> {
   const picked: Partial<Pick<T, K>> = {}

@@ -5,7 +5,8 @@
 import { createHash } from 'node:crypto'
 import { evaluate, NO_WAIT, REFUNDABLE } from '../algorithms/index.ts'
 import { monotonicClock, type Clock } from '../core/clock.ts'
-import { ArgumentError, asError, SluiceError, StoreNotAppliedError } from '../core/errors.ts'
+import { observing, warningTo } from '../core/callbacks.ts'
+import { ArgumentError, asError, messageOf, SluiceError, StoreNotAppliedError } from '../core/errors.ts'
 import { checkChoice, checkOptions, rejectUnknown } from '../core/options.ts'
 import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
@@ -87,7 +88,11 @@ export interface LimiterOptions {
   observer?: LimiterObserver
 }
 
-/** Callbacks for metrics; each must be cheap and must not throw. */
+/**
+ * Callbacks for metrics; each should be cheap. One that throws, or returns a
+ * promise that rejects, is reported (a process warning, or the middleware's
+ * onWarning) and fails no call.
+ */
 export interface LimiterObserver {
   /**
    * Each call that reached a store outside the process: how long it took and
@@ -782,17 +787,30 @@ export class Limiter {
   }
 }
 
-/** An `observer` option: undefined, or an object of the known callbacks, each a function. */
-export function checkObserver(observer: unknown): LimiterObserver | undefined {
+/** Observers whose callbacks report their own failures (checkObserver's answers). */
+const reportingObservers = new WeakSet<LimiterObserver>()
+
+/**
+ * An `observer` option: undefined, or an object of the known callbacks, each a
+ * function. Returned with each callback reporting what it throws or rejects
+ * with to `warn` (default: a process warning, code SLUICE_OBSERVER).
+ */
+export function checkObserver(observer: unknown, warn?: (message: string) => void): LimiterObserver | undefined {
   if (observer === undefined) return undefined
   if (typeof observer !== 'object' || observer === null) {
     throw new ArgumentError('observer', observer, 'must be an object of callbacks (storeCall, blockCacheHit, refundOwed)')
   }
+  if (reportingObservers.has(observer as LimiterObserver)) return observer as LimiterObserver
   rejectUnknown('an observer callback', observer, new Set(['storeCall', 'blockCacheHit', 'refundOwed']))
+  const report = warn ?? warningTo(undefined, 'SLUICE_OBSERVER')
+  const reporting: Record<string, (...args: never[]) => void> = {}
   for (const [name, callback] of Object.entries(observer)) {
-    if (callback !== undefined && typeof callback !== 'function') throw new ArgumentError(`observer.${name}`, callback, 'must be a function')
+    if (callback === undefined) continue
+    if (typeof callback !== 'function') throw new ArgumentError(`observer.${name}`, callback, 'must be a function')
+    reporting[name] = observing(callback as (...args: unknown[]) => unknown, (how, error) => report(`observer.${name} ${how}, and the call it observed went on: ${messageOf(error)}`))
   }
-  return observer as LimiterObserver
+  reportingObservers.add(reporting)
+  return reporting
 }
 
 /** A refund that never reached the store, and until when (the limiter's time) it is worth giving. */

@@ -943,6 +943,57 @@ describe('HTTP observers', () => {
       'onLimited threw, and the request went on: log sink full',
     ])
   })
+
+  it('async hooks that reject, and an async limitedResponse, are reported and end no process: the request goes on, the default 429 is sent', async () => {
+    const warnings: string[] = []
+    const handle = createRateLimitHandler({
+      rules: [{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'p' } }],
+      onDecision: async () => { throw new Error('metrics backend down') },
+      onLimited: async () => { throw new Error('log sink full') },
+      limitedResponse: (async () => { throw new Error('template missing') }) as never,
+      observer: { storeCall: async () => { throw new Error('never called: the memory store is in-process') } },
+      onWarning: (message) => warnings.push(message),
+    })
+    const request = { method: 'GET', path: '/', host: 'api.test', header: () => undefined, remoteAddress: '198.51.100.7' }
+    const outcomes = [await handle(request), await handle(request), await handle(request)]
+    assert.deepEqual(outcomes.map((outcome) => outcome.status), [200, 429, 429])
+    for (const refused of outcomes.slice(1)) assert.equal(JSON.parse(refused.body ?? '{}').title, 'Too Many Requests')
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(warnings.sort(), [
+      'limitedResponse failed, and the default 429 was sent: limitedResponse() must return its response at once, not a promise (an async function): the refusal is sent in the same turn (got a promise)',
+      'limitedResponse failed, and the default 429 was sent: limitedResponse() must return its response at once, not a promise (an async function): the refusal is sent in the same turn (got a promise)',
+      'limitedResponse rejected: template missing',
+      'limitedResponse rejected: template missing',
+      'onDecision rejected, and the request went on: metrics backend down',
+      'onDecision rejected, and the request went on: metrics backend down',
+      'onDecision rejected, and the request went on: metrics backend down',
+      'onLimited rejected, and the request went on: log sink full',
+      'onLimited rejected, and the request went on: log sink full',
+    ])
+  })
+
+  it('an onWarning that throws or rejects loses no warning: it and the failure go out as a process warning', async () => {
+    const heard: string[] = []
+    const onProcessWarning = (warning: Error & { code?: string }) => { if (warning.code === 'SLUICE_HTTP') heard.push(warning.message) }
+    process.on('warning', onProcessWarning)
+    try {
+      for (const onWarning of [() => { throw new Error('logger closed') }, async () => { throw new Error('logger closed') }]) {
+        const handle = createRateLimitHandler({
+          rules: [{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'p' } }],
+          onDecision: () => { throw new Error('metrics backend down') },
+          onWarning,
+        })
+        assert.equal((await handle({ method: 'GET', path: '/', host: 'api.test', header: () => undefined, remoteAddress: '198.51.100.7' })).status, 200)
+      }
+      await new Promise((resolve) => setImmediate(resolve))
+      assert.deepEqual(heard, [
+        'onDecision threw, and the request went on: metrics backend down (onWarning threw: logger closed)',
+        'onDecision threw, and the request went on: metrics backend down (onWarning rejected: logger closed)',
+      ])
+    } finally {
+      process.off('warning', onProcessWarning)
+    }
+  })
 })
 
 describe('HTTP with a failing store', () => {

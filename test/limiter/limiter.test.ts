@@ -266,3 +266,33 @@ describe('Limiter observer', () => {
     ])
   })
 })
+
+describe('Limiter observer that fails', () => {
+  it('one that throws, or returns a promise that rejects, fails no decision and is reported as a process warning', async () => {
+    const warnings: string[] = []
+    const onWarning = (warning: Error & { code?: string }) => { if (warning.code === 'SLUICE_OBSERVER') warnings.push(warning.message) }
+    process.on('warning', onWarning)
+    try {
+      const store = { consume: (call: Parameters<MemoryStore['consume']>[0]) => memory.consume(call), reset: () => Promise.resolve() }
+      const memory = new MemoryStore()
+      const policies: Policy = { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 }
+      const limiter = new Limiter({
+        store,
+        policies,
+        observer: {
+          storeCall: () => { throw new Error('histogram gone') },
+          blockCacheHit: async () => { throw new Error('counter gone') },
+        },
+      })
+      assert.deepEqual([(await limiter.limit('k')).allowed, (await limiter.limit('k')).allowed, (await limiter.limit('k')).allowed], [true, false, false])
+      await new Promise((resolve) => setImmediate(resolve))
+      assert.deepEqual(warnings, [
+        'observer.storeCall threw, and the call it observed went on: histogram gone',
+        'observer.storeCall threw, and the call it observed went on: histogram gone',
+        'observer.blockCacheHit rejected, and the call it observed went on: counter gone',
+      ])
+    } finally {
+      process.off('warning', onWarning)
+    }
+  })
+})

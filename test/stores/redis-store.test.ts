@@ -650,6 +650,22 @@ describe('RedisStore on a server that refuses TIME in scripts', () => {
     assert.equal(warnings.length, 1)
     assert.match(warnings[0] as string, /refuses TIME inside scripts/)
   })
+
+  it('an onWarning that throws fails no decision: the warning goes out as a process warning', async () => {
+    const emitted: string[] = []
+    const collect = (warning: Error & { code?: string }) => { if (warning.code === 'SLUICE_REDIS') emitted.push(warning.message) }
+    process.on('warning', collect)
+    try {
+      const store = new RedisStore({ client: redis.client(), onWarning: () => { throw new Error('logger closed') } })
+      const limiter = new Limiter({ store, prefix: 'notime-throwing', policies: { algorithm: 'sliding-log', limit: 1, windowMs: 60_000 } })
+      assert.deepEqual([(await limiter.limit('k')).allowed, (await limiter.limit('k')).allowed], [true, false])
+      await new Promise((resolve) => setImmediate(resolve))
+      assert.equal(emitted.length, 1)
+      assert.match(emitted[0] as string, /refuses TIME inside scripts.*\(onWarning threw: logger closed\)$/)
+    } finally {
+      process.off('warning', collect)
+    }
+  })
 })
 
 describe('RedisStore on a Redis that evicts keys when full', () => {

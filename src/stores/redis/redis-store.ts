@@ -5,6 +5,7 @@
  * none. "Now" is the Redis server's clock unless the limiter injects one.
  */
 import { monotonicClock } from '../../core/clock.ts'
+import { warningTo } from '../../core/callbacks.ts'
 import { ArgumentError, SluiceError } from '../../core/errors.ts'
 import { checkChoice, rejectUnknown } from '../../core/options.ts'
 import { limitOf } from '../../core/policy.ts'
@@ -152,7 +153,8 @@ export class RedisStore implements Store {
       throw new ArgumentError('functions', options.functions, 'must be true or false')
     }
     this.clientTime = options.time === 'client'
-    this.warn = options.onWarning ?? ((message) => process.emitWarning(message, { code: 'SLUICE_REDIS' }))
+    if (options.onWarning !== undefined && typeof options.onWarning !== 'function') throw new ArgumentError('onWarning', options.onWarning, 'must be a function')
+    this.warn = warningTo(options.onWarning, 'SLUICE_REDIS')
     const runnerOptions = { functions: options.functions === true, onWarning: this.warn }
     if (options.url !== undefined) {
       if (typeof options.url !== 'string' || !/^rediss?:\/\//.test(options.url)) {
@@ -244,7 +246,7 @@ export class RedisStore implements Store {
       batch.forEach((pending, i) => pending.resolve(decisions[i] as PolicyDecision[]))
       if (!this.evictionChecked) {
         this.evictionChecked = true
-        // Advice only: a throwing onWarning must not become an unhandled rejection.
+        // Advice only: nothing it meets may become an unhandled rejection.
         this.checkEviction().catch(() => {})
       }
     } catch (error) {
