@@ -21,6 +21,7 @@ import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
 import { compileMatch } from '../http/match.ts'
 import { LIMITER_CLIENT_OPTIONS, RedisStore, redisKey } from '../stores/redis/redis-store.ts'
 import { connectionErrorMessage, isNotRedis, notRedisMessage } from '../stores/redis/clients.ts'
+import { redisUrlProblem } from '../stores/redis/url.ts'
 import { simulateCommand, SIMULATE_USAGE } from '../simulate/command.ts'
 
 const USAGE = `usage: sluice <command> [options]
@@ -257,8 +258,9 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     err(`sluice inspect: ${typeof url !== 'string' ? '--redis URL is required' : 'expected one KEY'}\n\n${INSPECT_USAGE}`)
     return 2
   }
-  if (!/^rediss?:\/\//.test(url)) {
-    err(`sluice inspect: --redis must be a redis:// or rediss:// URL (got ${maskCredentials(JSON.stringify(url))})`)
+  const urlProblem = redisUrlProblem(url)
+  if (urlProblem !== undefined) {
+    err(`sluice inspect: --redis ${urlProblem} (got ${maskCredentials(JSON.stringify(url))})`)
     return 2
   }
   let config: GatewayConfig | undefined

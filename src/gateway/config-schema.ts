@@ -10,6 +10,7 @@ import safeRegex from 'safe-regex2'
 import { maskCredentials, PolicyError } from '../core/errors.ts'
 import { OPTIONAL_POLICY_FIELDS, POLICY_FIELDS, resolvePolicy } from '../core/policy.ts'
 import { TOKEN } from '../http/match.ts'
+import { redisUrlProblem } from '../stores/redis/url.ts'
 
 /**
  * A value in a problem, cut short (a file given by mistake, a key list or a
@@ -229,11 +230,25 @@ const route = z.strictObject({
   limits: z.array(limit).default([]),
 })
 
+const REDIS_SCHEME = /^rediss?:\/\//
+
+/** A Redis node's address, `shape` capturing its port, which must be one a socket can connect to. */
+function redisNode(shape: RegExp, expected: string) {
+  const error = (issue: { input: unknown }) => `expected ${expected} (a port from 1 to 65535), got ${show(issue.input)}`
+  return z.string().regex(shape, { error }).refine((value) => {
+    const port = Number(shape.exec(value)?.at(-1) ?? 1)
+    return port >= 1 && port <= 65535
+  }, { error })
+}
+
 const redisOptions = {
-  url: z.string().regex(/^rediss?:\/\//, { error: (issue) => `expected a redis:// or rediss:// URL, got ${show(issue.input)}` }).optional(),
-  cluster: z.array(z.string().regex(/^(rediss?:\/\/)?[^\s/]+:\d+$/, { error: (issue) => `expected host:port or redis://host:port, got ${show(issue.input)}` })).min(1).optional(),
+  url: z.string().regex(REDIS_SCHEME, { error: (issue) => `expected a redis:// or rediss:// URL, got ${show(issue.input)}` }).superRefine((value, context) => {
+    const problem = REDIS_SCHEME.test(value) ? redisUrlProblem(value) : undefined
+    if (problem !== undefined) context.addIssue({ code: 'custom', message: `${problem} (got ${show(value)})` })
+  }).optional(),
+  cluster: z.array(redisNode(/^(rediss?:\/\/)?[^\s/]+:(\d+)$/, 'host:port or redis://host:port')).min(1).optional(),
   sentinel: z.strictObject({
-    sentinels: z.array(z.string().regex(/^[^\s/]+:\d+$/, { error: (issue) => `expected host:port, got ${show(issue.input)}` })).min(1),
+    sentinels: z.array(redisNode(/^[^\s/]+:(\d+)$/, 'host:port')).min(1),
     name: nonEmpty,
     password: secret(true).optional(),
   }).optional(),

@@ -218,6 +218,16 @@ routes:
     assert.deepEqual(found, ['store: expected an object with type: memory or type: redis (a Redis URL goes inside it: { type: redis, url: "redis://***@cache:6379" }), got "redis://***@cache:6379" (line 2)'])
   })
 
+  it('a Redis URL or node the client could not use is a problem of the file: a database by name, credentials that do not decode, a port beyond 65535', async () => {
+    const store = (lines: string) => problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', `store:\n  type: redis\n${lines}`))
+    assert.deepEqual(await store('  url: redis://cache:6379/limits'), ['store.url: must name a database by its number (redis://host:6379/0), not "limits" (got "redis://cache:6379/limits") (line 4)'])
+    assert.deepEqual(await store('  url: redis://:50%off@cache:6379/0'), ['store.url: has a user name or password that is not valid percent-encoding (write a % in it as %25) (got "redis://***@cache:6379/0") (line 4)'])
+    assert.deepEqual(await store('  url: redis://cache:99999'), ['store.url: is not a valid URL (a port from 1 to 65535, a host without spaces) (got "redis://cache:99999") (line 4)'])
+    assert.deepEqual(await store('  cluster: [cache-1:6379, "cache-2:65536"]'), ['store.cluster[1]: expected host:port or redis://host:port (a port from 1 to 65535), got "cache-2:65536" (line 4)'])
+    assert.deepEqual(await store('  sentinel: { name: main, sentinels: ["s1:0"] }'), ['store.sentinel.sentinels[0]: expected host:port (a port from 1 to 65535), got "s1:0" (line 4)'])
+    assert.deepEqual(await store('  url: redis://:p%25ss@cache:6379/2'), [])
+  })
+
   it('masks credentials exactly where the URL pattern scheme:[//]user:password@ finds them', () => {
     const reference = (text: string) => text.replace(/([a-z][a-z0-9+.-]*:\/{0,2})[^/@\s"]+@/gi, '$1***@')
     const char = fc.constantFrom('a', 'B', '1', '+', '.', '-', ':', '/', '@', ' ', '"', '\n', 'é', '_', '%')

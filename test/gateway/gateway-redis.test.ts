@@ -153,6 +153,13 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     assert.equal(wrongScheme.code, 2)
     assert.match(wrongScheme.stderr, /--redis must be a redis:\/\/ or rediss:\/\/ URL \(got "https:\/\/\*\*\*@127\.0\.0\.1:6379"\)/)
     assert.doesNotMatch(wrongScheme.stderr, /hunter2/)
+    // What ioredis would take as SELECT NaN, or fail to decode, is refused before connecting: exit 2, no stack trace.
+    const namedDatabase = await runCli(['inspect', '--redis', `${redis.url}/limits`, 'user:bob'])
+    assert.deepEqual([namedDatabase.code, namedDatabase.stderr.trim()], [2, `sluice inspect: --redis must name a database by its number (redis://host:6379/0), not "limits" (got "${redis.url}/limits")`])
+    const undecodable = await runCli(['inspect', '--redis', `redis://:50%off@127.0.0.1:${redis.port}`, 'user:bob'])
+    assert.equal(undecodable.code, 2)
+    assert.match(undecodable.stderr, /--redis has a user name or password that is not valid percent-encoding/)
+    assert.doesNotMatch(undecodable.stderr, /50%off/)
     // A policy's block shows beside its state, with when it ends. (A bucket's state lasts until it is full
     // again, 60 s on; a fixed window's ends with its window, which may be the next second.)
     const limiter = new Limiter({ policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000, blockMs: 600_000, name: 'login' }, prefix: 'gw-test:http', store: new RedisStore({ client: redis.client() }) })

@@ -13,6 +13,7 @@ import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import { spans, type Store, type StoreCall } from '../store.ts'
 import { asStoreFailure, resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type RunnerOptions, type ScriptRunner } from './clients.ts'
 import { isRedisClient } from './detect.ts'
+import { redisUrlProblem } from './url.ts'
 
 export type { RedisClient, IoredisClient, NodeRedisClient } from './clients.ts'
 
@@ -157,9 +158,8 @@ export class RedisStore implements Store {
     this.warn = warningTo(options.onWarning, 'SLUICE_REDIS')
     const runnerOptions = { functions: options.functions === true, onWarning: this.warn }
     if (options.url !== undefined) {
-      if (typeof options.url !== 'string' || !/^rediss?:\/\//.test(options.url)) {
-        throw new ArgumentError('url', options.url, 'must be a redis:// or rediss:// URL')
-      }
+      const problem = redisUrlProblem(options.url)
+      if (problem !== undefined) throw new ArgumentError('url', options.url, problem)
       const { runner, ready } = connect(options.url, runnerOptions)
       this.runner = runner
       this.ready = ready

@@ -1,0 +1,25 @@
+/**
+ * What is wrong with a Redis URL, checked before ioredis reads it: ioredis
+ * takes a database path it cannot read as `SELECT NaN`, whose refusal comes
+ * back as an error no call is waiting on (the process ends), and throws from
+ * its connection on credentials that are not valid percent-encoding.
+ */
+
+/** The problem with `url` as a Redis URL, phrased to follow its name ("url must be ..."); undefined when there is none. */
+export function redisUrlProblem(url: unknown): string | undefined {
+  if (typeof url !== 'string' || !/^rediss?:\/\//.test(url)) return 'must be a redis:// or rediss:// URL'
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    return 'is not a valid URL (a port from 1 to 65535, a host without spaces)'
+  }
+  if (!/^\/?\d*$/.test(parsed.pathname)) return `must name a database by its number (redis://host:6379/0), not "${parsed.pathname.slice(1)}"`
+  try {
+    decodeURIComponent(parsed.username)
+    decodeURIComponent(parsed.password)
+  } catch {
+    return 'has a user name or password that is not valid percent-encoding (write a % in it as %25)'
+  }
+  return undefined
+}
