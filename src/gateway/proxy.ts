@@ -303,6 +303,13 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
   // ran at half the requests/s, and an AbortSignal per request cost a fifth.)
   return new Promise<ProxyOutcome>((resolve) => {
     let status = 0
+    /** The upstream's status and header fields, until the client is sent them (see onResponseStart). */
+    let head: [number, string[]] | undefined
+    const sendHead = () => {
+      if (head === undefined) return
+      res.writeHead(head[0], head[1])
+      head = undefined
+    }
     let controller: Dispatcher.DispatchController | undefined
     let clientGone = false
     const resume = () => controller?.resume()
@@ -346,7 +353,9 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           const mapped = clientLocation(location, base, strippedPrefix)
           if (mapped !== location) headers = { ...headers, location: mapped }
         }
-        res.writeHead(statusCode, responseHeaders(headers, options.extraHeaders, NONE, upstreamFieldsDropped(statusCode, options.replacesCors === true)))
+        head = [statusCode, responseHeaders(headers, options.extraHeaders, NONE, upstreamFieldsDropped(statusCode, options.replacesCors === true))]
+        // The head goes out with the body's first bytes or its end (node's writeHead would hold it until then
+        // as well): an answer the upstream breaks off before either (an invalid first chunk) is still answered 502.
         // Head, body and end of a small response usually arrive together: one write to the socket, not three.
         res.cork()
         process.nextTick(() => res.uncork())
@@ -369,6 +378,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         finish({ status: statusCode })
       },
       onResponseData(paused, chunk) {
+        sendHead()
         if (!res.write(chunk)) {
           // A closed response never drains: waiting for it would hold the upstream request for good.
           if (responseClosed(res)) {
@@ -380,6 +390,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         }
       },
       onResponseEnd() {
+        sendHead()
         res.end()
         finish({ status })
       },
@@ -388,10 +399,14 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         if (status !== 0 && BODILESS.has(status) && error instanceof errors.ResponseContentLengthMismatchError) {
           // undici 7 fails a 204 or 304 whose Content-Length is not 0 (a 304 may give its representation's,
           // RFC 9110 8.6) for the content neither has; it drops the connection, and the response is whole.
+          sendHead()
           res.end()
           return finish({ status })
         }
-        if (status !== 0) {
+        // A head not sent yet is dropped: the client gets a 502 in its place, and the request is not sent again.
+        const headDropped = head !== undefined
+        head = undefined
+        if (status !== 0 && !headDropped) {
           // Headers are out: all that is left is to cut the response short so the client sees it incomplete.
           options.onFailure?.('broken', urlOf(base), error, false)
           res.destroy()
@@ -405,7 +420,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
             options.onFailure?.('unreachable', urlOf(base), error, true)
             return send(next, triesLeft - 1)
           }
-        } else if (closed) {
+        } else if (closed && !headDropped) {
           // The upstream took the request and closed without a word (it crashed, or dropped an idle kept-alive
           // connection as the request arrived). Passed over, as nginx marks it failed; a request that changes
           // nothing if done twice goes to the next upstream, as nginx's proxy_next_upstream does, or on a new
@@ -416,7 +431,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
             return send(options.upstreams.pick(), triesLeft - 1)
           }
         }
-        const failure: UpstreamFailure = isTimeout(error) ? 'timeout' : closed ? 'closed' : isInvalidResponse(error) ? 'invalid' : 'unreachable'
+        const failure: UpstreamFailure = isTimeout(error) ? 'timeout' : headDropped ? 'invalid' : closed ? 'closed' : isInvalidResponse(error) ? 'invalid' : 'unreachable'
         options.onFailure?.(failure, urlOf(base), error, false)
         const status504 = failure === 'timeout'
         respond(res, problem(status504 ? 504 : 502, status504 ? 'Gateway Timeout' : 'Bad Gateway', FAILURE_DETAIL[failure], [...options.extraHeaders, ['Connection', 'close']]))

@@ -244,6 +244,9 @@ ${['pool', 'post', 'patch', 'put'].map((name) => `
       'HTTP/1.1 099 Low\r\nContent-Length: 2\r\n\r\nok',
       'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n',
       `HTTP/1.1 200 OK\r\nX-Big: ${'x'.repeat(20_000)}\r\nContent-Length: 2\r\n\r\nok`,
+      // A valid head, then nothing valid before the body's first byte: the head was never sent, so there is still a 502 to give.
+      'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n',
+      'HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n',
     ]
     for (const garble of garbles) {
       d.garble = garble
