@@ -305,10 +305,16 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
     let status = 0
     /** The upstream's status and header fields, until the client is sent them (see onResponseStart). */
     let head: [number, string[]] | undefined
+    let headTimer: NodeJS.Timeout | undefined
     const sendHead = () => {
       if (head === undefined) return
       res.writeHead(head[0], head[1])
       head = undefined
+      clearTimeout(headTimer)
+    }
+    const flushHead = () => {
+      sendHead()
+      res.flushHeaders()
     }
     let controller: Dispatcher.DispatchController | undefined
     let clientGone = false
@@ -320,6 +326,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       controller?.abort(new Error('the client closed the connection'))
     }
     const finish = (outcome: ProxyOutcome) => {
+      clearTimeout(headTimer)
       res.off('close', onClose)
       res.off('drain', resume)
       resolve(outcome)
@@ -354,11 +361,15 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
           if (mapped !== location) headers = { ...headers, location: mapped }
         }
         head = [statusCode, responseHeaders(headers, options.extraHeaders, NONE, upstreamFieldsDropped(statusCode, options.replacesCors === true))]
-        // The head goes out with the body's first bytes or its end (node's writeHead would hold it until then
-        // as well): an answer the upstream breaks off before either (an invalid first chunk) is still answered 502.
+        // The head goes out with the body's first bytes or its end, or on its own after HEAD_HOLD_MS (a stream,
+        // a long poll: the client learns the status and its fields as the upstream sends them): an answer the
+        // upstream breaks off before then (an invalid first chunk) is still answered 502.
         // Head, body and end of a small response usually arrive together: one write to the socket, not three.
         res.cork()
-        process.nextTick(() => res.uncork())
+        process.nextTick(() => {
+          res.uncork()
+          if (head !== undefined) headTimer = setTimeout(flushHead, HEAD_HOLD_MS)
+        })
       },
       onRequestUpgrade(_controller, statusCode, headers, upstream) {
         // 101: from here on the bytes are the upgraded protocol's, and flow untouched both ways.
@@ -406,6 +417,7 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         // A head not sent yet is dropped: the client gets a 502 in its place, and the request is not sent again.
         const headDropped = head !== undefined
         head = undefined
+        clearTimeout(headTimer)
         if (status !== 0 && !headDropped) {
           // Headers are out: all that is left is to cut the response short so the client sees it incomplete.
           options.onFailure?.('broken', urlOf(base), error, false)
@@ -633,6 +645,13 @@ function isConnectFailure(error: unknown): boolean {
   const code = (error as { code?: unknown } | undefined)?.code
   return code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH' || code === 'ENOTFOUND' || code === 'EAI_AGAIN'
 }
+
+/**
+ * How long an upstream's head waits for its body before it is sent alone. A
+ * body broken off within it still gets the client a 502; a stream's head is
+ * this late at most.
+ */
+const HEAD_HOLD_MS = 50
 
 /** What the client's 502 or 504 says happened. */
 const FAILURE_DETAIL: Record<Exclude<UpstreamFailure, 'broken'>, string> = {

@@ -434,3 +434,34 @@ describe('gateway: transfer codings', () => {
     }
   })
 })
+
+describe('gateway: an upstream that sends its head before its body', () => {
+  it('passes the head on before the body (a stream, a long poll): the client hears the status while the upstream waits', async () => {
+    // The upstream sends its body only once the client has the head: were the head held for the body, neither would come.
+    let clientHasHead: () => void = () => {}
+    const headReached = new Promise<void>((resolve) => { clientHasHead = resolve })
+    const events = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.flushHeaders()
+      void headReached.then(() => res.end('data: first\n\n'))
+    })
+    await new Promise<void>((resolve) => events.listen(0, '127.0.0.1', resolve))
+    const gateway = await startGateway(withRoutes(`
+  - name: events
+    upstream: http://127.0.0.1:${(events.address() as AddressInfo).port}`))
+    try {
+      const response = await Promise.race([
+        fetch(`${gateway.url}/stream`),
+        new Promise<never>((_resolve, reject) => setTimeout(() => reject(new Error('no head within 5 s: the gateway held it for the body')), 5000)),
+      ])
+      assert.deepEqual([response.status, response.headers.get('content-type')], [200, 'text/event-stream'])
+      clientHasHead()
+      assert.equal(await response.text(), 'data: first\n\n')
+    } finally {
+      clientHasHead()
+      await gateway.stop()
+      events.closeAllConnections()
+      events.close()
+    }
+  })
+})
