@@ -3,7 +3,8 @@ import { choiceHint, didYouMean } from './suggest.ts'
 
 /** An options object, checked whole: anything but an object is refused, and so is any name in it not `known`. */
 export function checkOptions(argument: string, what: string, options: unknown, known: ReadonlySet<string>): asserts options is object {
-  if (typeof options !== 'object' || options === null) throw new ArgumentError(argument, options, `must be an object like { ${[...known].join(', ')} }`)
+  // An array too is refused: its prototype's methods (keys, values) would pass for options given.
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw new ArgumentError(argument, options, `must be an object like { ${[...known].join(', ')} }`)
   rejectUnknown(what, options, known)
 }
 

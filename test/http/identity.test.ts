@@ -75,6 +75,8 @@ describe('identity', () => {
     assert.throws(() => apiKey('x-api-key', { keys: ['k-1', ''] }), /keys must be a list/)
     assert.throws(() => apiKey('x-api-key', { keys: [' k-1'] }), /without surrounding spaces/)
     assert.throws(() => apiKey('x-api-key', { keys: [] }), /keys lists no key/)
+    // Options given as a list: its keys() would pass for the list of keys, and every request would fail.
+    assert.throws(() => apiKey('x-api-key', [] as never), /options must be an object like \{ prefix, maxLength, keys \} \(got an array of 0\)/)
   })
 
   it('RS256 with a PEM public key, and ES256 through a JWKS endpoint on a real server', async () => {
