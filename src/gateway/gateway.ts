@@ -37,8 +37,12 @@ import { compileCors, isPreflight, type Cors } from './cors.ts'
 /** A request as the gateway's rules see it: the HTTP layer's view plus the route it was matched to. */
 interface GatewayRequest extends HttpRequest {
   route: string
-  /** Set by the decision hook, for the access log: the kind of key (`ip`, `apikey`, `user`), never the key. */
+  /**
+   * Set by the decision hook, for the access log: the kind of key (`ip`, `apikey`, `user`), never the key.
+   * The client's own, not `everyone` (a quota all share) unless no other limit applied; a refusal's, once refused.
+   */
   keyKind?: string
+  keyKindRefused?: boolean
   outcome?: DecisionOutcome
 }
 
@@ -682,7 +686,12 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
     onDecision: (event) => {
       const request = event.request as GatewayRequest
       const outcome = metrics.decision(request.route, event.decision, event.shadow)
-      request.keyKind = kindOf(event.key)
+      if (request.keyKindRefused !== true) {
+        const kind = kindOf(event.key)
+        const refused = !event.decision.allowed && !event.shadow
+        if (refused || request.keyKind === undefined || request.keyKind === 'everyone') request.keyKind = kind
+        request.keyKindRefused = refused
+      }
       // The request's outcome: the first refusal (or degraded decision) wins over an allowance.
       if (request.outcome === undefined || request.outcome === 'allowed') request.outcome = outcome
     },

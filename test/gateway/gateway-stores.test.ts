@@ -355,8 +355,12 @@ routes:
       assert.deepEqual(Object.keys(status.watched['ip:203.0.113.3'] ?? {}), ['per-client'])
       assert.equal(status.watched.everyone?.capacity?.remaining, 0)
       assert.equal(status.watched['ip:203.0.113.3']?.['per-client']?.remaining, 1, 'the refusal by the shared quota took nothing from C')
+      // The access log names the kind of key a refusal was made under; an allowed request's, the client's own (not the quota all share).
       const line = await gateway.waitForLog((l) => l.msg === 'request' && l.status === 429 && l.keyKind === 'everyone')
       assert.equal(line.route, 'api')
+      const allowed = await gateway.waitForLog((l) => l.msg === 'request' && l.status === 200)
+      assert.equal(allowed.keyKind, 'ip')
+      assert.equal((await gateway.waitForLog((l) => l.msg === 'request' && l.status === 429)).keyKind, 'ip', "A's refusal by its own limit")
     } finally {
       await gateway.stop()
     }
