@@ -134,6 +134,7 @@ export function describe(value: unknown): string {
   if (value === undefined || value === null) return String(value)
   if (Array.isArray(value)) return `an array of ${value.length}`
   if (typeof value === 'function') return 'a function'
+  if (typeof value === 'symbol') return 'a symbol'
   if (typeof (value as { then?: unknown }).then === 'function') return 'a promise'
   return `an object`
 }

@@ -52,8 +52,8 @@ export interface HttpRequest {
   remoteAddress: string | undefined
 }
 
-/** Resolves a request to a key (with its kind as prefix, e.g. `user:42`), or undefined for "no identity". */
-export type KeyResolver = (request: HttpRequest) => string | undefined | Promise<string | undefined>
+/** Resolves a request to a key (with its kind as prefix, e.g. `user:42`), or undefined (or null) for "no identity". */
+export type KeyResolver = (request: HttpRequest) => string | null | undefined | Promise<string | null | undefined>
 
 export interface RuleOptions {
   /** Names the rule in logs and keys. Default `rule-<index>`. */
@@ -512,9 +512,10 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     const resolved = rule.key(request)
     return isPromise(resolved) ? resolved.then((key) => withKey(request, rule, key)) : withKey(request, rule, resolved)
   }
-  const withKey = (request: HttpRequest, rule: CompiledRule, resolvedKey: string | undefined): Matched | HttpOutcome | undefined | Promise<Matched | HttpOutcome | undefined> => {
+  const withKey = (request: HttpRequest, rule: CompiledRule, resolvedKey: string | null | undefined): Matched | HttpOutcome | undefined | Promise<Matched | HttpOutcome | undefined> => {
     let key = resolvedKey
-    if (key === undefined || key === '') {
+    if (key !== undefined && key !== null && typeof key !== 'string') throw new ArgumentError(`rule "${rule.name}" key()`, key, 'must return a string, or undefined (or null) for a request with no identity')
+    if (key === undefined || key === null || key === '') {
       if (emptyKey === 'forbid') return problem(403, 'Forbidden', 'The request carries no identity this API accepts.', [])
       key = 'anonymous'
     }

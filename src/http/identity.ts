@@ -23,7 +23,7 @@ export function firstOf(...resolvers: KeyResolver[]): KeyResolver {
   return async function firstResolved(request: HttpRequest) {
     for (const resolve of resolvers) {
       const key = await resolve(request)
-      if (key !== undefined && key !== '') return key
+      if (key !== undefined && key !== null && key !== '') return key
     }
     return undefined
   }

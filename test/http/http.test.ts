@@ -8,7 +8,7 @@ import http2 from 'node:http2'
 import { Socket, type AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createRateLimitHandler, MemoryStore, RedisStore, type Store, type SyncStore } from '../../src/index.ts'
+import { createRateLimitHandler, firstOf, MemoryStore, RedisStore, type Store, type SyncStore } from '../../src/index.ts'
 import { withRateLimit as withNodeRateLimit, type RateLimitOptions } from '../../src/http/adapters/node.ts'
 import { rateLimit } from '../../src/http/adapters/express.ts'
 import { withRateLimit as withFetchRateLimit } from '../../src/http/adapters/fetch.ts'
@@ -923,6 +923,21 @@ describe('HTTP queueing and aborts', () => {
     let returned: Promise<void> | undefined
     assert.doesNotThrow(() => { returned = middleware(ctx, async () => {}) })
     await assert.rejects(returned as Promise<void>, /no session store/)
+  })
+})
+
+describe('HTTP key resolvers', () => {
+  it('null is no identity, as undefined is (in firstOf too); another kind of value fails the request naming the rule', async () => {
+    const request = { method: 'GET', path: '/', host: 'api.test', header: () => undefined, remoteAddress: '198.51.100.7' }
+    const rules = [{ name: 'per-user', policies: { algorithm: 'fixed-window' as const, limit: 1, windowMs: 60_000, name: 'p' } }]
+    const forbidding = createRateLimitHandler({ rules, key: () => null, emptyKey: 'forbid' })
+    assert.equal((await forbidding(request)).status, 403)
+    const keys: string[] = []
+    const chained = createRateLimitHandler({ rules, key: firstOf(() => null, async () => 'user:42'), onDecision: ({ key }) => keys.push(key) })
+    assert.deepEqual([(await chained(request)).status, (await chained(request)).status], [200, 429])
+    assert.deepEqual(keys, ['user:42', 'user:42'])
+    const numbered = createRateLimitHandler({ rules, key: (() => 42) as never })
+    await assert.rejects(async () => numbered(request), /^ArgumentError: rule "per-user" key\(\) must return a string, or undefined \(or null\) for a request with no identity \(got 42\)$/)
   })
 })
 
