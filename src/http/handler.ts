@@ -73,7 +73,7 @@ export interface RuleOptions {
    * `default`.
    */
   tiers?: {
-    of: (request: HttpRequest) => string | undefined | Promise<string | undefined>
+    of: (request: HttpRequest) => string | null | undefined | Promise<string | null | undefined>
     policies: Record<string, Policy | Policy[]>
     default: string
   }
@@ -860,7 +860,7 @@ class RuleCompiler {
       for (const limiter of byTier.values()) admit(limiter)
       limiterFor = async (request) => {
         const tier = await of(request)
-        const limiter = tier === undefined ? fallbackLimiter : byTier.get(tier)
+        const limiter = tier === undefined || tier === null ? fallbackLimiter : byTier.get(tier)
         if (limiter !== undefined) return limiter
         this.unknownTier(name, tier, fallback, [...byTier.keys()])
         return fallbackLimiter

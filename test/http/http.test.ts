@@ -671,6 +671,10 @@ describe('HTTP configuration', () => {
       onWarning: (message) => warnings.push(message),
     })
     const request = (plan: string | undefined, address: string) => ({ method: 'GET', path: '/', host: undefined, header: (name: string) => (name === 'x-plan' ? plan : undefined), remoteAddress: address })
+    // A lookup that finds no plan may say so with null: the default tier, and nothing to warn of.
+    const nullTier = createRateLimitPipeline({ rules: [{ name: 'plan', tiers: { of: () => null, default: 'free', policies: { free: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'free' } } } }], onWarning: (message) => warnings.push(message) })
+    assert.deepEqual([(await nullTier(request(undefined, '203.0.113.9'))).proceed, (await nullTier(request(undefined, '203.0.113.9'))).proceed], [true, false])
+    assert.deepEqual(warnings, [])
     // "Pro" is not "pro": the free tier's limit of 1 decides.
     assert.deepEqual([(await decide(request('Pro', '203.0.113.1'))).proceed, (await decide(request('Pro', '203.0.113.1'))).proceed], [true, false])
     assert.deepEqual(warnings, ['sluice: rule "plan": tiers.of gave "Pro", which names none of its tiers (free, pro), so the default tier "free" decided; tier names are matched exactly'])
