@@ -262,6 +262,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       let response: Response
       try {
         response = await this.fetchImpl(trip.retryable ? request.clone() : request)
+        if (!isResponse(response)) throw new ArgumentError('fetch', response, 'must resolve to a Response (with status and headers)')
       } catch (error) {
         partition.abandon(trip.cost)
         throw error
@@ -447,6 +448,12 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
 }
 
 /** Creates a rate-limit aware client; `client.fetch` is a drop-in `fetch`. */
+/** A fetch Response, or one of another fetch's making (node-fetch's): what the client reads of it. */
+function isResponse(value: unknown): value is Response {
+  const response = value as Partial<Response> | undefined
+  return typeof response?.status === 'number' && typeof response.headers?.get === 'function'
+}
+
 export function createClient(options?: ClientOptions): RateLimitClient {
   return new RateLimitClient(options)
 }

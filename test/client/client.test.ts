@@ -669,6 +669,15 @@ describe('waiting, failing fast, queues and pacing', () => {
     }
     return assert.rejects(createClient().fetch('http://127.0.0.1:1', { rateLimit: { priority: Number.NaN } }), /rateLimit.priority/)
   })
+
+  it('a fetch option that resolves to no Response fails that request, naming it, and gives back its place (concurrency 1: the next one goes)', async () => {
+    const answers: unknown[] = ['hello', undefined, new Response('ok')]
+    const client = createClient({ concurrency: 1, fetch: async () => answers.shift() as Response })
+    await assert.rejects(client.fetch('http://api.test/a'), /^ArgumentError: fetch must resolve to a Response \(with status and headers\) \(got "hello"\)$/)
+    await assert.rejects(client.fetch('http://api.test/a'), /fetch must resolve to a Response .*\(got undefined\)$/)
+    const next = await Promise.race([client.fetch('http://api.test/a'), new Promise<string>((resolve) => setTimeout(resolve, 2000, 'no place given back').unref())])
+    assert.equal(typeof next === 'string' ? next : await next.text(), 'ok')
+  })
 })
 
 describe('hostile servers', () => {
