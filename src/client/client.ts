@@ -447,13 +447,13 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
   }
 }
 
-/** Creates a rate-limit aware client; `client.fetch` is a drop-in `fetch`. */
 /** A fetch Response, or one of another fetch's making (node-fetch's): what the client reads of it. */
 function isResponse(value: unknown): value is Response {
   const response = value as Partial<Response> | undefined
   return typeof response?.status === 'number' && typeof response.headers?.get === 'function'
 }
 
+/** Creates a rate-limit aware client; `client.fetch` is a drop-in `fetch`. */
 export function createClient(options?: ClientOptions): RateLimitClient {
   return new RateLimitClient(options)
 }

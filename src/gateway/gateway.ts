@@ -15,11 +15,12 @@ import type { Duplex } from 'node:stream'
 import { basename, dirname } from 'node:path'
 import { pino, type Logger } from 'pino'
 import type { Agent } from 'undici'
+import { isPromise } from '../core/callbacks.ts'
 import type { Policy } from '../core/types.ts'
 import { ITEMS_PER_SLICE, letIoIn, mapInSlices } from '../core/turn.ts'
 import { Limiter } from '../limiter/limiter.ts'
 import { authorityOf, nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
-import { createRateLimitPipelineInSlices, httpStatePrefix, isPromise, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
+import { createRateLimitPipelineInSlices, httpStatePrefix, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
 import { candidatesFor, candidatesForInSlices, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
@@ -42,6 +43,7 @@ interface GatewayRequest extends HttpRequest {
    * The client's own, not `everyone` (a quota all share) unless no other limit applied; a refusal's, once refused.
    */
   keyKind?: string
+  /** Whether keyKind is a refusal's, which later decisions of the request leave as it is. */
   keyKindRefused?: boolean
   outcome?: DecisionOutcome
 }

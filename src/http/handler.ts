@@ -1066,7 +1066,6 @@ function decidedAtOnce(predicate: (request: HttpRequest) => boolean, name: strin
   }
 }
 
-export { isPromise }
 
 function pick<T extends object, K extends keyof T>(object: T, keys: K[]): Partial<Pick<T, K>> {
   const picked: Partial<Pick<T, K>> = {}

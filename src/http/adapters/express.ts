@@ -7,7 +7,8 @@
  * `app.use('/api', ...)`), a rule for `/api/login` still sees `/api/login`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { isPromise, type RateLimitOptions } from '../handler.ts'
+import type { RateLimitOptions } from '../handler.ts'
+import { isPromise } from '../../core/callbacks.ts'
 import { nodeLimiter, nodeRequest } from './node.ts'
 
 type Next = (error?: unknown) => void

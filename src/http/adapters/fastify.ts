@@ -7,7 +7,8 @@
  * `useSemicolonDelimiter`.
  */
 import type { ServerResponse } from 'node:http'
-import { createRateLimitPipeline, isPromise, recordDecision, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitPipeline, recordDecision, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
+import { isPromise } from '../../core/callbacks.ts'
 import { settleWhenSent } from './node.ts'
 import { asError } from '../../core/errors.ts'
 import { requestPath, requestQuery } from '../path.ts'

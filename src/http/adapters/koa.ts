@@ -9,7 +9,8 @@
  * under `/api` (koa-mount), a rule for `/api/login` still sees `/api/login`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { createRateLimitPipeline, isPromise, recordDecision, type HttpOutcome, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitPipeline, recordDecision, type HttpOutcome, type RateLimitOptions } from '../handler.ts'
+import { isPromise } from '../../core/callbacks.ts'
 import { nodeRequest, settleWhenSent, waitTurn } from './node.ts'
 import type { Decision } from '../../core/types.ts'
 
