@@ -9,7 +9,7 @@ import { describe, it } from 'node:test'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { exportSPKI, generateKeyPair } from 'jose'
 import fc from 'fast-check'
-import { parse } from 'yaml'
+import { parse, stringify } from 'yaml'
 import { maskCredentials } from '../../src/core/errors.ts'
 import { fcOptions, turnsOfEventLoopDuring } from '../helpers.ts'
 import { seededRandom } from '../../src/simulate/traffic.ts'
@@ -54,6 +54,38 @@ describe('gateway config', () => {
     const config = await parseConfig(readFileSync(example, 'utf8'), example, {})
     assert.deepEqual(config.routes.map((r) => r.name), ['api', 'login', 'static'])
     assert.deepEqual(config.server.listen, { host: '127.0.0.1', port: 8080 })
+  })
+
+  it('any value or key put anywhere in a valid file is taken or refused as a problem of the file, never a crash', async () => {
+    // A field named "[" once reached a RegExp and threw a SyntaxError out of the check.
+    const base = parse(readFileSync(example, 'utf8')) as unknown
+    const paths = (value: unknown, at: PropertyKey[] = [], out: PropertyKey[][] = []): PropertyKey[][] => {
+      out.push(at)
+      if (typeof value === 'object' && value !== null) for (const [key, inner] of Object.entries(value)) paths(inner, [...at, Array.isArray(value) ? Number(key) : key], out)
+      return out
+    }
+    const odd = fc.oneof(fc.constantFrom(null, -1, 0, 0.5, 1e308, '', 'x', [], {}, true, '[', '(a+)+$', '__proto__', '${UNSET}', 'redis://h:1/x', '10.0.0.0/33', '/**'), fc.string({ maxLength: 8 }), fc.integer())
+    const edit = fc.tuple(fc.nat(), odd, fc.boolean())
+    await fc.assert(fc.asyncProperty(fc.array(edit, { minLength: 1, maxLength: 3 }), async (edits) => {
+      const doc = structuredClone(base) as Record<PropertyKey, unknown>
+      for (const [pick, value, asKey] of edits) {
+        const all = paths(doc).filter((path) => path.length > 0)
+        const path = all[pick % all.length] as PropertyKey[]
+        const parent = path.slice(0, -1).reduce<Record<PropertyKey, unknown>>((node, key) => node[key] as Record<PropertyKey, unknown>, doc)
+        const last = path[path.length - 1] as PropertyKey
+        // As a key: the value (a string) names the field instead; else it replaces the value.
+        if (asKey && typeof value === 'string' && !Array.isArray(parent)) {
+          parent[value] = parent[last]
+          delete parent[last]
+        } else parent[last] = value
+      }
+      try {
+        await parseConfig(stringify(doc), 'mutated.yaml', {})
+      } catch (error) {
+        assert.ok(error instanceof ConfigError, `not a ConfigError: ${String(error)}\n${stringify(doc)}`)
+        assert.doesNotMatch(error.message, /\[object |undefined\)/)
+      }
+    }), fcOptions(300))
   })
 
   it('lists every problem with its YAML path and line', async () => {
