@@ -42,8 +42,9 @@ function edited(options: Options, edits: ReadonlyArray<[number, unknown, string 
     const places = placesIn(copy).filter((path) => path.length > 0)
     const path = places[pick % places.length] as PropertyKey[]
     const parent = path.slice(0, -1).reduce<Options>((node, key) => node[key] as Options, copy)
-    if (name !== undefined && !Array.isArray(parent)) parent[name] = value
-    else parent[path[path.length - 1] as PropertyKey] = value
+    // A copy: fast-check hands the same [] or {} to many cases, and a later edit must not write into it.
+    if (name !== undefined && !Array.isArray(parent)) parent[name] = copied(value)
+    else parent[path[path.length - 1] as PropertyKey] = copied(value)
   }
   return copy
 }
@@ -74,7 +75,8 @@ const entryPoints: Array<[string, Options, (options: Options) => unknown]> = [
     (options) => createRateLimitHandler(options as never)(request)],
   ['rateLimited', { limit: 2, windowMs: 1000, keyPrefix: 'k', action: 'reject' }, async (options) => { const call = rateLimited((x: number) => x, options as never); await call(1); await call(2) }],
   ['createClient', { maxWaitMs: 50, retry: { retries: 1, baseDelayMs: 1, maxDelayMs: 5, statuses: [429] }, pace: { algorithm: 'token-bucket', capacity: 2, refillTokens: 1, refillIntervalMs: 10 }, concurrency: 2, maxQueue: 5, prefix: 'c', probeMs: 10, fetch: async () => new Response('ok') },
-    async (options) => (await createClient(options as never).fetch('http://api.test/')).text()],
+    // Without a fetch the client would use the network's, whose failure is its own: one that answers stands in.
+    async (options) => (await createClient({ ...options, fetch: options.fetch ?? (async () => new Response('ok')) } as never).fetch('http://api.test/')).text()],
   ['apiKey', { header: 'x-api-key', options: { keys: ['k-1'], maxLength: 10, prefix: 'apikey' } }, (options) => apiKey(options.header as never, options.options as never)(request)],
   ['jwtClaim', { secret: 'x'.repeat(32), algorithms: ['HS256'], claim: 'sub', issuer: 'i', audience: 'a' }, (options) => jwtClaim(options as never)(request)],
   ['clientIpKey', { trustProxy: ['10.0.0.0/8'], ipv6Prefix: 56, header: 'x-forwarded-for' }, (options) => clientIpKey(options as never)(request)],

@@ -77,7 +77,7 @@ describe('gateway config', () => {
         if (asKey && typeof value === 'string' && !Array.isArray(parent)) {
           parent[value] = parent[last]
           delete parent[last]
-        } else parent[last] = value
+        } else parent[last] = structuredClone(value)
       }
       try {
         await parseConfig(stringify(doc), 'mutated.yaml', {})
