@@ -13,7 +13,7 @@ import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/t
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isRedisClient } from '../stores/redis/detect.ts'
 import { clusterSpanError, RedisStore } from '../stores/redis/redis-store.ts'
-import { isSyncStore, spans, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
+import { answerProblem, isSyncStore, spans, type Store, type StoreCall, type SyncStore } from '../stores/store.ts'
 import { BlockCache } from './block-cache.ts'
 import { Circuit, withTimeout, type CircuitOptions, type FailureReason, type Outcome } from './circuit.ts'
 import { combine } from './decision.ts'
@@ -163,6 +163,8 @@ export class Limiter {
   /** Set for an in-process store: decided synchronously, never fails over. */
   private readonly local: SyncStore | undefined
   private readonly circuit: Circuit
+  /** The store's consume; for a store of the caller's making, its answers checked. */
+  private readonly consumeOnStore: (call: StoreCall) => Promise<PolicyDecision[]>
   private readonly storeTimeoutMs: number
   private readonly probeIntervalMs: number
   private readonly blocked: BlockCache | undefined
@@ -199,7 +201,10 @@ export class Limiter {
     this.clock = options.clock
     const store = options.store === undefined ? new MemoryStore() : checkStore(options.store)
     this.store = store
-    this.local = isSyncStore(store) ? store : undefined
+    // A store of the caller's making has its answers checked (answerProblem); sluice's own are taken at their word.
+    const own = store instanceof MemoryStore || store instanceof RedisStore
+    this.local = !isSyncStore(store) ? undefined : own ? store : checkingAnswers(store)
+    this.consumeOnStore = own ? (call) => store.consume(call) : (call) => Promise.resolve(store.consume(call)).then((answer) => checkedAnswer(store, answer, call))
 
     this.storeTimeoutMs = positiveNumber('storeTimeoutMs', options.storeTimeoutMs, 250)
     const failure = options.onStoreFailure ?? 'fallback'
@@ -320,7 +325,7 @@ export class Limiter {
     if (call === undefined) return this.decide(this.peekCall(key, keys))
     if (this.local !== undefined) return combine(this.local.consumeSync(call))
     if (this.chargedLocally(charged)) return this.refundLocally(call)
-    const outcome = await this.circuit.run(() => this.store.consume(call))
+    const outcome = await this.circuit.run(() => this.consumeOnStore(call))
     if (!outcome.ok) {
       const then = notApplied(outcome) ? this.owe(call, heldMs) : 'not given again: the store may have taken it'
       throw new SluiceError('ERR_SLUICE_STORE', `refund to "${call.key}" failed (${outcome.reason}); ${then}`, { cause: outcome.error })
@@ -392,7 +397,7 @@ export class Limiter {
             this.observer?.refundOwed?.('dropped')
             continue
           }
-          const outcome = await this.circuit.run(() => this.store.consume({ ...call, now: this.now() }))
+          const outcome = await this.circuit.run(() => this.consumeOnStore({ ...call, now: this.now() }))
           if (!outcome.ok && notApplied(outcome)) return
           this.owed.shift()
           this.observer?.refundOwed?.(outcome.ok ? 'given' : 'dropped')
@@ -514,7 +519,7 @@ export class Limiter {
     }
     const observed = this.observer?.storeCall
     const started = observed === undefined ? 0 : performance.now()
-    const outcome = await this.circuit.run(() => this.store.consume(call))
+    const outcome = await this.circuit.run(() => this.consumeOnStore(call))
     if (observed !== undefined && (outcome.ok || outcome.reason !== 'circuit-open')) {
       const durationMs = performance.now() - started
       if (outcome.ok) observed(durationMs, 'ok')
@@ -562,7 +567,7 @@ export class Limiter {
 
   /** Returns unspent lease units to the store, in the background: nobody waits, a failure only loses them. */
   private giveBack(call: StoreCall, units: number): void {
-    void this.circuit.run(() => this.store.consume({ ...call, cost: -units, maxWaitMs: 0 }))
+    void this.circuit.run(() => this.consumeOnStore({ ...call, cost: -units, maxWaitMs: 0 }))
   }
 
   private leaseOptions(input: LimiterOptions['lease']): Limiter['lease'] {
@@ -811,6 +816,23 @@ export function checkObserver(observer: unknown, warn?: (message: string) => voi
   }
   reportingObservers.add(reporting)
   return reporting
+}
+
+/** `answer` if it is one decision per policy of `call`; else the store's error saying what it answered. */
+function checkedAnswer(store: Store, answer: unknown, call: StoreCall): PolicyDecision[] {
+  const problem = answerProblem(answer, call.policies.length)
+  if (problem !== undefined) throw new SluiceError('ERR_SLUICE_STORE', `${store.constructor.name}'s answer ${problem}`)
+  return answer as PolicyDecision[]
+}
+
+/** An in-process store of the caller's making, with its answers checked. */
+function checkingAnswers(store: SyncStore): SyncStore {
+  return {
+    consumeSync: (call) => checkedAnswer(store, store.consumeSync(call), call),
+    resetSync: (prefix, key, policies) => store.resetSync(prefix, key, policies),
+    consume: (call) => Promise.resolve(store.consume(call)).then((answer) => checkedAnswer(store, answer, call)),
+    reset: (prefix, key, policies) => store.reset(prefix, key, policies),
+  }
 }
 
 /** A refund that never reached the store, and until when (the limiter's time) it is worth giving. */

@@ -64,3 +64,26 @@ export interface SyncStore extends Store {
 export function isSyncStore(store: Store): store is SyncStore {
   return typeof (store as Partial<SyncStore>).consumeSync === 'function'
 }
+
+const DECISION_NUMBERS = ['limit', 'remaining', 'resetAfterMs', 'moreAfterMs', 'retryAfterMs', 'waitMs'] as const
+
+/**
+ * What is wrong with a store's answer to a call of `policies` policies (to
+ * follow "its answer"): not one decision per policy, or a decision without
+ * its verdict and numbers. Undefined for a well-formed answer. sluice's own
+ * stores are not asked: a store of the caller's making is, so that a wrong
+ * answer fails as that store's error rather than as a TypeError from deep
+ * inside, or as a decision made of undefined.
+ */
+export function answerProblem(answer: unknown, policies: number): string | undefined {
+  if (!Array.isArray(answer)) return `is not a list of decisions (${answer === null ? 'null' : typeof answer})`
+  if (answer.length !== policies) return `has ${answer.length} decisions for a call of ${policies} policies`
+  for (let i = 0; i < answer.length; i++) {
+    const decision = answer[i] as Partial<Record<string, unknown>> | null
+    if (typeof decision !== 'object' || decision === null) return `has decision ${i} that is not an object`
+    if (typeof decision.allowed !== 'boolean') return `has decision ${i} whose allowed is not true or false`
+    const field = DECISION_NUMBERS.find((name) => typeof decision[name] !== 'number' || !((decision[name] as number) >= 0))
+    if (field !== undefined) return `has decision ${i} whose ${field} is not a number of 0 or more`
+  }
+  return undefined
+}

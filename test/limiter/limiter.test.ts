@@ -296,3 +296,33 @@ describe('Limiter observer that fails', () => {
     }
   })
 })
+
+describe('Limiter on a store of the caller\'s making that answers out of shape', () => {
+  it('a wrong answer is that store\'s error: the failure policy decides, and the error says what it answered', async () => {
+    const policies: Policy[] = [{ algorithm: 'fixed-window', limit: 5, windowMs: 60_000, name: 'a' }, { algorithm: 'sliding-log', limit: 5, windowMs: 60_000, name: 'b' }]
+    const memory = new MemoryStore()
+    const answers: unknown[] = [undefined, [], [{}, {}], [{ allowed: true, limit: 5, remaining: 4, resetAfterMs: 1, moreAfterMs: 1, retryAfterMs: 0, waitMs: 0, policy: 'a' }, null]]
+    class TableStore {
+      consume(call: Parameters<MemoryStore['consume']>[0]) { return answers.length > 0 ? Promise.resolve(answers.shift()) : memory.consume(call) }
+      reset() { return Promise.resolve() }
+    }
+    const heard: string[] = []
+    const limiter = new Limiter({ store: new TableStore() as never, policies, onStoreFailure: 'closed', circuit: { failures: 100 }, observer: { storeCall: (_ms, _outcome, error) => { if (error) heard.push(error.message) } } })
+    for (let i = 0; i < 4; i++) assert.deepEqual(((d) => [d.allowed, d.degraded, d.reason])(await limiter.limit('k')), [false, true, 'store-error'])
+    assert.deepEqual(heard, [
+      "TableStore's answer is not a list of decisions (undefined)",
+      "TableStore's answer has 0 decisions for a call of 2 policies",
+      "TableStore's answer has decision 0 whose allowed is not true or false",
+      "TableStore's answer has decision 1 that is not an object",
+    ])
+    // A well-formed answer decides as the store says.
+    assert.deepEqual(((d) => [d.allowed, d.degraded, d.remaining])(await limiter.limit('k')), [true, false, 4])
+  })
+
+  it('an in-process one (with consumeSync) that answers out of shape throws a SluiceError naming it, from limitSync and limit alike', async () => {
+    const broken = { consumeSync: () => [{ allowed: 'yes' }], resetSync: () => {}, consume: () => Promise.resolve([]), reset: () => Promise.resolve() }
+    const limiter = new Limiter({ store: broken as never, policies: { algorithm: 'fixed-window', limit: 5, windowMs: 60_000 } })
+    assert.throws(() => limiter.limitSync('k'), /^SluiceError: Object's answer has decision 0 whose allowed is not true or false$/)
+    await assert.rejects(limiter.limit('k'), /^SluiceError: Object's answer has decision 0 whose allowed is not true or false$/)
+  })
+})
