@@ -487,6 +487,7 @@ describe('RedisStore', () => {
     assert.throws(() => new RedisStore({ url: 'redis:/admin:hunter2@127.0.0.1:6379' }), (error: Error) => error.message.includes('(got "redis:/***@127.0.0.1:6379")') && !error.message.includes('hunter2'))
     // What ioredis would read as SELECT NaN (refused by Redis with no call waiting: the process ended), or fail to decode.
     assert.throws(() => new RedisStore({ url: `${redis.url}/limits` }), /url must name a database by its number \(redis:\/\/host:6379\/0\), not "limits"/)
+    assert.throws(() => new RedisStore({ url: `${redis.url}?db=limits` }), /url must name a database by its number \(\?db=0\), not "limits"/)
     assert.throws(() => new RedisStore({ url: 'redis://:50%off@127.0.0.1:6379' }), (error: Error) => /not valid percent-encoding \(write a % in it as %25\)/.test(error.message) && !error.message.includes('50%off'))
     assert.throws(() => new RedisStore({ url: 'redis://127.0.0.1:99999' }), /url is not a valid URL \(a port from 1 to 65535/)
     assert.throws(() => new RedisStore({ client: {} as never }), /ioredis Redis \/ Cluster or a node-redis client/)

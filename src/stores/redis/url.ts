@@ -15,6 +15,9 @@ export function redisUrlProblem(url: unknown): string | undefined {
     return 'is not a valid URL (a port from 1 to 65535, a host without spaces)'
   }
   if (!/^\/?\d*$/.test(parsed.pathname)) return `must name a database by its number (redis://host:6379/0), not "${parsed.pathname.slice(1)}"`
+  // ioredis takes its options from the query too (?db=2).
+  const db = parsed.searchParams.get('db')
+  if (db !== null && !/^\d+$/.test(db)) return `must name a database by its number (?db=0), not "${db}"`
   try {
     decodeURIComponent(parsed.username)
     decodeURIComponent(parsed.password)
