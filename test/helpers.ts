@@ -50,3 +50,17 @@ export async function turnsOfEventLoopDuring<T>(work: () => Promise<T>): Promise
     working = false
   }
 }
+
+/** The messages of the process warnings of `code` emitted while `work` runs (and the turn after it, when they are delivered). */
+export async function processWarningsDuring(code: string, work: () => Promise<void>): Promise<string[]> {
+  const messages: string[] = []
+  const collect = (warning: Error & { code?: string }) => { if (warning.code === code) messages.push(warning.message) }
+  process.on('warning', collect)
+  try {
+    await work()
+    await new Promise((resolve) => setImmediate(resolve))
+  } finally {
+    process.off('warning', collect)
+  }
+  return messages
+}

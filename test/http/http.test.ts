@@ -17,6 +17,7 @@ import { NODE_METHODS } from '../../src/http/match.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { partitionable } from '../support/partition.ts'
 import { expressServer, fastifyServer, fetchServer, koaServer, nodeServer, type StartServer } from './servers.ts'
+import { processWarningsDuring } from '../helpers.ts'
 
 const MINUTE = 60_000
 const fixedClock = () => 30_000 // 30 s into the first minute: reset headers say t=30
@@ -992,10 +993,7 @@ describe('HTTP observers', () => {
   })
 
   it('an onWarning that throws or rejects loses no warning: it and the failure go out as a process warning', async () => {
-    const heard: string[] = []
-    const onProcessWarning = (warning: Error & { code?: string }) => { if (warning.code === 'SLUICE_HTTP') heard.push(warning.message) }
-    process.on('warning', onProcessWarning)
-    try {
+    const heard = await processWarningsDuring('SLUICE_HTTP', async () => {
       for (const onWarning of [() => { throw new Error('logger closed') }, async () => { throw new Error('logger closed') }]) {
         const handle = createRateLimitHandler({
           rules: [{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'p' } }],
@@ -1004,14 +1002,11 @@ describe('HTTP observers', () => {
         })
         assert.equal((await handle({ method: 'GET', path: '/', host: 'api.test', header: () => undefined, remoteAddress: '198.51.100.7' })).status, 200)
       }
-      await new Promise((resolve) => setImmediate(resolve))
-      assert.deepEqual(heard, [
-        'onDecision threw, and the request went on: metrics backend down (onWarning threw: logger closed)',
-        'onDecision threw, and the request went on: metrics backend down (onWarning rejected: logger closed)',
-      ])
-    } finally {
-      process.off('warning', onProcessWarning)
-    }
+    })
+    assert.deepEqual(heard, [
+      'onDecision threw, and the request went on: metrics backend down (onWarning threw: logger closed)',
+      'onDecision threw, and the request went on: metrics backend down (onWarning rejected: logger closed)',
+    ])
   })
 })
 

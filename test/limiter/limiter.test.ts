@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { Limiter, MemoryStore, type Policy } from '../../src/index.ts'
-import { onVirtualClock } from '../helpers.ts'
+import { onVirtualClock, processWarningsDuring } from '../helpers.ts'
 
 const perMinute: Policy = { algorithm: 'sliding-log', limit: 100, windowMs: 60_000, name: 'minute' }
 const per10s: Policy = { algorithm: 'fixed-window', limit: 20, windowMs: 10_000, name: 'ten-seconds' }
@@ -269,31 +269,24 @@ describe('Limiter observer', () => {
 
 describe('Limiter observer that fails', () => {
   it('one that throws, or returns a promise that rejects, fails no decision and is reported as a process warning', async () => {
-    const warnings: string[] = []
-    const onWarning = (warning: Error & { code?: string }) => { if (warning.code === 'SLUICE_OBSERVER') warnings.push(warning.message) }
-    process.on('warning', onWarning)
-    try {
-      const store = { consume: (call: Parameters<MemoryStore['consume']>[0]) => memory.consume(call), reset: () => Promise.resolve() }
-      const memory = new MemoryStore()
-      const policies: Policy = { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 }
-      const limiter = new Limiter({
-        store,
-        policies,
-        observer: {
-          storeCall: () => { throw new Error('histogram gone') },
-          blockCacheHit: async () => { throw new Error('counter gone') },
-        },
-      })
+    const memory = new MemoryStore()
+    const store = { consume: (call: Parameters<MemoryStore['consume']>[0]) => memory.consume(call), reset: () => Promise.resolve() }
+    const limiter = new Limiter({
+      store,
+      policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 },
+      observer: {
+        storeCall: () => { throw new Error('histogram gone') },
+        blockCacheHit: async () => { throw new Error('counter gone') },
+      },
+    })
+    const warnings = await processWarningsDuring('SLUICE_OBSERVER', async () => {
       assert.deepEqual([(await limiter.limit('k')).allowed, (await limiter.limit('k')).allowed, (await limiter.limit('k')).allowed], [true, false, false])
-      await new Promise((resolve) => setImmediate(resolve))
-      assert.deepEqual(warnings, [
-        'observer.storeCall threw, and the call it observed went on: histogram gone',
-        'observer.storeCall threw, and the call it observed went on: histogram gone',
-        'observer.blockCacheHit rejected, and the call it observed went on: counter gone',
-      ])
-    } finally {
-      process.off('warning', onWarning)
-    }
+    })
+    assert.deepEqual(warnings, [
+      'observer.storeCall threw, and the call it observed went on: histogram gone',
+      'observer.storeCall threw, and the call it observed went on: histogram gone',
+      'observer.blockCacheHit rejected, and the call it observed went on: counter gone',
+    ])
   })
 })
 

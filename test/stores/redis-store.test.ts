@@ -9,6 +9,7 @@ import { assertSameAsMemory, handWritten, randomTraces, spanningKeys, type Trace
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { freePort, scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
 import { seededRandom } from '../../src/simulate/traffic.ts'
+import { processWarningsDuring } from '../helpers.ts'
 
 const traces: Trace[] = [...handWritten, ...randomTraces(80, 7), ...randomTraces(40, 9, true), ...spanningKeys, ...randomTraces(30, 21, false, true), ...randomTraces(20, 23, true, true)]
 
@@ -657,19 +658,13 @@ describe('RedisStore on a server that refuses TIME in scripts', () => {
   })
 
   it('an onWarning that throws fails no decision: the warning goes out as a process warning', async () => {
-    const emitted: string[] = []
-    const collect = (warning: Error & { code?: string }) => { if (warning.code === 'SLUICE_REDIS') emitted.push(warning.message) }
-    process.on('warning', collect)
-    try {
+    const emitted = await processWarningsDuring('SLUICE_REDIS', async () => {
       const store = new RedisStore({ client: redis.client(), onWarning: () => { throw new Error('logger closed') } })
       const limiter = new Limiter({ store, prefix: 'notime-throwing', policies: { algorithm: 'sliding-log', limit: 1, windowMs: 60_000 } })
       assert.deepEqual([(await limiter.limit('k')).allowed, (await limiter.limit('k')).allowed], [true, false])
-      await new Promise((resolve) => setImmediate(resolve))
-      assert.equal(emitted.length, 1)
-      assert.match(emitted[0] as string, /refuses TIME inside scripts.*\(onWarning threw: logger closed\)$/)
-    } finally {
-      process.off('warning', collect)
-    }
+    })
+    assert.equal(emitted.length, 1)
+    assert.match(emitted[0] as string, /refuses TIME inside scripts.*\(onWarning threw: logger closed\)$/)
   })
 })
 
