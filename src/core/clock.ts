@@ -1,3 +1,6 @@
+import { isPromise } from './callbacks.ts'
+import { ArgumentError } from './errors.ts'
+
 /** A source of "now" in epoch milliseconds. Tests and simulations inject one. */
 export type Clock = () => number
 
@@ -14,4 +17,18 @@ export const monotonicClock: Clock = () => {
   const now = Date.now()
   if (now > latest) latest = now
   return latest
+}
+
+/** The latest time a clock may give: the end of the year 9999 (a clock in microseconds or nanoseconds is past it). */
+export const LATEST_CLOCK_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999)
+
+/** Reads an injected clock, refusing what is not epoch milliseconds; whole milliseconds, as the algorithms count. */
+export function readClock(clock: Clock): number {
+  const now: unknown = clock()
+  // A clock is read at once: a promise's rejection, left alone, would end the process.
+  if (isPromise(now)) Promise.resolve(now).catch(() => {})
+  if (typeof now !== 'number' || !Number.isFinite(now) || now < 0 || now > LATEST_CLOCK_MS) {
+    throw new ArgumentError('clock()', now, `must return epoch milliseconds: a number from 0 to ${LATEST_CLOCK_MS} (the end of the year 9999; a clock in microseconds or nanoseconds is past it)`)
+  }
+  return Math.floor(now)
 }

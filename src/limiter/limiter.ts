@@ -4,7 +4,7 @@
  */
 import { createHash } from 'node:crypto'
 import { evaluate, NO_WAIT, REFUNDABLE } from '../algorithms/index.ts'
-import { monotonicClock, type Clock } from '../core/clock.ts'
+import { monotonicClock, readClock, type Clock } from '../core/clock.ts'
 import { observing, warningTo } from '../core/callbacks.ts'
 import { ArgumentError, asError, messageOf, SluiceError, StoreNotAppliedError } from '../core/errors.ts'
 import { checkChoice, checkOptions, rejectUnknown } from '../core/options.ts'
@@ -776,12 +776,7 @@ export class Limiter {
   }
 
   private now(): number | undefined {
-    if (this.clock === undefined) return undefined
-    const now = this.clock()
-    if (typeof now !== 'number' || !Number.isFinite(now) || now < 0 || now > LATEST_CLOCK_MS) {
-      throw new ArgumentError('clock()', now, `must return epoch milliseconds: a number from 0 to ${LATEST_CLOCK_MS} (the end of the year 9999; a clock in microseconds or nanoseconds is past it)`)
-    }
-    return Math.floor(now)
+    return this.clock === undefined ? undefined : readClock(this.clock)
   }
 
   private syncStore(): SyncStore {
@@ -870,7 +865,6 @@ function fullAfterMs(policy: ResolvedPolicy): number {
  * refill loses the milliseconds that keep a limit (at 1e300 every call was
  * admitted); just past it are clocks in microseconds and nanoseconds.
  */
-const LATEST_CLOCK_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999)
 
 /**
  * Validates a key. Keys over MAX_KEY_LENGTH, and keys that are not well-formed

@@ -238,6 +238,14 @@ describe('Limiter', () => {
     }
     assert.equal(new Limiter({ policies: per10s, clock: () => 253402300799999 }).limitSync('k').allowed, true)
   })
+
+  it('refuses an async clock, and its rejection ends no process', async () => {
+    const asyncClock = new Limiter({ policies: per10s, clock: (() => Promise.reject(new Error('time server down'))) as never })
+    assert.throws(() => asyncClock.limitSync('k'), /clock\(\) must return epoch milliseconds: .* \(got a promise\)$/)
+    await assert.rejects(asyncClock.limit('k'), /\(got a promise\)$/)
+    // An unhandled rejection would fail this test (node's test runner reports it against the test that made it).
+    await new Promise((resolve) => setImmediate(resolve))
+  })
 })
 
 describe('Limiter observer', () => {

@@ -145,6 +145,14 @@ describe('MemoryStore', () => {
     assert.equal(limiter.limitSync('k').allowed, true)
   })
 
+  it('refuses what its injected clock gives that is not epoch milliseconds, as the limiter does: a refusal with no numbers was the answer', async () => {
+    for (const clock of [() => Number.NaN, () => 'now', async () => 1000, () => Promise.reject(new Error('time server down'))]) {
+      const limiter = new Limiter({ policies: oneBySecond, store: new MemoryStore({ clock: clock as never }) })
+      assert.throws(() => limiter.limitSync('k'), /^ArgumentError: clock\(\) must return epoch milliseconds: a number from 0 to 253402300799999/, String(clock))
+    }
+    await new Promise((resolve) => setImmediate(resolve))
+  })
+
   it('refuses bad options with a clear error', () => {
     assert.throws(() => new MemoryStore({ maxKeys: 0 }), /maxKeys must be a positive integer \(got 0\)/)
     assert.throws(() => new MemoryStore({ clock: 5 as never }), /clock must be a function/)

@@ -4,7 +4,7 @@
  * async callers can never interleave inside one decision.
  */
 import { evaluate, NO_WAIT, step, type AlgorithmState, type Transition } from '../../algorithms/index.ts'
-import { monotonicClock, type Clock } from '../../core/clock.ts'
+import { monotonicClock, readClock, type Clock } from '../../core/clock.ts'
 import { ArgumentError, asError } from '../../core/errors.ts'
 import { checkOptions } from '../../core/options.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
@@ -100,7 +100,8 @@ export class MemoryStore implements SyncStore {
       throw new ArgumentError('clock', options.clock, 'must be a function returning epoch milliseconds')
     }
     this.maxKeys = maxKeys
-    this.clock = options.clock ?? monotonicClock
+    const clock = options.clock
+    this.clock = clock === undefined ? monotonicClock : () => readClock(clock)
   }
 
   /** Number of keys held (expired ones not yet swept included). */
