@@ -312,10 +312,6 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
       head = undefined
       clearTimeout(headTimer)
     }
-    const flushHead = () => {
-      sendHead()
-      res.flushHeaders()
-    }
     let controller: Dispatcher.DispatchController | undefined
     let clientGone = false
     const resume = () => controller?.resume()
@@ -368,7 +364,11 @@ export function forward(req: IncomingMessage, res: ServerResponse, options: Forw
         res.cork()
         process.nextTick(() => {
           res.uncork()
-          if (head !== undefined) headTimer = setTimeout(flushHead, HEAD_HOLD_MS)
+          if (head === undefined) return
+          headTimer = setTimeout(() => {
+            sendHead()
+            res.flushHeaders()
+          }, HEAD_HOLD_MS)
         })
       },
       onRequestUpgrade(_controller, statusCode, headers, upstream) {

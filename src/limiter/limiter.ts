@@ -787,9 +787,6 @@ export class Limiter {
   }
 }
 
-/** Observers whose callbacks report their own failures (checkObserver's answers). */
-const reportingObservers = new WeakSet<LimiterObserver>()
-
 /**
  * An `observer` option: undefined, or an object of the known callbacks, each a
  * function. Returned with each callback reporting what it throws or rejects
@@ -800,7 +797,6 @@ export function checkObserver(observer: unknown, warn?: (message: string) => voi
   if (typeof observer !== 'object' || observer === null) {
     throw new ArgumentError('observer', observer, 'must be an object of callbacks (storeCall, blockCacheHit, refundOwed)')
   }
-  if (reportingObservers.has(observer as LimiterObserver)) return observer as LimiterObserver
   rejectUnknown('an observer callback', observer, new Set(['storeCall', 'blockCacheHit', 'refundOwed']))
   const report = warn ?? warningTo(undefined, 'SLUICE_OBSERVER')
   const reporting: Record<string, (...args: never[]) => void> = {}
@@ -809,7 +805,6 @@ export function checkObserver(observer: unknown, warn?: (message: string) => voi
     if (typeof callback !== 'function') throw new ArgumentError(`observer.${name}`, callback, 'must be a function')
     reporting[name] = observing(callback as (...args: unknown[]) => unknown, (how, error) => report(`observer.${name} ${how}, and the call it observed went on: ${messageOf(error)}`))
   }
-  reportingObservers.add(reporting)
   return reporting
 }
 
