@@ -20,7 +20,7 @@ import { Gateway, partsCountingUnder } from '../gateway/gateway.ts'
 import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
 import { compileMatch } from '../http/match.ts'
 import { LIMITER_CLIENT_OPTIONS, RedisStore, redisKey } from '../stores/redis/redis-store.ts'
-import { connectionErrorMessage, isNotRedis, notRedisMessage } from '../stores/redis/clients.ts'
+import { connectionErrorMessage, isNotRedis, notRedisMessage, selectRefusal } from '../stores/redis/clients.ts'
 import { redisUrlProblem } from '../stores/redis/url.ts'
 import { simulateCommand, SIMULATE_USAGE } from '../simulate/command.ts'
 
@@ -284,7 +284,9 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
   const client = new Redis(url, { ...LIMITER_CLIENT_OPTIONS, lazyConnect: true, connectTimeout: 1000, commandTimeout: 2000, retryStrategy: () => null })
   // The first error says why, except after a server of another protocol: the reset that may come first does not.
   let cause: string | undefined
+  let refusedSelect: string | undefined
   client.on('error', (error: Error) => {
+    refusedSelect = selectRefusal(error) ?? refusedSelect
     const message = connectionErrorMessage(error, { tls: url.startsWith('rediss:') })
     if (cause === undefined || isNotRedis(message)) cause = message
   })
@@ -295,6 +297,12 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     // before its answer is read: ask it once more, to say what it is.
     if (cause === undefined || /EPIPE|ECONNRESET/.test(cause)) cause = (await notRedisAt(url)) ?? cause
     err(`sluice inspect: cannot reach ${maskCredentials(url)}: ${cause ?? connectionErrorMessage(error)}`)
+    client.disconnect()
+    return 3
+  }
+  if (refusedSelect !== undefined) {
+    // The connection went on, on database 0: what it would show is another database's.
+    err(`sluice inspect: ${maskCredentials(url)}: ${refusedSelect}`)
     client.disconnect()
     return 3
   }

@@ -156,6 +156,10 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     // What ioredis would take as SELECT NaN, or fail to decode, is refused before connecting: exit 2, no stack trace.
     const namedDatabase = await runCli(['inspect', '--redis', `${redis.url}/limits`, 'user:bob'])
     assert.deepEqual([namedDatabase.code, namedDatabase.stderr.trim()], [2, `sluice inspect: --redis must name a database by its number (redis://host:6379/0), not "limits" (got "${redis.url}/limits")`])
+    // A database the server does not have: the connection would go on, on database 0, and show its state.
+    const missingDatabase = await runCli(['inspect', '--redis', `${redis.url}/16`, '--prefix', 'gw-test', 'user:alice'])
+    assert.deepEqual([missingDatabase.code, missingDatabase.stdout], [3, ''])
+    assert.match(missingDatabase.stderr, /^sluice inspect: redis:\/\/127\.0\.0\.1:\d+\/16: Redis refused to select the database the url names: ERR DB index is out of range/)
     const undecodable = await runCli(['inspect', '--redis', `redis://:50%off@127.0.0.1:${redis.port}`, 'user:bob'])
     assert.equal(undecodable.code, 2)
     assert.match(undecodable.stderr, /--redis has a user name or password that is not valid percent-encoding/)

@@ -4,7 +4,7 @@ import { createServer } from 'node:http'
 import { connect, type AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient } from 'redis'
-import { Limiter, MemoryStore, RedisStore, redisKey, type Decision, type Policy, type Store } from '../../src/index.ts'
+import { Limiter, MemoryStore, RedisStore, redisKey, StoreNotAppliedError, type Decision, type Policy, type Store } from '../../src/index.ts'
 import { assertSameAsMemory, handWritten, randomTraces, spanningKeys, type Trace } from '../conformance/traces.ts'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { freePort, scanKeys, startRedis, type RedisServer } from '../support/redis.ts'
@@ -538,6 +538,29 @@ describe('RedisStore on a URL it cannot use', () => {
       await wrongPassword.close()
       await nobody.close()
       await refusing.close()
+    }
+  })
+
+  it('fails every call on a database the server does not have, rather than counting in database 0', async () => {
+    // ioredis reports the refused SELECT and goes on, on database 0: a limiter sharing those counts with another's.
+    const store = new RedisStore({ url: `redis://:right-password@127.0.0.1:${redis.port}/16` })
+    const named = new RedisStore({ url: `redis://:right-password@127.0.0.1:${redis.port}/15` })
+    const observed: string[] = []
+    try {
+      const limiter = new Limiter({ store, prefix: 'db16', onStoreFailure: 'closed', policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, error) => observed.push(error?.message ?? '') } })
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const decision = await limiter.limit('k')
+        assert.deepEqual([decision.allowed, decision.reason], [false, 'store-error'])
+        assert.match(observed.at(-1) ?? '', /^Redis refused to select the database the url names: ERR DB index is out of range \(a server has the databases its redis.conf `databases` says, 16 by default/)
+      }
+      await assert.rejects(store.ping(), (error: Error) => error instanceof StoreNotAppliedError && /refused to select/.test(error.message))
+      assert.deepEqual(await scanKeys(redis.client({ password: 'right-password' }), 'db16:*'), [])
+      // A database it has is selected, and counted in.
+      const inFifteen = new Limiter({ store: named, prefix: 'db15', policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 } })
+      assert.equal((await inFifteen.limit('k')).remaining, 1)
+    } finally {
+      await store.close()
+      await named.close()
     }
   })
 })

@@ -92,6 +92,17 @@ export function trackConnectionErrors(client: ConnectionEvents, options: { tls?:
 }
 
 /**
+ * What to say of a refused SELECT, which ioredis reports as an 'error' event
+ * of the connection, which then goes on, on database 0; undefined for any
+ * other error.
+ */
+export function selectRefusal(error: unknown): string | undefined {
+  const command = (error as { command?: { name?: unknown } } | undefined)?.command
+  if (!(error instanceof Error) || command?.name !== 'select') return undefined
+  return `Redis refused to select the database the url names: ${error.message} (a server has the databases its redis.conf \`databases\` says, 16 by default; a cluster has only database 0)`
+}
+
+/**
  * ioredis and node-redis report a server that answers in another protocol
  * (a URL given an HTTP port, say) as a parser fault, `Unknown RESP type 72
  * "H". Please report this.`, which does not say that the URL is wrong.

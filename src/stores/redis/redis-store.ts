@@ -6,12 +6,12 @@
  */
 import { monotonicClock } from '../../core/clock.ts'
 import { warningTo } from '../../core/callbacks.ts'
-import { ArgumentError, SluiceError } from '../../core/errors.ts'
+import { ArgumentError, SluiceError, StoreNotAppliedError } from '../../core/errors.ts'
 import { checkChoice, rejectUnknown } from '../../core/options.ts'
 import { limitOf } from '../../core/policy.ts'
 import type { PolicyDecision, ResolvedPolicy } from '../../core/types.ts'
 import { spans, type Store, type StoreCall } from '../store.ts'
-import { asStoreFailure, resendsAfterReconnect, runnerFor, trackConnectionErrors, type RedisClient, type RunnerOptions, type ScriptRunner } from './clients.ts'
+import { asStoreFailure, resendsAfterReconnect, runnerFor, selectRefusal, trackConnectionErrors, type RedisClient, type RunnerOptions, type ScriptRunner } from './clients.ts'
 import { isRedisClient } from './detect.ts'
 import { redisUrlProblem } from './url.ts'
 
@@ -407,8 +407,18 @@ function connect(url: string, runnerOptions: RunnerOptions): { runner: ScriptRun
     const client = new Redis(url, LIMITER_CLIENT_OPTIONS)
     // Reported through the failing calls, which name it; the client reconnects.
     trackConnectionErrors(client, { tls: url.startsWith('rediss:') })
+    // Redis refuses a SELECT of a database it does not have (or any but 0 in a cluster, or
+    // one an ACL user may not use); ioredis reports that and goes on, on database 0, where
+    // the counts would be another database's. Every call fails instead, naming why, until
+    // a connection selects it (checked again on each reconnect).
+    client.on('connect', () => { selectRefused = undefined })
+    client.on('error', (error: Error) => { selectRefused = selectRefusal(error) ?? selectRefused })
     return client
   })
+  let selectRefused: string | undefined
+  const onNamedDatabase = (): void => {
+    if (selectRefused !== undefined) throw new StoreNotAppliedError(selectRefused)
+  }
   let runner: ScriptRunner | undefined
   const ready = loading.then(
     (client) =>
@@ -432,10 +442,10 @@ function connect(url: string, runnerOptions: RunnerOptions): { runner: ScriptRun
   )
   const deferred: ScriptRunner = {
     cluster: false, // a URL names one server
-    runLimit: async (keys, args) => { await ready; return (runner as ScriptRunner).runLimit(keys, args) },
-    del: async (keys) => { await ready; return (runner as ScriptRunner).del(keys) },
-    ping: async () => { await ready; return (runner as ScriptRunner).ping() },
-    info: async (section) => { await ready; return (runner as ScriptRunner).info(section) },
+    runLimit: async (keys, args) => { await ready; onNamedDatabase(); return (runner as ScriptRunner).runLimit(keys, args) },
+    del: async (keys) => { await ready; onNamedDatabase(); return (runner as ScriptRunner).del(keys) },
+    ping: async () => { await ready; onNamedDatabase(); return (runner as ScriptRunner).ping() },
+    info: async (section) => { await ready; onNamedDatabase(); return (runner as ScriptRunner).info(section) },
     // Closing never waits for a connection, and always stops reconnecting: QUIT
     // when connected, else drop the socket (QUIT would be refused offline).
     quit: async () => {
