@@ -328,7 +328,7 @@ export class Limiter {
     const outcome = await this.circuit.run(() => this.consumeOnStore(call))
     if (!outcome.ok) {
       const then = notApplied(outcome) ? this.owe(call, heldMs) : 'not given again: the store may have taken it'
-      throw new SluiceError('ERR_SLUICE_STORE', `refund to "${call.key}" failed (${outcome.reason}); ${then}`, { cause: outcome.error })
+      throw new SluiceError('ERR_SLUICE_STORE', `refund to "${call.key}" failed (${whyFailed(outcome)}); ${then}`, { cause: outcome.error })
     }
     this.payOwed()
     return combine(outcome.value)
@@ -452,7 +452,7 @@ export class Limiter {
       this.storeTimeoutMs,
     )
     if (!outcome.ok) {
-      throw new SluiceError('ERR_SLUICE_STORE', `reset of "${normalized}" failed: ${outcome.reason}`, { cause: outcome.error })
+      throw new SluiceError('ERR_SLUICE_STORE', `reset of "${normalized}" failed: ${whyFailed(outcome)}`, { cause: outcome.error })
     }
   }
 
@@ -483,7 +483,7 @@ export class Limiter {
       this.storeTimeoutMs,
     )
     if (!outcome.ok) {
-      throw new SluiceError('ERR_SLUICE_STORE', `reset of "${key}" (with keys ${keys.join(', ')}) failed: ${outcome.reason}`, { cause: outcome.error })
+      throw new SluiceError('ERR_SLUICE_STORE', `reset of "${key}" (with keys ${keys.join(', ')}) failed: ${whyFailed(outcome)}`, { cause: outcome.error })
     }
   }
 
@@ -903,4 +903,9 @@ export function checkPrefix(prefix: unknown, maxLength = MAX_PREFIX_LENGTH): str
     throw new ArgumentError('prefix', prefix, `must be 1 to ${maxLength} printable ASCII characters without spaces or braces`)
   }
   return prefix
+}
+
+/** A store call's failure in words: its reason, and what the store said (`store-error: Connection is closed.`). */
+function whyFailed(outcome: { reason: string; error?: unknown }): string {
+  return outcome.error === undefined ? outcome.reason : `${outcome.reason}: ${messageOf(outcome.error)}`
 }

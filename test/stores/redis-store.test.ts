@@ -481,6 +481,25 @@ describe('RedisStore', () => {
     await store.close()
   })
 
+  it('answers the calls made before close() from Redis, and fails those made after it, naming why', async () => {
+    const store = new RedisStore({ url: redis.url })
+    const errors: string[] = []
+    const limiter = new Limiter({ store, prefix: 'closing', onStoreFailure: 'closed', policies: { algorithm: 'fixed-window', limit: 3, windowMs: 3_600_000 }, observer: { storeCall: (_ms, _outcome, error) => { if (error) errors.push(error.message) } } })
+    assert.equal((await limiter.limit('k')).remaining, 2)
+    // Made in the turn close() is called: queued for a batch that had not been sent yet.
+    const before = [limiter.limit('k'), limiter.limit('k')]
+    const closing = store.close()
+    const closingAgain = store.close()
+    assert.deepEqual((await Promise.all(before)).map((decision) => [decision.allowed, decision.remaining, decision.reason]), [[true, 1, undefined], [true, 0, undefined]])
+    await closing
+    await closingAgain
+    const after = await limiter.limit('k')
+    assert.deepEqual([after.allowed, after.reason], [false, 'store-error'])
+    assert.deepEqual(errors, ['this RedisStore is closed (its close() was called): nothing is sent to Redis after it'])
+    await assert.rejects(store.ping(), StoreNotAppliedError)
+    await assert.rejects(limiter.reset('k'), /^SluiceError: reset of "k" failed: store-error: this RedisStore is closed/)
+  })
+
   it('refuses bad options with a clear error', () => {
     assert.throws(() => new RedisStore({} as never), /client or url is required/)
     assert.throws(() => new RedisStore({ url: 'http://x' }), /redis:\/\/ or rediss:\/\/ URL/)

@@ -137,6 +137,10 @@ export class RedisStore implements Store {
   private readonly argsOf = new WeakMap<readonly ResolvedPolicy[], string[]>()
   private queue: Pending[] = []
   private flushScheduled = false
+  /** Batches sent and not yet answered: close() waits for them before it quits. */
+  private readonly sending = new Set<Promise<void>>()
+  private closed = false
+  private closing: Promise<void> | undefined
 
   constructor(options: RedisStoreOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -184,6 +188,7 @@ export class RedisStore implements Store {
    * key). Each is decided exactly as it would be alone.
    */
   consume(call: StoreCall): Promise<PolicyDecision[]> {
+    if (this.closed) return Promise.reject(closedError())
     if (call.keys !== undefined && this.runner.cluster && !spans(this, call.keys)) {
       return Promise.reject(clusterSpanError(call.policies, call.keys))
     }
@@ -202,6 +207,7 @@ export class RedisStore implements Store {
   }
 
   async reset(prefix: string, key: string, policies: readonly ResolvedPolicy[]): Promise<void> {
+    if (this.closed) throw closedError()
     // Calls queued before the reset reach Redis before it (one connection keeps order).
     this.flush()
     await this.ready
@@ -225,7 +231,11 @@ export class RedisStore implements Store {
     }
     for (const group of groups.values()) {
       const size = batchSize(group.length)
-      for (let i = 0; i < group.length; i += size) void this.send(group.slice(i, i + size))
+      for (let i = 0; i < group.length; i += size) {
+        const sent = this.send(group.slice(i, i + size))
+        this.sending.add(sent)
+        void sent.then(() => this.sending.delete(sent))
+      }
     }
   }
 
@@ -333,14 +343,33 @@ export class RedisStore implements Store {
   }
 
   async ping(): Promise<void> {
+    if (this.closed) throw closedError()
     await this.ready
     await this.runner.ping()
   }
 
-  /** Closes the connection the store opened from a URL; a client you passed stays open. */
-  async close(): Promise<void> {
-    if (this.owned) await this.runner.quit()
+  /**
+   * Closes the connection the store opened from a URL, once the calls made
+   * before are answered (they are not lost: each is decided, or fails as it
+   * would have); later calls fail at once. A client you passed stays open,
+   * and the store goes on using it.
+   */
+  close(): Promise<void> {
+    if (!this.owned) return Promise.resolve()
+    this.closing ??= this.closeOwned()
+    return this.closing
   }
+
+  private async closeOwned(): Promise<void> {
+    this.closed = true
+    this.flush()
+    await Promise.all(this.sending)
+    await this.runner.quit()
+  }
+}
+
+function closedError(): StoreNotAppliedError {
+  return new StoreNotAppliedError('this RedisStore is closed (its close() was called): nothing is sent to Redis after it')
 }
 
 /** The six script arguments of one policy: algorithm, its parameters, then blockMs ('' for none). */
