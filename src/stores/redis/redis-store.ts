@@ -425,6 +425,9 @@ export const LIMITER_CLIENT_OPTIONS = Object.freeze({
   maxRetriesPerRequest: 1,
   commandTimeout: 1000,
   connectTimeout: 2000,
+  // How long a closed connection's socket may take to end. ioredis also arms this timer for a
+  // socket already gone (the server was down), and it then holds the process open that long.
+  disconnectTimeout: 200,
 })
 
 /**
