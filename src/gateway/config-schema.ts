@@ -481,6 +481,54 @@ export function fieldsAt(path: readonly PropertyKey[]): string[] {
   }))]
 }
 
+/**
+ * Where in the config `field` is one (`server`, `routes[].match`, `''` for
+ * the top level), for a field written at the wrong level: `admin` under
+ * `server`, `timeouts` at the top. In the schema's order.
+ */
+export function placesOf(field: string): readonly string[] {
+  fieldPlaces ??= placesOfEveryField()
+  return fieldPlaces.get(field) ?? []
+}
+
+let fieldPlaces: Map<string, string[]> | undefined
+
+function placesOfEveryField(): Map<string, string[]> {
+  const places = new Map<string, string[]>()
+  const walk = (schema: unknown, path: string, within: readonly unknown[]): void => {
+    // A schema within itself (a lazy one) is not walked again: its places are those already found.
+    if (within.includes(schema) || within.length > 16) return
+    const inner = [...within, schema]
+    const definition = definitionOf(schema)
+    switch (definition.type) {
+      case 'optional': case 'nullable': case 'default': case 'prefault': case 'readonly': case 'catch': case 'nonoptional':
+        return walk(definition.innerType, path, inner)
+      case 'pipe':
+        return walk(definition.in, path, inner)
+      case 'lazy':
+        return walk(definition.getter?.(), path, inner)
+      case 'union':
+        for (const option of definition.options ?? []) walk(option, path, inner)
+        return
+      case 'array':
+        return walk(definition.element, `${path}[]`, inner)
+      case 'record':
+        return walk(definition.valueType, `${path}.*`, inner)
+      case 'object':
+        for (const [name, field] of Object.entries(definition.shape ?? {})) {
+          const known = places.get(name) ?? []
+          if (!known.includes(path)) places.set(name, [...known, path])
+          walk(field, path === '' ? name : `${path}.${name}`, inner)
+        }
+    }
+  }
+  walk(configSchema, '', [])
+  // A policy is checked as the engine checks it, not by the schema: its fields are those of `policies`.
+  const policyPlaces = (places.get('policies') ?? []).map((place) => `${place}.policies`)
+  for (const name of new Set(['algorithm', ...Object.values(POLICY_FIELDS).flat()])) places.set(name, [...(places.get(name) ?? []), ...policyPlaces])
+  return places
+}
+
 function definitionOf(schema: unknown): SchemaDefinition {
   return (schema as { _zod: { def: SchemaDefinition } })._zod.def
 }

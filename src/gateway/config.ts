@@ -24,7 +24,7 @@ import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.t
 import { bareHost, compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
 import { partitionKeyProblem } from '../http/headers.ts'
 import { substituteEnv } from './config-env.ts'
-import { configSchema, defaultMessage, fieldsAt, policyName, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
+import { configSchema, defaultMessage, fieldsAt, placesOf, policyName, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -285,7 +285,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     for (const issue of parsed.error.issues) {
       if (issue.code === 'unrecognized_keys') {
         for (const key of issue.keys) {
-          const hint = didYouMean(key, fieldsAt(issue.path))
+          const hint = didYouMean(key, fieldsAt(issue.path)) ?? misplacedHint(key, issue.path)
           report([...issue.path, key], withHint('is not a known field', hint))
         }
       } else if (!unset.has(formatPath(issue.path))) {
@@ -830,4 +830,21 @@ interface ZodIssueLike {
   code: string
   values?: readonly unknown[]
   errors?: readonly (readonly ZodIssueLike[])[]
+}
+
+/** For a field known at another level of the config: where it goes (`admin is a field of the top level`). Undefined where it is known nowhere, or in too many places to point at one. */
+function misplacedHint(field: string, path: readonly PropertyKey[]): string | undefined {
+  const here = path.map((part) => (typeof part === 'number' ? '[]' : `.${String(part)}`)).join('').replace(/^\./, '')
+  const elsewhere = placesOf(field).filter((place) => place !== here)
+  // The nearest places below this one first (`algorithm` in a limit goes in its policies), then anywhere.
+  const below = elsewhere.filter((place) => here === '' || place.startsWith(`${here}.`) || place.startsWith(`${here}[]`))
+  const nearest = below.filter((place) => depthOf(place) === Math.min(...below.map(depthOf)))
+  const places = nearest.length > 0 && nearest.length <= 3 ? nearest : elsewhere
+  if (places.length === 0 || places.length > 3) return undefined
+  return `${field} is a field of ${places.map((place) => (place === '' ? 'the top level' : place)).join(' or ')}`
+}
+
+/** How deep a place of placesOf is: its fields and array levels. */
+function depthOf(place: string): number {
+  return place === '' ? 0 : place.split(/\.|\[\]/).length
 }

@@ -155,6 +155,32 @@ routes:
     ])
   })
 
+  it('a field written at another level than its own says where it goes', async () => {
+    const text = `
+server:
+  listen: 127.0.0.1:0
+  admin: { listen: 127.0.0.1:0 }
+timeouts: { upstreamMs: 100 }
+jwt: { secret: s }
+routes:
+  - name: api
+    path: /api/**
+    match: { path: /api/**, upstream: http://127.0.0.1:8082 }
+    upstream: http://127.0.0.1:8081
+    limits:
+      - algorithm: fixed-window
+        policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
+`
+    assert.deepEqual((await problems(text)).sort(), [
+      'jwt: is not a known field; jwt is a field of identity (line 6)',
+      'routes[0].limits[0].algorithm: is not a known field; algorithm is a field of routes[].limits[].policies (line 13)',
+      'routes[0].match.upstream: is not a known field; upstream is a field of routes[] (line 10)',
+      'routes[0].path: is not a known field; path is a field of routes[].match or routes[].healthCheck (line 9)',
+      'server.admin: is not a known field; admin is a field of the top level (line 4)',
+      'timeouts: is not a known field; timeouts is a field of server (line 5)',
+    ])
+  })
+
   it('a policy field named with regular-expression syntax, or a policy without its algorithm, is a problem of the file, not a crash', async () => {
     const text = `
 routes:
