@@ -8,14 +8,22 @@ export function checkOptions(argument: string, what: string, options: unknown, k
   rejectUnknown(what, options, known)
 }
 
+/** Where options that are known elsewhere go (`maxKeys`: 'a MemoryStore option: …'), by name: an unknown name's hint when it is no misspelling. */
+export type Elsewhere = ReadonlyMap<string, string>
+
 /** Unknown options are refused, not ignored: a misspelt option would silently do nothing. */
-export function rejectUnknown(what: string, options: object, known: ReadonlySet<string>): void {
+export function rejectUnknown(what: string, options: object, known: ReadonlySet<string>, elsewhere?: Elsewhere): void {
   // Names alone (no [name, value] pair per option): this runs on every call given options.
   for (const name of Object.keys(options)) {
     if (known.has(name)) continue
     const value: unknown = (options as Record<string, unknown>)[name]
-    if (value !== undefined) throw new ArgumentError(name, value, `is not ${what} (known: ${[...known].join(', ')})`, didYouMean(name, known))
+    if (value !== undefined) throw new ArgumentError(name, value, `is not ${what} (known: ${[...known].join(', ')})`, didYouMean(name, known) ?? elsewhere?.get(name))
   }
+}
+
+/** An Elsewhere of groups of names, each group going to one place. */
+export function elsewhere(...groups: ReadonlyArray<readonly [names: readonly string[], hint: string]>): Elsewhere {
+  return new Map(groups.flatMap(([names, hint]) => names.map((name) => [name, hint] as const)))
 }
 
 /** A value that must be one of a few strings: refused by name, with the choices, and the one a misspelling meant. */

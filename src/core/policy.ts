@@ -31,6 +31,9 @@ export const POLICY_FIELDS: Record<AlgorithmName, readonly string[]> = {
   'leaky-bucket': ['capacity', 'leakTokens', 'leakIntervalMs', 'mode', 'blockMs'],
 }
 
+/** Every name a policy's field may have, `algorithm` first. */
+export const POLICY_FIELD_NAMES: readonly string[] = ['algorithm', ...new Set(Object.values(POLICY_FIELDS).flat())]
+
 /** Fields a policy may leave out. */
 export const OPTIONAL_POLICY_FIELDS: ReadonlySet<string> = new Set(['refill', 'mode', 'blockMs'])
 

@@ -9,8 +9,8 @@ import { ITEMS_PER_SLICE, runInSlices, runToEnd } from '../core/turn.ts'
 import { isPromise, observing, warningTo } from '../core/callbacks.ts'
 import { ArgumentError, inContext, messageOf } from '../core/errors.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
-import { checkBoolean, checkChoice, checkOptions, rejectUnknown } from '../core/options.ts'
-import { checkMaxWait, limitOf } from '../core/policy.ts'
+import { checkBoolean, checkChoice, checkOptions, elsewhere, rejectUnknown } from '../core/options.ts'
+import { checkMaxWait, limitOf, POLICY_FIELD_NAMES } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { checkObserver, checkPrefix, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
 import { combine } from '../limiter/decision.ts'
@@ -275,6 +275,33 @@ const MAX_GIVEN_POLICY_SETS = 10_000
 /** Policy names kept to tell rules' policies apart; past this, names a policies function gives are not checked against other rules'. */
 const MAX_POLICY_NAMES = 100_000
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs', 'count'])
+const MATCH_FIELDS = ['path', 'method', 'host', 'exclude']
+/**
+ * For options written as express-rate-limit's (`windowMs`, `limit` or `max`)
+ * or @fastify/rate-limit's (`max`, `timeWindow`): the rule that says the same
+ * (both count in fixed windows).
+ */
+function peerOptionsHint(given: Record<string, unknown>): string | undefined {
+  const fastify = 'timeWindow' in given
+  if (!fastify && !('windowMs' in given) && !('max' in given) && !('limit' in given)) return undefined
+  const number = (value: unknown): string | undefined => (typeof value === 'number' && Number.isFinite(value) ? String(value) : undefined)
+  const limit = number(given.limit) ?? number(given.max) ?? '100'
+  const windowMs = number(given.windowMs) ?? number(given.timeWindow) ?? '60_000'
+  return `${fastify ? "@fastify/rate-limit's" : "express-rate-limit's"} options: here a limit is a rule, as in rules: [{ policies: { algorithm: 'fixed-window', limit: ${limit}, windowMs: ${windowMs} } }]`
+}
+
+/** Where the options of other things, given to the middleware or to a rule, go. */
+const NOT_RATE_LIMIT_OPTIONS = elsewhere(
+  [POLICY_FIELD_NAMES, "a policy's field: rules: [{ policies: { algorithm, limit, windowMs } }]"],
+  [MATCH_FIELDS, 'a rule matches requests: rules: [{ match: { path, method }, policies }]'],
+  [['tiers', 'cost', 'action', 'maxWaitMs', 'count'], 'a rule option: rules: [{ policies, cost, action, maxWaitMs }]'],
+  [['trustProxy', 'ipv6Prefix'], 'a clientIp option: clientIp: { trustProxy, ipv6Prefix }'],
+  [['maxKeys'], 'a MemoryStore option: store: new MemoryStore({ maxKeys })'],
+)
+const NOT_RULE_OPTIONS = elsewhere(
+  [POLICY_FIELD_NAMES.filter((field) => !RULE_OPTIONS.has(field)), "a policy's field: policies: { algorithm, limit, windowMs }"],
+  [MATCH_FIELDS, 'a match option: match: { path, method, host, exclude }'],
+)
 const TIERS_OPTIONS = new Set(['of', 'policies', 'default'])
 
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
@@ -328,10 +355,10 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     const given = typeof options === 'object' && options !== null ? options as object : {}
     const hint = 'policies' in given && !('rules' in given) ? 'policies go in a rule: rules: [{ policies }]'
       : 'socket' in given && 'rawHeaders' in given ? 'this is a request: call the factory with the options, as in app.use(rateLimit({ rules }))'
-        : undefined
+        : peerOptionsHint(given as Record<string, unknown>)
     throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules', hint)
   }
-  rejectUnknown('a rate-limit option', options, OPTIONS)
+  rejectUnknown('a rate-limit option', options, OPTIONS, NOT_RATE_LIMIT_OPTIONS)
   const warn = warningSink(options)
   const warned = new Set<string>()
   /** `about`: what is warned of once, where the message itself varies (a count in it). */
@@ -785,7 +812,7 @@ class RuleCompiler {
   compile(rule: RuleOptions, index: number): CompiledRule {
     const { statePrefix, caseSensitive, skipPatterns, defaultKey, makeLimiter, warn } = this.setting
     if (typeof rule !== 'object' || rule === null) throw new ArgumentError(`rules[${index}]`, rule, 'must be a rule object')
-    rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS)
+    rejectUnknown(`a rule option (rules[${index}])`, rule, RULE_OPTIONS, NOT_RULE_OPTIONS)
     if (rule.name !== undefined && (typeof rule.name !== 'string' || rule.name === '')) throw new ArgumentError(`rules[${index}].name`, rule.name, 'must be a non-empty string')
     const name = rule.name ?? `rule-${index}`
     // The name is how onDecision and onLimited tell rules apart.

@@ -7,8 +7,8 @@ import { evaluate, NO_WAIT, REFUNDABLE } from '../algorithms/index.ts'
 import { monotonicClock, readClock, type Clock } from '../core/clock.ts'
 import { observing, warningTo } from '../core/callbacks.ts'
 import { ArgumentError, asError, messageOf, SluiceError, StoreNotAppliedError } from '../core/errors.ts'
-import { checkChoice, checkOptions, rejectUnknown } from '../core/options.ts'
-import { checkCost, checkMaxWait, limitOf, resolvePolicies } from '../core/policy.ts'
+import { checkChoice, checkOptions, elsewhere, rejectUnknown } from '../core/options.ts'
+import { checkCost, checkMaxWait, limitOf, POLICY_FIELD_NAMES, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isRedisClient } from '../stores/redis/detect.ts'
@@ -145,6 +145,13 @@ export interface RefundOptions extends KeyOptions {
 const LIMITER_OPTIONS = new Set([
   'store', 'policies', 'prefix', 'clock', 'storeTimeoutMs', 'onStoreFailure', 'expectedInstances', 'fallbackStore', 'circuit', 'blockCache', 'shards', 'lease', 'observer',
 ])
+/** Where the options of other things, given to a Limiter, go. */
+const NOT_LIMITER_OPTIONS = elsewhere(
+  [POLICY_FIELD_NAMES, "a policy's field: new Limiter({ policies: { algorithm, limit, windowMs } })"],
+  [['maxKeys'], "a MemoryStore option: new Limiter({ store: new MemoryStore({ maxKeys }), policies })"],
+  [['url', 'client'], "a RedisStore option: new Limiter({ store: new RedisStore({ url }), policies })"],
+  [['cost', 'maxWaitMs', 'keys'], 'an option of each call: limiter.limit(key, { cost, maxWaitMs })'],
+)
 const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs', 'keys'])
 const KEY_OPTIONS = new Set(['keys'])
 const REFUND_OPTIONS = new Set(['charged', 'heldMs', 'keys'])
@@ -191,7 +198,7 @@ export class Limiter {
     if (typeof options !== 'object' || options === null) {
       throw new ArgumentError('options', options, 'must be an object with at least "policies"')
     }
-    rejectUnknown('a Limiter option', options, LIMITER_OPTIONS)
+    rejectUnknown('a Limiter option', options, LIMITER_OPTIONS, NOT_LIMITER_OPTIONS)
     this.policies = resolvePolicies(options.policies)
     this.policyIndex = new Map(this.policies.map((policy, i) => [policy.name, i]))
     this.prefix = checkPrefix(options.prefix ?? 'sluice')

@@ -41,6 +41,18 @@ describe('did you mean', () => {
     assert.throws(() => new Limiter({ policies, zzz: 1 } as never), (error: Error) => !error.message.includes('did you mean'))
   })
 
+  it('ends the errors of a Limiter given another thing\'s option with where it goes', () => {
+    const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
+    assert.throws(() => new Limiter({ algorithm: 'fixed-window', limit: 5, windowMs: 1000 } as never), /^ArgumentError: algorithm is not a Limiter option .*; a policy's field: new Limiter\(\{ policies: \{ algorithm, limit, windowMs \} \}\)$/)
+    assert.throws(() => new Limiter({ policies, maxKeys: 10 } as never), /; a MemoryStore option: new Limiter\(\{ store: new MemoryStore\(\{ maxKeys \}\), policies \}\)$/)
+    assert.throws(() => new Limiter({ policies, url: 'redis://127.0.0.1' } as never), /; a RedisStore option: new Limiter\(\{ store: new RedisStore\(\{ url \}\), policies \}\)$/)
+    assert.throws(() => new Limiter({ policies, maxWaitMs: 100 } as never), /; an option of each call: limiter\.limit\(key, \{ cost, maxWaitMs \}\)$/)
+    // A misspelling is the likelier reading.
+    assert.throws(() => new Limiter({ policie: policies } as never), /; did you mean "policies"\?$/)
+    // An inherited name is no option of anything.
+    assert.throws(() => new Limiter(JSON.parse('{"policies": {"algorithm": "fixed-window", "limit": 1, "windowMs": 1}, "constructor": 1, "__proto__": 1}')), (error: Error) => /constructor is not a Limiter option/.test(error.message) && !/; /.test(error.message.split('(got')[1] ?? ''))
+  })
+
   it('ends the errors of values that must be one of a few: a word around one (fail-open), another spelling (draft10, inflight)', () => {
     const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
     assert.throws(() => new Limiter({ policies, onStoreFailure: 'fail-open' } as never), /onStoreFailure must be 'open', 'closed' or 'fallback' \(got "fail-open"\); did you mean "open"\?$/)

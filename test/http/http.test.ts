@@ -567,6 +567,14 @@ describe('HTTP configuration', () => {
     const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: 1000 }
     assert.throws(() => createRateLimitHandler({ rules: [] }), /rules must be a non-empty array/)
     assert.throws(() => createRateLimitHandler({ policies } as never), /rules must be a non-empty array of rules \(got undefined\); policies go in a rule: rules: \[\{ policies \}\]$/)
+    // The peers' options, as users migrating write them first: the rule that says the same.
+    assert.throws(() => createRateLimitHandler({ windowMs: 900_000, limit: 100 } as never), /\(got undefined\); express-rate-limit's options: here a limit is a rule, as in rules: \[\{ policies: \{ algorithm: 'fixed-window', limit: 100, windowMs: 900000 \} \}\]$/)
+    assert.throws(() => createRateLimitHandler({ max: 5, timeWindow: 1000 } as never), /; @fastify\/rate-limit's options: here a limit is a rule, as in rules: \[\{ policies: \{ algorithm: 'fixed-window', limit: 5, windowMs: 1000 \} \}\]$/)
+    // An option of another thing (a rule's, a policy's, a match's, clientIp's) says where it goes.
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], trustProxy: true } as never), /trustProxy is not a rate-limit option .*; a clientIp option: clientIp: \{ trustProxy, ipv6Prefix \}$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], cost: 2 } as never), /cost is not a rate-limit option .*; a rule option: rules: \[\{ policies, cost, action, maxWaitMs \}\]$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, path: '/login' }] } as never), /^ArgumentError: path is not a rule option \(rules\[0\]\) .*; a match option: match: \{ path, method, host, exclude \}$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ algorithm: 'fixed-window', limit: 5, windowMs: 1000 }] } as never), /^ArgumentError: algorithm is not a rule option .*; a policy's field: policies: \{ algorithm, limit, windowMs \}$/)
     // The factory handed to the framework as if it were the middleware: Express calls it with a request.
     assert.throws(() => rateLimit(new IncomingMessage(new Socket()) as never), /rules must be a non-empty array of rules \(got undefined\); this is a request: call the factory with the options, as in app\.use\(rateLimit\(\{ rules \}\)\)$/)
     assert.throws(() => withNodeRateLimit(undefined as never, { rules: [{ policies }] }), /listener must be a function \(req, res\) => \.\.\. \(got undefined\); withRateLimit wraps a listener/)
