@@ -151,6 +151,11 @@ const NOT_LIMITER_OPTIONS = elsewhere(
   [['maxKeys'], "a MemoryStore option: new Limiter({ store: new MemoryStore({ maxKeys }), policies })"],
   [['url', 'client'], "a RedisStore option: new Limiter({ store: new RedisStore({ url }), policies })"],
   [['cost', 'maxWaitMs', 'keys'], 'an option of each call: limiter.limit(key, { cost, maxWaitMs })'],
+  // rate-limiter-flexible's, as users moving from it write them first.
+  [['points', 'duration'], "rate-limiter-flexible's { points, duration } is here policies: { algorithm: 'fixed-window', limit: points, windowMs: duration * 1000 }"],
+  [['blockDuration'], "rate-limiter-flexible's blockDuration is here a policy's blockMs, in milliseconds"],
+  [['keyPrefix'], "rate-limiter-flexible's keyPrefix is here prefix"],
+  [['storeClient'], "rate-limiter-flexible's storeClient is here store: new RedisStore({ client })"],
 )
 const LIMIT_OPTIONS = new Set(['cost', 'maxWaitMs', 'keys'])
 const KEY_OPTIONS = new Set(['keys'])

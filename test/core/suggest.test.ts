@@ -47,6 +47,8 @@ describe('did you mean', () => {
     assert.throws(() => new Limiter({ policies, maxKeys: 10 } as never), /; a MemoryStore option: new Limiter\(\{ store: new MemoryStore\(\{ maxKeys \}\), policies \}\)$/)
     assert.throws(() => new Limiter({ policies, url: 'redis://127.0.0.1' } as never), /; a RedisStore option: new Limiter\(\{ store: new RedisStore\(\{ url \}\), policies \}\)$/)
     assert.throws(() => new Limiter({ policies, maxWaitMs: 100 } as never), /; an option of each call: limiter\.limit\(key, \{ cost, maxWaitMs \}\)$/)
+    assert.throws(() => new Limiter({ points: 5, duration: 1 } as never), /^ArgumentError: points is not a Limiter option .*; rate-limiter-flexible's \{ points, duration \} is here policies: \{ algorithm: 'fixed-window', limit: points, windowMs: duration \* 1000 \}$/)
+    assert.throws(() => new Limiter({ policies, keyPrefix: 'login' } as never), /; rate-limiter-flexible's keyPrefix is here prefix$/)
     // A misspelling is the likelier reading.
     assert.throws(() => new Limiter({ policie: policies } as never), /; did you mean "policies"\?$/)
     // An inherited name is no option of anything.
