@@ -12,17 +12,19 @@ import { visit, isScalar, type Document } from 'yaml'
  * would become the value (a secret `${FALLBACK_SECRET}` anyone can read in the
  * file). Problems say where, never what: the string may be a secret.
  */
-export function substituteEnv(doc: Document, env: NodeJS.ProcessEnv, report: (path: PropertyKey[], message: string, offset: number | undefined) => void, substituted: (path: PropertyKey[], raw: string) => void): void {
+export function substituteEnv(doc: Document, env: NodeJS.ProcessEnv, report: (path: PropertyKey[], message: string, offset: number | undefined) => void, substituted: (path: PropertyKey[], raw: string) => void, takesOnlyText: (path: PropertyKey[]) => boolean = () => false): void {
   visit(doc, {
     Scalar(_key, node, ancestors) {
       if (typeof node.value !== 'string' || !node.value.includes('${')) return
-      const path = pathOf(ancestors)
+      const path = pathOf([...ancestors, node])
       substituted(path, node.value)
       const expanded = expand(node.value, 0, env, 0)
       for (const problem of [...expanded.malformed, ...expanded.unset]) report(path, problem, node.range?.[0])
       const { text } = expanded
-      // A value that is nothing but one reference may stand for a number or a boolean (`port: ${PORT}`).
-      if (expanded.whole && /^-?\d+$/.test(text)) node.value = Number(text)
+      // A value that is nothing but one reference may stand for a number or a boolean (`port: ${PORT}`),
+      // except where only text goes (`password: ${REDIS_PASSWORD}`, a password of digits).
+      if (expanded.whole && takesOnlyText(path)) node.value = text
+      else if (expanded.whole && /^-?\d+$/.test(text)) node.value = Number(text)
       else if (expanded.whole && (text === 'true' || text === 'false')) node.value = text === 'true'
       else node.value = text
     },

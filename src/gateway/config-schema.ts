@@ -33,7 +33,9 @@ const kindOf = (value: unknown): string =>
 
 /** A password, a shared secret, an API key: its problems say what it should be, never what it is. */
 const secret = (mayBeEmpty: boolean) => {
-  const text = z.string({ error: (issue) => `expected a${mayBeEmpty ? '' : ' non-empty'} string, got ${kindOf(issue.input)}` })
+  // YAML reads `password: 12345` as a number.
+  const quoteIt = (input: unknown) => (typeof input === 'number' || typeof input === 'boolean' ? '; quote it, as text: "…"' : '')
+  const text = z.string({ error: (issue) => `expected a${mayBeEmpty ? '' : ' non-empty'} string, got ${kindOf(issue.input)}${quoteIt(issue.input)}` })
   return mayBeEmpty ? text : text.min(1, { error: 'expected a non-empty string' })
 }
 
@@ -527,6 +529,12 @@ function placesOfEveryField(): Map<string, string[]> {
   const policyPlaces = (places.get('policies') ?? []).map((place) => `${place}.policies`)
   for (const name of new Set(['algorithm', ...Object.values(POLICY_FIELDS).flat()])) places.set(name, [...(places.get(name) ?? []), ...policyPlaces])
   return places
+}
+
+/** Whether the value at `path` can only be text (a password, a header name): a reference there that reads as a number is text all the same. */
+export function takesOnlyText(path: readonly PropertyKey[]): boolean {
+  const schemas = schemasAt(configSchema, path)
+  return schemas.length > 0 && schemas.every((schema) => definitionOf(schema).type === 'string')
 }
 
 function definitionOf(schema: unknown): SchemaDefinition {

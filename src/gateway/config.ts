@@ -24,7 +24,7 @@ import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.t
 import { bareHost, compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
 import { partitionKeyProblem } from '../http/headers.ts'
 import { substituteEnv } from './config-env.ts'
-import { configSchema, defaultMessage, fieldsAt, placesOf, policyName, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
+import { configSchema, defaultMessage, fieldsAt, placesOf, policyName, takesOnlyText, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -259,7 +259,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   substituteEnv(doc, env, (path, message, offset) => {
     unset.add(formatPath(path))
     problems.push(`${formatPath(path)}: ${message} (line ${lineOf(offset) ?? '?'})`)
-  }, (path, raw) => written.set(formatPath(path), raw))
+  }, (path, raw) => written.set(formatPath(path), raw), takesOnlyText)
   const unreadable = shapeProblems(doc).map(({ problem, offset }) => `YAML: ${problem} (line ${lineOf(offset) ?? '?'})`)
   if (unreadable.length > 0) throw new ConfigError(file, unreadable)
   let data: unknown

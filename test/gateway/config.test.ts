@@ -306,10 +306,10 @@ identity:
     for (const secret of ['hunter2', '123456789', '987654321', '112233445566', '998877', 'sk_live']) assert.ok(!text.includes(secret), `${secret} quoted in:\n${text}`)
     // Each is still named, with what was expected.
     assert.ok(found.includes('store.url: expected a redis:// or rediss:// URL, got "http://***@127.0.0.1:6379" (line 3)'), text)
-    assert.ok(found.includes('store.password: expected a string, got a number (not shown: a secret) (line 3)'), text)
-    assert.ok(found.includes('store.sentinel.password: expected a string, got a number (not shown: a secret) (line 3)'), text)
-    assert.ok(found.includes('identity.jwt.secret: expected a non-empty string, got a number (not shown: a secret) (line 5)'), text)
-    assert.ok(found.includes('identity.apiKey.keys[1]: expected a non-empty string, got a number (not shown: a secret) (line 6)'), text)
+    assert.ok(found.includes('store.password: expected a string, got a number (not shown: a secret); quote it, as text: "…" (line 3)'), text)
+    assert.ok(found.includes('store.sentinel.password: expected a string, got a number (not shown: a secret); quote it, as text: "…" (line 3)'), text)
+    assert.ok(found.includes('identity.jwt.secret: expected a non-empty string, got a number (not shown: a secret); quote it, as text: "…" (line 5)'), text)
+    assert.ok(found.includes('identity.apiKey.keys[1]: expected a non-empty string, got a number (not shown: a secret); quote it, as text: "…" (line 6)'), text)
     assert.ok(found.some((p) => p.startsWith('routes[0].upstream: expected an http:// or https:// URL without query or credentials, got "http://***@127.0.0.1:9"')), text)
   })
 
@@ -796,6 +796,25 @@ identity:
       'server.listen: environment variable PORT is not set (line 3)',
       'identity.jwt.secret: environment variable JWT_SECRET is not set (line 5)',
       'routes[0].limits[0].policies.limit: must be a positive integer (got -5) (line 11)',
+    ])
+  })
+
+  it('keeps a reference that reads as a number as text where only text goes (a password of digits), and a number where a number goes', async () => {
+    const text = minimal('      - policies: { algorithm: fixed-window, limit: "\${LIMIT}", windowMs: 1000 }', `server:
+  listen: \${PORT}
+store:
+  type: redis
+  url: redis://127.0.0.1:6379
+  password: \${REDIS_PASSWORD}
+identity:
+  apiKey: { header: "\${KEY_HEADER}", keys: ["\${API_KEY}"] }`)
+    const config = await parseConfig(text, 't.yaml', { PORT: '7001', LIMIT: '5', REDIS_PASSWORD: '12345', KEY_HEADER: '1', API_KEY: '007' })
+    assert.equal(config.server.listen.port, 7001)
+    assert.equal((config.limitsResolved[0]?.policies.get('')?.[0] as { limit?: number } | undefined)?.limit, 5)
+    assert.deepEqual([config.store.type === 'redis' && config.store.password, config.identity.apiKey?.header, config.identity.apiKey?.keys], ['12345', '1', ['007']])
+    // Written as a number, it is one: said, with what to do, and not shown.
+    assert.deepEqual(await problems(text.replace('\${REDIS_PASSWORD}', '12345'), { PORT: '7001', LIMIT: '5', KEY_HEADER: 'x', API_KEY: 'k' }), [
+      'store.password: expected a string, got a number (not shown: a secret); quote it, as text: "…" (line 7)',
     ])
   })
 
