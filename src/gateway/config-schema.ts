@@ -33,9 +33,7 @@ const kindOf = (value: unknown): string =>
 
 /** A password, a shared secret, an API key: its problems say what it should be, never what it is. */
 const secret = (mayBeEmpty: boolean) => {
-  // YAML reads `password: 12345` as a number.
-  const quoteIt = (input: unknown) => (typeof input === 'number' || typeof input === 'boolean' ? '; quote it, as text: "…"' : '')
-  const text = z.string({ error: (issue) => `expected a${mayBeEmpty ? '' : ' non-empty'} string, got ${kindOf(issue.input)}${quoteIt(issue.input)}` })
+  const text = z.string({ error: (issue) => `expected a${mayBeEmpty ? '' : ' non-empty'} string, got ${kindOf(issue.input)}` })
   return mayBeEmpty ? text : text.min(1, { error: 'expected a non-empty string' })
 }
 
@@ -529,6 +527,14 @@ function placesOfEveryField(): Map<string, string[]> {
   const policyPlaces = (places.get('policies') ?? []).map((place) => `${place}.policies`)
   for (const name of new Set(['algorithm', ...Object.values(POLICY_FIELDS).flat()])) places.set(name, [...(places.get(name) ?? []), ...policyPlaces])
   return places
+}
+
+/** For a number or true/false where text goes (`name: 2024`, `password: 12345`: YAML reads them so), to quote it. */
+export function quoteHint(path: readonly PropertyKey[], input: unknown): string | undefined {
+  if (typeof input !== 'number' && typeof input !== 'boolean') return undefined
+  const types = schemasAt(configSchema, path).map((schema) => definitionOf(schema).type)
+  if (!types.includes('string') || types.includes('number') || types.includes('boolean')) return undefined
+  return `quote it, as text ("…"): YAML reads it as a ${typeof input}`
 }
 
 /** Whether the value at `path` can only be text (a password, a header name): a reference there that reads as a number is text all the same. */

@@ -24,7 +24,7 @@ import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.t
 import { bareHost, compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
 import { partitionKeyProblem } from '../http/headers.ts'
 import { substituteEnv } from './config-env.ts'
-import { configSchema, defaultMessage, fieldsAt, placesOf, policyName, takesOnlyText, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
+import { configSchema, defaultMessage, fieldsAt, placesOf, policyName, quoteHint, takesOnlyText, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -290,7 +290,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
         }
       } else if (!unset.has(formatPath(issue.path))) {
         // A value that is one of the choices misspelt (`draft10`, `queued`, `inflight`): say which.
-        const hint = typeof issue.input === 'string' ? didYouMean(issue.input, choicesOf(issue)) : undefined
+        const hint = typeof issue.input === 'string' ? didYouMean(issue.input, choicesOf(issue)) : quoteHint(issue.path, issue.input)
         report(issue.path, withHint(issue.message, hint))
       }
     }

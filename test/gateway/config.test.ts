@@ -306,10 +306,10 @@ identity:
     for (const secret of ['hunter2', '123456789', '987654321', '112233445566', '998877', 'sk_live']) assert.ok(!text.includes(secret), `${secret} quoted in:\n${text}`)
     // Each is still named, with what was expected.
     assert.ok(found.includes('store.url: expected a redis:// or rediss:// URL, got "http://***@127.0.0.1:6379" (line 3)'), text)
-    assert.ok(found.includes('store.password: expected a string, got a number (not shown: a secret); quote it, as text: "…" (line 3)'), text)
-    assert.ok(found.includes('store.sentinel.password: expected a string, got a number (not shown: a secret); quote it, as text: "…" (line 3)'), text)
-    assert.ok(found.includes('identity.jwt.secret: expected a non-empty string, got a number (not shown: a secret); quote it, as text: "…" (line 5)'), text)
-    assert.ok(found.includes('identity.apiKey.keys[1]: expected a non-empty string, got a number (not shown: a secret); quote it, as text: "…" (line 6)'), text)
+    assert.ok(found.includes('store.password: expected a string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 3)'), text)
+    assert.ok(found.includes('store.sentinel.password: expected a string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 3)'), text)
+    assert.ok(found.includes('identity.jwt.secret: expected a non-empty string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 5)'), text)
+    assert.ok(found.includes('identity.apiKey.keys[1]: expected a non-empty string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 6)'), text)
     assert.ok(found.some((p) => p.startsWith('routes[0].upstream: expected an http:// or https:// URL without query or credentials, got "http://***@127.0.0.1:9"')), text)
   })
 
@@ -812,9 +812,14 @@ identity:
     assert.equal(config.server.listen.port, 7001)
     assert.equal((config.limitsResolved[0]?.policies.get('')?.[0] as { limit?: number } | undefined)?.limit, 5)
     assert.deepEqual([config.store.type === 'redis' && config.store.password, config.identity.apiKey?.header, config.identity.apiKey?.keys], ['12345', '1', ['007']])
+    // A name or a host YAML reads as a number is said to be one, with what to do.
+    assert.deepEqual(await problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }').replace('name: api', 'name: 2024\n    match: { host: 1.5 }')), [
+      'routes[0].name: expected a name, got 2024; quote it, as text ("…"): YAML reads it as a number (line 4)',
+      'routes[0].match.host: expected a string or a list of strings, got 1.5; quote it, as text ("…"): YAML reads it as a number (line 5)',
+    ])
     // Written as a number, it is one: said, with what to do, and not shown.
     assert.deepEqual(await problems(text.replace('\${REDIS_PASSWORD}', '12345'), { PORT: '7001', LIMIT: '5', KEY_HEADER: 'x', API_KEY: 'k' }), [
-      'store.password: expected a string, got a number (not shown: a secret); quote it, as text: "…" (line 7)',
+      'store.password: expected a string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 7)',
     ])
   })
 
