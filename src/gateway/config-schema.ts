@@ -8,7 +8,7 @@
 import { z } from 'zod'
 import safeRegex from 'safe-regex2'
 import { maskCredentials, PolicyError } from '../core/errors.ts'
-import { OPTIONAL_POLICY_FIELDS, POLICY_FIELDS, resolvePolicy } from '../core/policy.ts'
+import { OPTIONAL_POLICY_FIELDS, POLICY_FIELD_NAMES, POLICY_FIELDS, resolvePolicy } from '../core/policy.ts'
 import { TOKEN } from '../http/match.ts'
 import { redisUrlProblem } from '../stores/redis/url.ts'
 
@@ -525,7 +525,7 @@ function placesOfEveryField(): Map<string, string[]> {
   walk(configSchema, '', [])
   // A policy is checked as the engine checks it, not by the schema: its fields are those of `policies`.
   const policyPlaces = (places.get('policies') ?? []).map((place) => `${place}.policies`)
-  for (const name of new Set(['algorithm', ...Object.values(POLICY_FIELDS).flat()])) places.set(name, [...(places.get(name) ?? []), ...policyPlaces])
+  for (const name of POLICY_FIELD_NAMES) places.set(name, [...(places.get(name) ?? []), ...policyPlaces])
   return places
 }
 

@@ -276,20 +276,6 @@ const MAX_GIVEN_POLICY_SETS = 10_000
 const MAX_POLICY_NAMES = 100_000
 const RULE_OPTIONS = new Set(['name', 'match', 'policies', 'tiers', 'key', 'cost', 'shadow', 'action', 'maxWaitMs', 'count'])
 const MATCH_FIELDS = ['path', 'method', 'host', 'exclude']
-/**
- * For options written as express-rate-limit's (`windowMs`, `limit` or `max`)
- * or @fastify/rate-limit's (`max`, `timeWindow`): the rule that says the same
- * (both count in fixed windows).
- */
-function peerOptionsHint(given: Record<string, unknown>): string | undefined {
-  const fastify = 'timeWindow' in given
-  if (!fastify && !('windowMs' in given) && !('max' in given) && !('limit' in given)) return undefined
-  const number = (value: unknown): string | undefined => (typeof value === 'number' && Number.isFinite(value) ? String(value) : undefined)
-  const limit = number(given.limit) ?? number(given.max) ?? '100'
-  const windowMs = number(given.windowMs) ?? number(given.timeWindow) ?? '60_000'
-  return `${fastify ? "@fastify/rate-limit's" : "express-rate-limit's"} options: here a limit is a rule, as in rules: [{ policies: { algorithm: 'fixed-window', limit: ${limit}, windowMs: ${windowMs} } }]`
-}
-
 /** Where the options of other things, given to the middleware or to a rule, go. */
 const NOT_RATE_LIMIT_OPTIONS = elsewhere(
   [POLICY_FIELD_NAMES, "a policy's field: rules: [{ policies: { algorithm, limit, windowMs } }]"],
@@ -303,6 +289,20 @@ const NOT_RULE_OPTIONS = elsewhere(
   [MATCH_FIELDS, 'a match option: match: { path, method, host, exclude }'],
 )
 const TIERS_OPTIONS = new Set(['of', 'policies', 'default'])
+
+/**
+ * For options written as express-rate-limit's (`windowMs`, `limit` or `max`)
+ * or @fastify/rate-limit's (`max`, `timeWindow`): the rule that says the same
+ * (both count in fixed windows).
+ */
+function peerOptionsHint(given: Record<string, unknown>): string | undefined {
+  const fastify = 'timeWindow' in given
+  if (!fastify && !('windowMs' in given) && !('max' in given) && !('limit' in given)) return undefined
+  const number = (value: unknown): string | undefined => (typeof value === 'number' && Number.isFinite(value) ? String(value) : undefined)
+  const limit = number(given.limit) ?? number(given.max) ?? '100'
+  const windowMs = number(given.windowMs) ?? number(given.timeWindow) ?? '60_000'
+  return `${fastify ? "@fastify/rate-limit's" : "express-rate-limit's"} options: here a limit is a rule, as in rules: [{ policies: { algorithm: 'fixed-window', limit: ${limit}, windowMs: ${windowMs} } }]`
+}
 
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
 export function createRateLimitHandler(options: RateLimitOptions): (request: HttpRequest) => Promise<HttpOutcome> {

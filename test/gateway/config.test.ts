@@ -800,7 +800,7 @@ identity:
   })
 
   it('keeps a reference that reads as a number as text where only text goes (a password of digits), and a number where a number goes', async () => {
-    const text = minimal('      - policies: { algorithm: fixed-window, limit: "\${LIMIT}", windowMs: 1000 }', `server:
+    const text = minimal('      - policies: { algorithm: fixed-window, limit: "${LIMIT}", windowMs: 1000 }', `server:
   listen: \${PORT}
 store:
   type: redis
@@ -818,7 +818,7 @@ identity:
       'routes[0].match.host: expected a string or a list of strings, got 1.5; quote it, as text ("…"): YAML reads it as a number (line 5)',
     ])
     // Written as a number, it is one: said, with what to do, and not shown.
-    assert.deepEqual(await problems(text.replace('\${REDIS_PASSWORD}', '12345'), { PORT: '7001', LIMIT: '5', KEY_HEADER: 'x', API_KEY: 'k' }), [
+    assert.deepEqual(await problems(text.replace('${REDIS_PASSWORD}', '12345'), { PORT: '7001', LIMIT: '5', KEY_HEADER: 'x', API_KEY: 'k' }), [
       'store.password: expected a string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 7)',
     ])
   })
