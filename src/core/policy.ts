@@ -178,6 +178,15 @@ export function checkMaxWait(maxWaitMs: unknown, policies: readonly ResolvedPoli
   return Math.floor(maxWaitMs)
 }
 
+/** "500ms", "10s", "1m", "1.5h" or "250" (ms) to milliseconds; undefined for anything else, or for none. */
+export function parseDuration(text: string): number | undefined {
+  const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$/.exec(text.trim())
+  if (match === null) return undefined
+  const scale = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[match[2] as 'ms' | 's' | 'm' | 'h' ?? 'ms']
+  const ms = Math.round(Number(match[1]) * scale)
+  return ms > 0 && Number.isSafeInteger(ms) ? ms : undefined
+}
+
 /** "60000" -> "1m", "1500" -> "1500ms": the largest unit that divides exactly. */
 export function formatDuration(ms: number): string {
   const units: Array<[string, number]> = [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]]
@@ -207,11 +216,18 @@ function positiveInteger(raw: Record<string, unknown>, field: string, policy: st
   const value = raw[field]
   if (value === undefined) throw new PolicyError(field, value, 'is required', policy)
   if (typeof value !== 'number' || !Number.isFinite(value)) {
-    throw new PolicyError(field, value, 'must be a finite number', policy)
+    throw new PolicyError(field, value, 'must be a finite number', policy, typeof value === 'string' ? numberHint(field, value) : undefined)
   }
   if (!Number.isInteger(value) || value < 1) throw new PolicyError(field, value, 'must be a positive integer', policy)
   if (value > MAX_EXACT) throw new PolicyError(field, value, `must be at most ${MAX_EXACT}`, policy)
   return value
+}
+
+/** For a number written as text: the number (`"5"` is 5), or a duration in milliseconds (`windowMs: 1m` is 60000). */
+export function numberHint(field: string, text: string): string | undefined {
+  if (/^\s*\d+\s*$/.test(text)) return `write it as a number, without quotes: ${Number(text)}`
+  const ms = field.endsWith('Ms') && /[a-z]\s*$/.test(text) ? parseDuration(text) : undefined
+  return ms === undefined ? undefined : `${field} is in milliseconds: ${ms} for ${text.trim()}`
 }
 
 function oneOf<T extends string>(

@@ -21,7 +21,8 @@ export function didYouMean(name: string, known: Iterable<string>): string | unde
   let tied = false
   for (const candidate of known) {
     const other = fold(candidate)
-    const distance = other === folded || pluralOf(other) === folded || pluralOf(folded) === other ? 0
+    // `window` for `windowMs`, `storeTimeout` for `storeTimeoutMs`: the name without its unit.
+    const distance = other === folded || other === `${folded}ms` || pluralOf(other) === folded || pluralOf(folded) === other ? 0
       // One word of several is the other name (`fail-open` for `open`, `burst` for `boundary-burst`):
       // after a slip of one letter (`check-confg` is `check-config`, not `check`), before two.
       : sharesWord(name, candidate) ? 1.5

@@ -17,7 +17,7 @@ import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../cor
 import { readFileBounded } from '../core/files.ts'
 import { didYouMean, withHint } from '../core/suggest.ts'
 import { letIoIn } from '../core/turn.ts'
-import { limitOf, resolvePolicies, resolvePolicy } from '../core/policy.ts'
+import { limitOf, numberHint, resolvePolicies, resolvePolicy } from '../core/policy.ts'
 import type { Policy, ResolvedPolicy } from '../core/types.ts'
 import { clientIpResolver, everyAddressWarning, type ClientIpOptions } from '../http/client-ip.ts'
 import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.ts'
@@ -290,7 +290,8 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
         }
       } else if (!unset.has(formatPath(issue.path))) {
         // A value that is one of the choices misspelt (`draft10`, `queued`, `inflight`): say which.
-        const hint = typeof issue.input === 'string' ? didYouMean(issue.input, choicesOf(issue)) : quoteHint(issue.path, issue.input)
+        const field = String(issue.path.at(-1) ?? '')
+        const hint = typeof issue.input === 'string' ? didYouMean(issue.input, choicesOf(issue)) ?? (takesOnlyText(issue.path) ? undefined : numberHint(field, issue.input)) : quoteHint(issue.path, issue.input)
         report(issue.path, withHint(issue.message, hint))
       }
     }

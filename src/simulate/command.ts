@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util'
 import { commandLineProblem, SluiceError } from '../core/errors.ts'
 import { FileTooLargeError, readFileBounded } from '../core/files.ts'
 import { didYouMean, withHint } from '../core/suggest.ts'
+import { parseDuration } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { timelineSvg } from './chart.ts'
 import { htmlReport, textSummary } from './report.ts'
@@ -54,14 +55,6 @@ export function defaultPolicies(limit: number, windowMs: number): Policy[] {
     { algorithm: 'token-bucket', name: 'token-bucket', capacity: limit, refillTokens: limit, refillIntervalMs: windowMs },
     { algorithm: 'leaky-bucket', name: 'leaky-bucket', capacity: limit, leakTokens: limit, leakIntervalMs: windowMs },
   ]
-}
-
-export function parseDuration(text: string): number | undefined {
-  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim())
-  if (match === null) return undefined
-  const scale = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[match[2] as 'ms' | 's' | 'm' | 'h' ?? 'ms']
-  const ms = Math.round(Number(match[1]) * scale)
-  return ms > 0 && Number.isSafeInteger(ms) ? ms : undefined
 }
 
 export function simulateCommand(args: readonly string[], out: Out, err: Out): number {

@@ -20,7 +20,11 @@ describe('policy validation', () => {
     policyError({ algorithm: 'sliding-log', limit: Number.NaN, windowMs: 1000 }, 'limit', /finite number \(got NaN\)/)
     policyError({ algorithm: 'sliding-window', limit: 5, windowMs: Infinity }, 'windowMs', /finite number \(got Infinity\)/)
     policyError({ algorithm: 'token-bucket', capacity: 1.5, refillTokens: 1, refillIntervalMs: 1 }, 'capacity', /positive integer \(got 1.5\)/)
-    policyError({ algorithm: 'token-bucket', capacity: '10', refillTokens: 1, refillIntervalMs: 1 }, 'capacity', /got "10"/)
+    policyError({ algorithm: 'token-bucket', capacity: '10', refillTokens: 1, refillIntervalMs: 1 }, 'capacity', /got "10"\); write it as a number, without quotes: 10$/)
+    // A duration where milliseconds go (as YAML users write a window) says how many.
+    policyError({ algorithm: 'fixed-window', limit: 10, windowMs: '1m' }, 'windowMs', /finite number \(got "1m"\); windowMs is in milliseconds: 60000 for 1m$/)
+    policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: '1.5s' }, 'refillIntervalMs', /; refillIntervalMs is in milliseconds: 1500 for 1\.5s$/)
+    policyError({ algorithm: 'fixed-window', limit: '1m', windowMs: 1000 }, 'limit', /finite number \(got "1m"\)$/)
     policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1 }, 'refillIntervalMs', /refillIntervalMs is required$/)
     policyError({ algorithm: 'leaky-bucket', capacity: 10, leakTokens: 1, leakIntervalMs: 0 }, 'leakIntervalMs', /got 0/)
     policyError({ algorithm: 'leaky-bucket', capacity: 10, leakTokens: 1, leakIntervalMs: 10, mode: 'queue' }, 'mode', /police, shape/)

@@ -39,6 +39,9 @@ describe('did you mean', () => {
     assert.throws(() => resolvePolicy({ algorithm: 'token_bucket', capacity: 5 }), /algorithm must be one of .* \(got "token_bucket"\); did you mean "token-bucket"\?$/)
     assert.throws(() => resolvePolicy({ algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000, refill: 'Greedy' }), /refill must be one of greedy, interval \(got "Greedy"\); did you mean "greedy"\?$/)
     assert.throws(() => new Limiter({ policies, zzz: 1 } as never), (error: Error) => !error.message.includes('did you mean'))
+    // A name without its unit is the name with it.
+    assert.throws(() => resolvePolicy({ algorithm: 'fixed-window', limit: 5, window: 1000 }), /; did you mean "windowMs"\?$/)
+    assert.throws(() => new Limiter({ policies, storeTimeout: 50 } as never), /; did you mean "storeTimeoutMs"\?$/)
   })
 
   it('ends the errors of a Limiter given another thing\'s option with where it goes', () => {

@@ -817,6 +817,11 @@ identity:
       'routes[0].name: expected a name, got 2024; quote it, as text ("…"): YAML reads it as a number (line 4)',
       'routes[0].match.host: expected a string or a list of strings, got 1.5; quote it, as text ("…"): YAML reads it as a number (line 5)',
     ])
+    // A duration or a number written as text where milliseconds go says what to write.
+    assert.deepEqual(await problems(minimal('      - replenishRate: "5"\n        burstCapacity: 10', 'server:\n  timeouts: { upstreamMs: 5s }')), [
+      'server.timeouts.upstreamMs: expected a positive number of milliseconds, got "5s"; upstreamMs is in milliseconds: 5000 for 5s (line 3)',
+      'routes[0].limits[0].replenishRate: expected a positive integer, got "5"; write it as a number, without quotes: 5 (line 8)',
+    ])
     // Written as a number, it is one: said, with what to do, and not shown.
     assert.deepEqual(await problems(text.replace('${REDIS_PASSWORD}', '12345'), { PORT: '7001', LIMIT: '5', KEY_HEADER: 'x', API_KEY: 'k' }), [
       'store.password: expected a string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 7)',
