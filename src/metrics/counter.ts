@@ -15,14 +15,23 @@ import { escapeLabelValue, registerOwnMetric, valueText, type OwnMetric, type Ow
 export class TwoLabelCounts<Second extends string | number> {
   private readonly counts = new Map<string, Map<Second, number[]>>()
 
-  constructor(private readonly slots: number) {}
+  /**
+   * `bound`: at most this many second values under one first value, those past
+   * it counted together under `bound.overflow`, so that values a program makes
+   * (a policy named per customer) cannot grow the series without end.
+   */
+  constructor(private readonly slots: number, private readonly bound?: { most: number; overflow: Second }) {}
 
   /** The counts of `first` and `second`, one per slot, to add to. */
   of(first: string, second: Second): number[] {
     let inner = this.counts.get(first)
     if (inner === undefined) this.counts.set(first, (inner = new Map()))
     let counts = inner.get(second)
-    if (counts === undefined) inner.set(second, (counts = new Array<number>(this.slots).fill(0)))
+    if (counts === undefined) {
+      const bound = this.bound
+      if (bound !== undefined && inner.size >= bound.most && second !== bound.overflow) return this.of(first, bound.overflow)
+      inner.set(second, (counts = new Array<number>(this.slots).fill(0)))
+    }
     return counts
   }
 

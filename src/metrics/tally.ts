@@ -12,6 +12,14 @@ export const OUTCOMES: readonly DecisionOutcome[] = ['allowed', 'limited', 'shad
 /** In a subject and policy's counts, the slot after the outcomes': allowed decisions near the limit. */
 export const NEAR_LIMIT = OUTCOMES.length
 
+/**
+ * Policies counted by name under one route or rule; decisions binding on
+ * others (a policies function that names one per customer, against the
+ * README's advice) are counted under the policy `*`.
+ */
+export const MAX_POLICIES_PER_SUBJECT = 1000
+export const OTHER_POLICIES = '*'
+
 /** A decision is near its limit when less than this share of the binding policy is left. */
 export const NEAR_LIMIT_SHARE = 0.2
 
@@ -40,7 +48,7 @@ function outcomeOf(decision: Decision, shadow: boolean): DecisionOutcome {
 
 export class DecisionTally {
   /** Decisions by subject and policy: a count per outcome (in OUTCOMES' order), then the near-limit count. */
-  readonly counts = new TwoLabelCounts<string>(OUTCOMES.length + 1)
+  readonly counts = new TwoLabelCounts<string>(OUTCOMES.length + 1, { most: MAX_POLICIES_PER_SUBJECT, overflow: OTHER_POLICIES })
   /** Whether the latest decision was degraded: a fallback gauge reads it when collected, not per decision. */
   lastDegraded = false
   /** Refunds the store did not take, owed by the limiters observed (a reloaded config's too) and not yet given or dropped. */

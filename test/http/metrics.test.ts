@@ -89,6 +89,28 @@ describe('sluice/metrics: the middleware counts its decisions in the application
     }
   })
 
+  it('labels a rule\'s first 1,000 binding policies by name and the rest as policy="*": a policy named per customer adds no series past them', async () => {
+    const registry = new Registry()
+    const server = await nodeServer({
+      rules: [{ name: 'contract', key: (request) => request.header('x-customer'), policies: (request) => ({ algorithm: 'fixed-window', limit: 10, windowMs: 60_000, name: `contract-${request.header('x-customer')}` }) }],
+      ...rateLimitMetrics({ registry }),
+      onWarning: () => {},
+    })
+    try {
+      for (let customer = 0; customer < 1005; customer++) {
+        assert.equal((await fetch(`${server.url}/api/x`, { headers: { 'x-customer': String(customer) } })).status, 200)
+      }
+      const metrics = (await scrape(registry)).families.get('sluice_decisions_total')?.metrics ?? []
+      const policies = new Set(metrics.map((m) => m.labels?.policy))
+      assert.equal(policies.size, 1001)
+      assert.ok(policies.has('contract-999') && !policies.has('contract-1000'))
+      assert.equal(sample(await scrape(registry), 'sluice_decisions_total', { rule: 'contract', policy: '*', outcome: 'allowed' }), 5)
+      assert.equal(sample(await scrape(registry), 'sluice_decisions_total', { rule: 'contract' }), 1005)
+    } finally {
+      await server.close()
+    }
+  })
+
   it('after registry.clear() (as test suites do between tests), a new call makes the metrics again', async () => {
     const registry = new Registry()
     const first = rateLimitMetrics({ registry })
