@@ -581,6 +581,13 @@ describe('HTTP configuration', () => {
     assert.throws(() => withNodeRateLimit(new IncomingMessage(new Socket()) as never, new ServerResponse(new IncomingMessage(new Socket())) as never), /listener must be a function .*\(got an object\); withRateLimit wraps a listener: createServer\(withRateLimit\(listener, \{ rules \}\)\)$/)
     assert.throws(() => withFetchRateLimit({ rules: [{ policies }] } as never, { rules: [{ policies }] }), /handler must be a function \(request\) => Response \(got an object\); withRateLimit wraps a handler/)
     assert.throws(() => withFetchRateLimit(() => new Response('ok'), { rules: [{ policies }] }, '127.0.0.1' as never), /remoteAddress must be a function .*\(got "127\.0\.0\.1"\)$/)
+    // A remoteAddress function giving something else than an address fails the request naming it (not a TypeError from inside).
+    const byAddress = (address: unknown) => withFetchRateLimit(() => new Response('ok'), { rules: [{ policies }] }, () => address as string)
+    await assert.rejects(byAddress({ address: '127.0.0.1', family: 'IPv4', port: 5000 })(new Request('http://x.test/')), /^ArgumentError: remoteAddress must be the client's address, a string \(or undefined when unknown\) \(got an object\); this is an address object \(Bun's requestIP gives one\): pass its address, server\.requestIP\(request\)\?\.address$/)
+    await assert.rejects(byAddress(Promise.resolve('127.0.0.1'))(new Request('http://x.test/')), /\(got a promise\); it must be known when the request is, not later$/)
+    await assert.rejects(byAddress(42)(new Request('http://x.test/')), /\(got 42\)$/)
+    // null (Bun's requestIP when it cannot tell) is no address, as undefined is.
+    assert.equal((await byAddress(null)(new Request('http://x.test/'))).status, 200)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], skipPaths: ['/x'] } as never), /skipPaths is not a rate-limit option/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { paths: '/x' } } as never] }), /paths is not a match option/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: { path: 'api/**' } }] }), /must be path patterns starting with "\/"/)

@@ -5,11 +5,20 @@
  */
 import { createRateLimitHandler, recordDecision, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { ArgumentError } from '../../core/errors.ts'
+import { isPromise } from '../../core/callbacks.ts'
 import { readThrough } from '../../core/streams.ts'
 import { normalizePath } from '../path.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
-export function fetchRequest(request: Request, remoteAddress: string | undefined): HttpRequest {
+export function fetchRequest(request: Request, remoteAddress: string | null | undefined): HttpRequest {
+  if (remoteAddress !== undefined && remoteAddress !== null && typeof remoteAddress !== 'string') {
+    // What a remoteAddress function of the caller's gave: a runtime's info object, say, rather than its address.
+    const address = (remoteAddress as { address?: unknown }).address
+    const hint = isPromise(remoteAddress) ? 'it must be known when the request is, not later'
+      : typeof address === 'string' ? 'this is an address object (Bun\'s requestIP gives one): pass its address, server.requestIP(request)?.address'
+        : undefined
+    throw new ArgumentError('remoteAddress', remoteAddress, "must be the client's address, a string (or undefined when unknown)", hint)
+  }
   const url = new URL(request.url)
   const host = request.headers.get('host') ?? url.host
   return {
@@ -21,7 +30,7 @@ export function fetchRequest(request: Request, remoteAddress: string | undefined
     ...(url.host !== host ? { hostAsUrl: url.host } : {}),
     query: url.search === '' ? undefined : url.search,
     header: (name) => request.headers.get(name) ?? undefined,
-    remoteAddress,
+    remoteAddress: remoteAddress ?? undefined,
   }
 }
 
@@ -32,7 +41,7 @@ export interface FetchRateLimiter {
    * its body is sent (or its client has left) when a rule counts only some
    * responses or requests in progress (`count`).
    */
-  check(request: Request, remoteAddress?: string): Promise<{ response: Response | undefined; headers: Headers; settle?: (status: number) => void }>
+  check(request: Request, remoteAddress?: string | null): Promise<{ response: Response | undefined; headers: Headers; settle?: (status: number) => void }>
 }
 
 export function rateLimitFetch(options: RateLimitOptions): FetchRateLimiter {
@@ -66,7 +75,7 @@ export function rateLimitFetch(options: RateLimitOptions): FetchRateLimiter {
 export function withRateLimit<Rest extends unknown[]>(
   handler: (request: Request, ...rest: Rest) => Response | Promise<Response>,
   options: RateLimitOptions,
-  remoteAddress: (request: Request, ...rest: Rest) => string | undefined = () => undefined,
+  remoteAddress: (request: Request, ...rest: Rest) => string | null | undefined = () => undefined,
 ): (request: Request, ...rest: Rest) => Promise<Response> {
   if (typeof handler !== 'function') {
     throw new ArgumentError('handler', handler, 'must be a function (request) => Response', 'withRateLimit wraps a handler: withRateLimit(handler, { rules }, remoteAddress)')
