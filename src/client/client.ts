@@ -12,7 +12,7 @@ import { EventEmitter } from 'node:events'
 import type { Dispatcher } from 'undici'
 import { ArgumentError, inContext, PolicyError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
 import { checkOptions, rejectUnknown } from '../core/options.ts'
-import { MAX_WAIT_MS, RESERVABLE } from '../core/policy.ts'
+import { MAX_WAIT_MS, numberHint, RESERVABLE } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
 import { checkPrefix, checkStore, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver } from '../limiter/limiter.ts'
 import { StoreCallFailures, type StoreCallFailure } from '../limiter/store-failures.ts'
@@ -833,7 +833,7 @@ function functionOr<T>(name: string, value: T | undefined, fallback: T): T {
 
 /** Milliseconds: a non-negative number, Infinity allowed. */
 function waitBudget(name: string, value: unknown): number {
-  if (typeof value !== 'number' || Number.isNaN(value) || value < 0) throw new ArgumentError(name, value, 'must be a number of milliseconds, 0 or more')
+  if (typeof value !== 'number' || Number.isNaN(value) || value < 0) throw new ArgumentError(name, value, 'must be a number of milliseconds, 0 or more', typeof value === 'string' ? numberHint(name, value) : undefined)
   return value
 }
 

@@ -159,7 +159,7 @@ export function checkCost(cost: unknown, policies: readonly ResolvedPolicy[]): n
 /** Checks `maxWaitMs` and that every policy can reserve when it is above 0. */
 export function checkMaxWait(maxWaitMs: unknown, policies: readonly ResolvedPolicy[]): number {
   if (typeof maxWaitMs !== 'number' || !Number.isFinite(maxWaitMs) || maxWaitMs < 0 || maxWaitMs > MAX_WAIT_MS) {
-    throw new ArgumentError('maxWaitMs', maxWaitMs, `must be a number of milliseconds from 0 to ${MAX_WAIT_MS}`)
+    throw new ArgumentError('maxWaitMs', maxWaitMs, `must be a number of milliseconds from 0 to ${MAX_WAIT_MS}`, typeof maxWaitMs === 'string' ? numberHint('maxWaitMs', maxWaitMs) : undefined)
   }
   if (maxWaitMs > 0) {
     for (const policy of policies) {

@@ -8,7 +8,7 @@ import { monotonicClock, readClock, type Clock } from '../core/clock.ts'
 import { observing, warningTo } from '../core/callbacks.ts'
 import { ArgumentError, asError, messageOf, SluiceError, StoreNotAppliedError } from '../core/errors.ts'
 import { checkChoice, checkOptions, elsewhere, rejectUnknown } from '../core/options.ts'
-import { checkCost, checkMaxWait, limitOf, POLICY_FIELD_NAMES, resolvePolicies } from '../core/policy.ts'
+import { checkCost, checkMaxWait, limitOf, numberHint, POLICY_FIELD_NAMES, resolvePolicies } from '../core/policy.ts'
 import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/types.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import { isRedisClient } from '../stores/redis/detect.ts'
@@ -890,7 +890,7 @@ export function normalizeKey(key: unknown): string {
 function positiveNumber(name: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback
   if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value > 2 ** 31 - 1) {
-    throw new ArgumentError(name, value, 'must be a positive number of milliseconds')
+    throw new ArgumentError(name, value, 'must be a positive number of milliseconds', typeof value === 'string' ? numberHint(name, value) : undefined)
   }
   return value
 }

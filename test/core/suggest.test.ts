@@ -39,6 +39,9 @@ describe('did you mean', () => {
     assert.throws(() => resolvePolicy({ algorithm: 'token_bucket', capacity: 5 }), /algorithm must be one of .* \(got "token_bucket"\); did you mean "token-bucket"\?$/)
     assert.throws(() => resolvePolicy({ algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000, refill: 'Greedy' }), /refill must be one of greedy, interval \(got "Greedy"\); did you mean "greedy"\?$/)
     assert.throws(() => new Limiter({ policies, zzz: 1 } as never), (error: Error) => !error.message.includes('did you mean'))
+    // Milliseconds written as a duration or as text say what to write.
+    assert.throws(() => new Limiter({ policies, storeTimeoutMs: '200ms' } as never), /\(got "200ms"\); storeTimeoutMs is in milliseconds: 200 for 200ms$/)
+    assert.throws(() => new Limiter({ policies: { algorithm: 'token-bucket', capacity: 5, refillTokens: 1, refillIntervalMs: 1000 } }).limitSync('k', { maxWaitMs: '2s' } as never), /\(got "2s"\); maxWaitMs is in milliseconds: 2000 for 2s$/)
     // A name without its unit is the name with it.
     assert.throws(() => resolvePolicy({ algorithm: 'fixed-window', limit: 5, window: 1000 }), /; did you mean "windowMs"\?$/)
     assert.throws(() => new Limiter({ policies, storeTimeout: 50 } as never), /; did you mean "storeTimeoutMs"\?$/)
