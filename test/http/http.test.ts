@@ -18,6 +18,7 @@ import { startRedis, type RedisServer } from '../support/redis.ts'
 import { partitionable } from '../support/partition.ts'
 import { expressServer, fastifyServer, fetchServer, koaServer, nodeServer, type StartServer } from './servers.ts'
 import { processWarningsDuring } from '../helpers.ts'
+import express from 'express'
 
 const MINUTE = 60_000
 const fixedClock = () => 30_000 // 30 s into the first minute: reset headers say t=30
@@ -561,6 +562,32 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
     })
   })
 }
+
+describe('Express apps that trust a proxy', () => {
+  it("are told, at their first request, that sluice trusts none until its clientIp says so, with the option that says the same as 'trust proxy'", async () => {
+    const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: MINUTE }
+    const warningsOf = async (trust: unknown, clientIp?: RateLimitOptions['clientIp']) => {
+      const warnings: string[] = []
+      const app = express()
+      app.set('trust proxy', trust)
+      app.use(rateLimit({ rules: [{ policies }], onWarning: (message) => warnings.push(message), ...(clientIp !== undefined ? { clientIp } : {}) }))
+      app.get('/', (_req, res) => { res.send('ok') })
+      const server = app.listen(0, '127.0.0.1')
+      await new Promise((resolve) => server.once('listening', resolve))
+      try {
+        for (let i = 0; i < 2; i++) assert.equal((await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`)).status, 200)
+      } finally {
+        await new Promise((resolve) => server.close(resolve))
+      }
+      return warnings
+    }
+    assert.deepEqual(await warningsOf(1), ["sluice: this Express app trusts a proxy ('trust proxy' is 1), but sluice reads the client address by its own clientIp option, which trusts none: every client behind the proxy shares the proxy's quota. Give sluice the same: clientIp: { trustProxy: 1 }"])
+    assert.match((await warningsOf('loopback, 10.0.0.0/8'))[0] ?? '', /Give sluice the same: clientIp: \{ trustProxy: \["127\.0\.0\.0\/8","::1\/128","10\.0\.0\.0\/8"\] \}$/)
+    assert.match((await warningsOf(true))[0] ?? '', /\('trust proxy' is true\).*Express's true trusts every address/)
+    assert.deepEqual(await warningsOf(false), [])
+    assert.deepEqual(await warningsOf(1, { trustProxy: 1 }), [])
+  })
+})
 
 describe('HTTP configuration', () => {
   it('refuses at start-up what cannot work, naming it', async () => {
