@@ -170,3 +170,28 @@ function parseRange(cidr: string): [Address, number] {
   }
   return range
 }
+
+/** proxy-addr's names for ranges (Express's and Fastify's trust settings), as CIDRs. */
+const NAMED_RANGES: Readonly<Record<string, readonly string[]>> = {
+  loopback: ['127.0.0.0/8', '::1/128'],
+  linklocal: ['169.254.0.0/16', 'fe80::/10'],
+  uniquelocal: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', 'fc00::/7'],
+}
+
+/**
+ * For a framework app that trusts a proxy while sluice trusts none (the
+ * peers' most reported trap, the other way round): what that means, and the
+ * clientIp option that says the same. `setting` is the app's (`'trust proxy'`,
+ * `trustProxy`, `app.proxy`); undefined when it trusts no proxy.
+ */
+export function proxyTrustAdvice(app: string, settingName: string, setting: unknown): string | undefined {
+  if (setting === undefined || setting === null || setting === false || setting === 0) return undefined
+  let same: string
+  if (typeof setting === 'number') same = `clientIp: { trustProxy: ${setting} }`
+  else if (typeof setting === 'string' || Array.isArray(setting)) {
+    const entries = (Array.isArray(setting) ? setting : setting.split(',')).map((entry) => String(entry).trim()).filter((entry) => entry !== '')
+    same = `clientIp: { trustProxy: ${JSON.stringify(entries.flatMap((entry) => NAMED_RANGES[entry] ?? [entry]))} }`
+  } else same = `clientIp: { trustProxy } with the proxies' addresses, or their number (${setting === true ? 'true trusts every address, so any client could name its own' : 'a function of yours cannot be read'})`
+  const shown = typeof setting === 'function' ? 'a function' : JSON.stringify(setting)
+  return `sluice: this ${app} trusts a proxy (${settingName} is ${shown}), but sluice reads the client address by its own clientIp option, which trusts none: every client behind the proxy shares the proxy's quota. Give sluice the same: ${same}`
+}

@@ -19,6 +19,8 @@ import { partitionable } from '../support/partition.ts'
 import { expressServer, fastifyServer, fetchServer, koaServer, nodeServer, type StartServer } from './servers.ts'
 import { processWarningsDuring } from '../helpers.ts'
 import express from 'express'
+import Koa from 'koa'
+import { rateLimit as koaRateLimit } from '../../src/http/adapters/koa.ts'
 
 const MINUTE = 60_000
 const fixedClock = () => 30_000 // 30 s into the first minute: reset headers say t=30
@@ -583,9 +585,30 @@ describe('Express apps that trust a proxy', () => {
     }
     assert.deepEqual(await warningsOf(1), ["sluice: this Express app trusts a proxy ('trust proxy' is 1), but sluice reads the client address by its own clientIp option, which trusts none: every client behind the proxy shares the proxy's quota. Give sluice the same: clientIp: { trustProxy: 1 }"])
     assert.match((await warningsOf('loopback, 10.0.0.0/8'))[0] ?? '', /Give sluice the same: clientIp: \{ trustProxy: \["127\.0\.0\.0\/8","::1\/128","10\.0\.0\.0\/8"\] \}$/)
-    assert.match((await warningsOf(true))[0] ?? '', /\('trust proxy' is true\).*Express's true trusts every address/)
+    assert.match((await warningsOf(true))[0] ?? '', /\('trust proxy' is true\).*Give sluice the same: clientIp: \{ trustProxy \} with the proxies' addresses, or their number \(true trusts every address, so any client could name its own\)$/)
     assert.deepEqual(await warningsOf(false), [])
     assert.deepEqual(await warningsOf(1, { trustProxy: 1 }), [])
+  })
+
+  it('Koa apps (app.proxy, maxIpsCount) are told the same, with what their setting means', async () => {
+    const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: MINUTE }
+    const koaWarnings = async (proxy: boolean, maxIpsCount?: number) => {
+      const warnings: string[] = []
+      const app = new Koa({ proxy, ...(maxIpsCount !== undefined ? { maxIpsCount } : {}) })
+      app.use(koaRateLimit({ rules: [{ policies }], onWarning: (message) => warnings.push(message) }))
+      app.use((ctx) => { ctx.body = 'ok' })
+      const server = app.listen(0, '127.0.0.1')
+      await new Promise((resolve) => server.once('listening', resolve))
+      try {
+        assert.equal((await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`)).status, 200)
+      } finally {
+        await new Promise((resolve) => server.close(resolve))
+      }
+      return warnings
+    }
+    assert.match((await koaWarnings(true, 2))[0] ?? '', /\(app\.proxy true, and app\.maxIpsCount is 2\).* Give sluice the same: clientIp: \{ trustProxy: 2 \}$/)
+    assert.match((await koaWarnings(true))[0] ?? '', /\(app\.proxy is true\).*true trusts every address/)
+    assert.deepEqual(await koaWarnings(false), [])
   })
 })
 

@@ -9,7 +9,8 @@
  * under `/api` (koa-mount), a rule for `/api/login` still sees `/api/login`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { createRateLimitPipeline, recordDecision, type HttpOutcome, type RateLimitOptions } from '../handler.ts'
+import { createRateLimitPipeline, recordDecision, warningSink, type HttpOutcome, type RateLimitOptions } from '../handler.ts'
+import { proxyTrustAdvice } from '../client-ip.ts'
 import { isPromise } from '../../core/callbacks.ts'
 import { nodeRequest, settleWhenSent, waitTurn } from './node.ts'
 import type { Decision } from '../../core/types.ts'
@@ -26,12 +27,23 @@ export interface KoaContextLike {
   respond?: boolean
   state: { rateLimit?: Decision; [name: string]: unknown }
   set(name: string, value: string): void
+  /** Koa's own reading of forwarding headers: `proxy`, and how many of their addresses it keeps. */
+  app?: { proxy?: boolean; maxIpsCount?: number }
 }
 
 export function rateLimit(options: RateLimitOptions): (ctx: KoaContextLike, next: () => Promise<unknown>) => Promise<void> {
   // @koa/router routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
   const decide = createRateLimitPipeline({ caseSensitive: false, ...options })
+  // Told at the first request, where the app is known: the options are given before it is.
+  let trustChecked = options.clientIp?.trustProxy !== undefined || options.key !== undefined
   return function sluiceRateLimit(ctx, next) {
+    if (!trustChecked) {
+      trustChecked = true
+      // app.proxy with maxIpsCount n reads the address n entries from the right: sluice's hop count n.
+      const trust = ctx.app?.proxy === true ? (ctx.app.maxIpsCount ?? 0) > 0 ? ctx.app.maxIpsCount : true : undefined
+      const advice = proxyTrustAdvice('Koa app', typeof trust === 'number' ? 'app.proxy true, and app.maxIpsCount' : 'app.proxy', trust)
+      if (advice !== undefined) warningSink(options)(advice)
+    }
     let outcome: HttpOutcome | Promise<HttpOutcome>
     try {
       outcome = decide(nodeRequest(ctx.req, ctx.originalUrl))
