@@ -171,6 +171,12 @@ function parseRange(cidr: string): [Address, number] {
   return range
 }
 
+/** Whether the middleware keys some request by the client IP without a trusted proxy named: no key of its own, at the top or on every rule. */
+export function readsClientIp(options: { clientIp?: ClientIpOptions; key?: unknown; rules?: ReadonlyArray<{ key?: unknown }> }): boolean {
+  if (options.clientIp?.trustProxy !== undefined || options.key !== undefined) return false
+  return !Array.isArray(options.rules) || options.rules.some((rule) => rule?.key === undefined)
+}
+
 /** proxy-addr's names for ranges (Express's and Fastify's trust settings), as CIDRs. */
 const NAMED_RANGES: Readonly<Record<string, readonly string[]>> = {
   loopback: ['127.0.0.0/8', '::1/128'],

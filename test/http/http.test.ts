@@ -568,11 +568,11 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
 describe('Express apps that trust a proxy', () => {
   it("are told, at their first request, that sluice trusts none until its clientIp says so, with the option that says the same as 'trust proxy'", async () => {
     const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: MINUTE }
-    const warningsOf = async (trust: unknown, clientIp?: RateLimitOptions['clientIp']) => {
+    const warningsOf = async (trust: unknown, clientIp?: RateLimitOptions['clientIp'], key?: () => string) => {
       const warnings: string[] = []
       const app = express()
       app.set('trust proxy', trust)
-      app.use(rateLimit({ rules: [{ policies }], onWarning: (message) => warnings.push(message), ...(clientIp !== undefined ? { clientIp } : {}) }))
+      app.use(rateLimit({ rules: [{ policies, ...(key !== undefined ? { key } : {}) }], onWarning: (message) => warnings.push(message), ...(clientIp !== undefined ? { clientIp } : {}) }))
       app.get('/', (_req, res) => { res.send('ok') })
       const server = app.listen(0, '127.0.0.1')
       await new Promise((resolve) => server.once('listening', resolve))
@@ -588,6 +588,8 @@ describe('Express apps that trust a proxy', () => {
     assert.match((await warningsOf(true))[0] ?? '', /\('trust proxy' is true\).*Give sluice the same: clientIp: \{ trustProxy \} with the proxies' addresses, or their number \(true trusts every address, so any client could name its own\)$/)
     assert.deepEqual(await warningsOf(false), [])
     assert.deepEqual(await warningsOf(1, { trustProxy: 1 }), [])
+    // Rules that key by something else never read the address.
+    assert.deepEqual(await warningsOf(1, undefined, () => 'tenant:1'), [])
   })
 
   it('Koa apps (app.proxy, maxIpsCount) are told the same, with what their setting means', async () => {

@@ -11,7 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { warningSink, type RateLimitOptions } from '../handler.ts'
 import { isPromise } from '../../core/callbacks.ts'
 import { nodeLimiter, nodeRequest } from './node.ts'
-import { proxyTrustAdvice } from '../client-ip.ts'
+import { proxyTrustAdvice, readsClientIp } from '../client-ip.ts'
 
 type Next = (error?: unknown) => void
 
@@ -21,7 +21,7 @@ export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res
   // The decision is kept aside, not on the request (see decisionsAside in handler.ts).
   const limit = nodeLimiter({ caseSensitive: false, ...options }, (req) => nodeRequest(req, (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url), true)
   // Told at the first request, where the app is known: the options are given before it is.
-  let trustChecked = options.clientIp?.trustProxy !== undefined || options.key !== undefined
+  let trustChecked = !readsClientIp(options)
   return function sluiceRateLimit(req, res, next) {
     if (!trustChecked) {
       trustChecked = true

@@ -10,7 +10,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createRateLimitPipeline, recordDecision, warningSink, type HttpOutcome, type RateLimitOptions } from '../handler.ts'
-import { proxyTrustAdvice } from '../client-ip.ts'
+import { proxyTrustAdvice, readsClientIp } from '../client-ip.ts'
 import { isPromise } from '../../core/callbacks.ts'
 import { nodeRequest, settleWhenSent, waitTurn } from './node.ts'
 import type { Decision } from '../../core/types.ts'
@@ -35,7 +35,7 @@ export function rateLimit(options: RateLimitOptions): (ctx: KoaContextLike, next
   // @koa/router routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
   const decide = createRateLimitPipeline({ caseSensitive: false, ...options })
   // Told at the first request, where the app is known: the options are given before it is.
-  let trustChecked = options.clientIp?.trustProxy !== undefined || options.key !== undefined
+  let trustChecked = !readsClientIp(options)
   return function sluiceRateLimit(ctx, next) {
     if (!trustChecked) {
       trustChecked = true
