@@ -177,7 +177,7 @@ export function readsClientIp(options: { clientIp?: ClientIpOptions; key?: unkno
   return !Array.isArray(options.rules) || options.rules.some((rule) => rule?.key === undefined)
 }
 
-/** proxy-addr's names for ranges (Express's and Fastify's trust settings), as CIDRs. */
+/** proxy-addr's names for ranges (in Express's `trust proxy`), as CIDRs. */
 const NAMED_RANGES: Readonly<Record<string, readonly string[]>> = {
   loopback: ['127.0.0.0/8', '::1/128'],
   linklocal: ['169.254.0.0/16', 'fe80::/10'],
@@ -187,8 +187,9 @@ const NAMED_RANGES: Readonly<Record<string, readonly string[]>> = {
 /**
  * For a framework app that trusts a proxy while sluice trusts none (the
  * peers' most reported trap, the other way round): what that means, and the
- * clientIp option that says the same. `setting` is the app's (`'trust proxy'`,
- * `trustProxy`, `app.proxy`); undefined when it trusts no proxy.
+ * clientIp option that says the same. `setting` is the app's (Express's
+ * `'trust proxy'`; Koa's hop count, or true for `app.proxy` alone); undefined
+ * when it trusts no proxy.
  */
 export function proxyTrustAdvice(app: string, settingName: string, setting: unknown): string | undefined {
   if (setting === undefined || setting === null || setting === false || setting === 0) return undefined
