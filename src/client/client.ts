@@ -462,6 +462,8 @@ interface Waiter {
   priority: number
   seq: number
   enqueuedAt: number
+  /** The partition's serverWaitedMs when the request joined the queue. */
+  serverWaitedAtEnqueue: number
   reason: WaitReason | undefined
   maxWaitMs: number
   /** The request's trip: its cost is priced against what the partition knows when it reaches the head of the queue. */
@@ -482,6 +484,14 @@ class Partition {
   private active = 0
   private seq = 0
   private timer: NodeJS.Timeout | undefined
+  /**
+   * How long the queue has stood still on the server's account (a spent quota,
+   * a Retry-After, a request gone alone for the answer that says more), in all:
+   * time behind the concurrency limit, the caller's own, is not counted.
+   * What a queued request has waited of it is held against its maxWaitMs.
+   */
+  private serverWaitedMs = 0
+  private serverWaitSince: number | undefined
 
   constructor(
     readonly key: string,
@@ -505,7 +515,7 @@ class Partition {
     const seq = place ?? this.seq++
     return new Promise<number>((resolve, reject) => {
       const waiter: Waiter = {
-        priority, seq, enqueuedAt: Date.now(), reason: undefined, maxWaitMs, trip, resolve: () => resolve(seq), reject, signal,
+        priority, seq, enqueuedAt: Date.now(), serverWaitedAtEnqueue: this.serverWaited(Date.now()), reason: undefined, maxWaitMs, trip, resolve: () => resolve(seq), reject, signal,
         onAbort: () => {
           const at = this.queue.indexOf(waiter)
           if (at === -1) return
@@ -560,6 +570,7 @@ class Partition {
     while (this.queue.length > 0) {
       const head = this.queue[0] as Waiter
       if (this.active >= this.concurrency) {
+        this.serverWaitEnds(Date.now())
         head.reason ??= 'concurrency'
         return
       }
@@ -574,10 +585,13 @@ class Partition {
         continue
       }
       if (admission.kind === 'response') {
+        this.serverWaitStarts(now)
         head.reason = admission.reason
         return
       }
       if (admission.kind === 'wait') {
+        this.serverWaitStarts(now)
+        this.refuseBehind(now, admission.until, admission.reason)
         if (admission.until - now > head.maxWaitMs) {
           const answersDueBy = head.enqueuedAt + head.maxWaitMs
           if (admission.reason === 'quota' && this.active > 0 && now < answersDueBy) {
@@ -607,9 +621,48 @@ class Partition {
       }
       this.queue.shift()
       this.active++
+      this.serverWaitEnds(now)
       head.signal.removeEventListener('abort', head.onAbort)
       if (head.reason !== undefined) this.waited({ partition: this.key, waitedMs: now - head.enqueuedAt, reason: head.reason })
       head.resolve()
+    }
+    this.serverWaitEnds(Date.now())
+  }
+
+  private serverWaited(now: number): number {
+    return this.serverWaitedMs + (this.serverWaitSince === undefined ? 0 : now - this.serverWaitSince)
+  }
+
+  private serverWaitStarts(now: number): void {
+    this.serverWaitSince ??= now
+  }
+
+  private serverWaitEnds(now: number): void {
+    if (this.serverWaitSince === undefined) return
+    this.serverWaitedMs += now - this.serverWaitSince
+    this.serverWaitSince = undefined
+  }
+
+  /**
+   * The requests behind the head wait at least until `until`, on top of what
+   * they have waited in line on the server's account: those for which that is more than their maxWaitMs
+   * reject now, as the head does when its own wait is too long. Otherwise,
+   * behind a request the server refuses again and again (each retry keeping
+   * its place), each would wait out every retry of every request before it.
+   */
+  private refuseBehind(now: number, until: number, reason: WaitReason): void {
+    const serverWaited = this.serverWaited(now)
+    for (let at = 1; at < this.queue.length;) {
+      const waiter = this.queue[at] as Waiter
+      const waitedMs = serverWaited - waiter.serverWaitedAtEnqueue
+      if (waitedMs + (until - now) <= waiter.maxWaitMs) {
+        at++
+        continue
+      }
+      this.queue.splice(at, 1)
+      waiter.signal.removeEventListener('abort', waiter.onAbort)
+      const why = reason === 'quota' ? 'its quota is spent' : 'the server asked to retry later'
+      waiter.reject(new QuotaExhaustedError(this.key, until - now, `${why}, and it has waited ${Math.round(waitedMs)} ms in line for the server already`))
     }
   }
 }

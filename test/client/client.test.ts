@@ -250,6 +250,57 @@ describe('retries', () => {
   })
 })
 
+describe('a queue behind a server that keeps refusing', () => {
+  /** A server answering every request with 429 and Retry-After: 1, or `refuse` of them. */
+  async function refusing(refuse: (n: number) => boolean = () => true) {
+    let hits = 0
+    const server = createServer((request, response) => {
+      const n = ++hits
+      request.resume()
+      setTimeout(() => {
+        if (refuse(n)) response.writeHead(429, { 'Retry-After': '1' })
+        response.end()
+      }, 50)
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    return {
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`,
+      hits: () => hits,
+      close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }),
+    }
+  }
+
+  it('holds no request in line for the server longer than its maxWaitMs: those behind a request retried again and again give up', async () => {
+    const server = await refusing()
+    try {
+      const client = createClient({ maxWaitMs: 2500, retry: { retries: 2 } })
+      const outcomes = await Promise.all(Array.from({ length: 5 }, () => client.fetch(server.url).then((response) => response.status, (error: unknown) => error)))
+      const gaveUp = outcomes.filter((outcome): outcome is QuotaExhaustedError => outcome instanceof QuotaExhaustedError)
+      // Each refused request keeps its place through its retries; those behind it, once their time in line
+      // and the wait ahead pass 2.5 s, are refused here rather than waiting out every retry before them.
+      assert.ok(gaveUp.length >= 2, `${gaveUp.length} of 5 gave up`)
+      assert.ok(outcomes.every((outcome) => outcome === 429 || outcome instanceof QuotaExhaustedError))
+      for (const error of gaveUp) assert.match(error.message, /\(the server asked to retry later, and it has waited \d+ ms in line for the server already\), longer than maxWaitMs allows$/)
+      // Without the bound each of the 5 was sent 3 times.
+      assert.ok(server.hits() <= 3 * (5 - gaveUp.length), `${server.hits()} requests reached the server`)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('does not count time in line behind the client\'s own concurrency limit', async () => {
+    // One refusal among 12 requests sent one at a time: each waits long in line, for its turn, not for the server.
+    const server = await refusing((n) => n === 4)
+    try {
+      const client = createClient({ maxWaitMs: 1500, concurrency: 1 })
+      const statuses = await Promise.all(Array.from({ length: 12 }, () => client.fetch(server.url).then((response) => response.status)))
+      assert.deepEqual(statuses, Array.from({ length: 12 }, () => 200))
+    } finally {
+      await server.close()
+    }
+  })
+})
+
 describe('many partitions', () => {
   it('keeps about 10,000: the least recently used are forgotten, those in use keep what they learned', async () => {
     // Every origin announces an hour's quota of 1, so none of them is idle for an hour.
