@@ -492,6 +492,8 @@ class Partition {
    */
   private serverWaitedMs = 0
   private serverWaitSince: number | undefined
+  /** The wait refuseBehind last went through the line for, and the line's head then: while both stand, the same line gets the same answers. */
+  private refusedBehindFor: { until: number; since: number; head: Waiter | undefined } | undefined
 
   constructor(
     readonly key: string,
@@ -645,12 +647,19 @@ class Partition {
 
   /**
    * The requests behind the head wait at least until `until`, on top of what
-   * they have waited in line on the server's account: those for which that is more than their maxWaitMs
-   * reject now, as the head does when its own wait is too long. Otherwise,
+   * they have waited in line on the server's account: those for which that is
+   * more than their maxWaitMs reject now, as the head does when its own wait is
+   * too long (one joining later is held to its wait when it is the head). Otherwise,
    * behind a request the server refuses again and again (each retry keeping
    * its place), each would wait out every retry of every request before it.
    */
   private refuseBehind(now: number, until: number, reason: WaitReason): void {
+    // Each request joining a standing line pumps it: not a walk of the whole line each time (quadratic in a crawler's thousands).
+    const since = this.serverWaitSince ?? now
+    const head = this.queue[0]
+    const last = this.refusedBehindFor
+    if (last !== undefined && last.until === until && last.since === since && last.head === head) return
+    this.refusedBehindFor = { until, since, head }
     const serverWaited = this.serverWaited(now)
     for (let at = 1; at < this.queue.length;) {
       const waiter = this.queue[at] as Waiter
