@@ -177,6 +177,9 @@ export function readsClientIp(options: { clientIp?: ClientIpOptions; key?: unkno
   return !Array.isArray(options.rules) || options.rules.some((rule) => rule?.key === undefined)
 }
 
+/** A trust setting known to be set, whose value cannot be read (Fastify's `trustProxy`). */
+export const UNREADABLE = Symbol('unreadable')
+
 /** proxy-addr's names for ranges (in Express's `trust proxy`), as CIDRs. */
 const NAMED_RANGES: Readonly<Record<string, readonly string[]>> = {
   loopback: ['127.0.0.0/8', '::1/128'],
@@ -188,17 +191,18 @@ const NAMED_RANGES: Readonly<Record<string, readonly string[]>> = {
  * For a framework app that trusts a proxy while sluice trusts none (the
  * peers' most reported trap, the other way round): what that means, and the
  * clientIp option that says the same. `setting` is the app's (Express's
- * `'trust proxy'`; Koa's hop count, or true for `app.proxy` alone); undefined
- * when it trusts no proxy.
+ * `'trust proxy'`; Koa's hop count, or true for `app.proxy` alone; UNREADABLE
+ * for Fastify's); undefined when it trusts no proxy.
  */
 export function proxyTrustAdvice(app: string, settingName: string, setting: unknown): string | undefined {
   if (setting === undefined || setting === null || setting === false || setting === 0) return undefined
   let same: string
-  if (typeof setting === 'number') same = `clientIp: { trustProxy: ${setting} }`
+  if (setting === UNREADABLE) same = `clientIp: { trustProxy } with the proxies' addresses, or their number, as the ${settingName} given to it`
+  else if (typeof setting === 'number') same = `clientIp: { trustProxy: ${setting} }`
   else if (typeof setting === 'string' || Array.isArray(setting)) {
     const entries = (Array.isArray(setting) ? setting : setting.split(',')).map((entry) => String(entry).trim()).filter((entry) => entry !== '')
     same = `clientIp: { trustProxy: ${JSON.stringify(entries.flatMap((entry) => NAMED_RANGES[entry] ?? [entry]))} }`
   } else same = `clientIp: { trustProxy } with the proxies' addresses, or their number (${setting === true ? 'true trusts every address, so any client could name its own' : 'a function of yours cannot be read'})`
-  const shown = typeof setting === 'function' ? 'a function' : JSON.stringify(setting)
+  const shown = setting === UNREADABLE ? 'set' : typeof setting === 'function' ? 'a function' : JSON.stringify(setting)
   return `sluice: this ${app} trusts a proxy (${settingName} is ${shown}), but sluice reads the client address by its own clientIp option, which trusts none: every client behind the proxy shares the proxy's quota. Give sluice the same: ${same}`
 }

@@ -20,6 +20,8 @@ import { expressServer, fastifyServer, fetchServer, koaServer, nodeServer, type 
 import { processWarningsDuring } from '../helpers.ts'
 import express from 'express'
 import Koa from 'koa'
+import Fastify from 'fastify'
+import { sluiceFastify } from '../../src/http/adapters/fastify.ts'
 import { rateLimit as koaRateLimit } from '../../src/http/adapters/koa.ts'
 
 const MINUTE = 60_000
@@ -592,8 +594,19 @@ describe('Express apps that trust a proxy', () => {
     assert.deepEqual(await warningsOf(1, undefined, () => 'tenant:1'), [])
   })
 
-  it('Koa apps (app.proxy, maxIpsCount) are told the same, with what their setting means', async () => {
+  it('Koa apps (app.proxy, maxIpsCount) and Fastify instances (trustProxy, whose value it keeps to itself) are told the same', async () => {
     const policies = { algorithm: 'fixed-window' as const, limit: 5, windowMs: MINUTE }
+    const fastifyWarnings = async (trustProxy?: boolean | string) => {
+      const warnings: string[] = []
+      const app = Fastify(trustProxy === undefined ? {} : { trustProxy })
+      await app.register(sluiceFastify, { rules: [{ policies }], onWarning: (message) => warnings.push(message) })
+      app.get('/', async () => 'ok')
+      for (let i = 0; i < 2; i++) assert.equal((await app.inject({ method: 'GET', url: '/' })).statusCode, 200)
+      await app.close()
+      return warnings
+    }
+    assert.deepEqual(await fastifyWarnings('10.0.0.0/8'), ["sluice: this Fastify instance trusts a proxy (trustProxy is set), but sluice reads the client address by its own clientIp option, which trusts none: every client behind the proxy shares the proxy's quota. Give sluice the same: clientIp: { trustProxy } with the proxies' addresses, or their number, as the trustProxy given to it"])
+    assert.deepEqual(await fastifyWarnings(), [])
     const koaWarnings = async (proxy: boolean, maxIpsCount?: number) => {
       const warnings: string[] = []
       const app = new Koa({ proxy, ...(maxIpsCount !== undefined ? { maxIpsCount } : {}) })
