@@ -935,6 +935,10 @@ function customRefusal(custom: LimitedResponse, headers: HeaderList): HttpOutcom
   if (typeof custom !== 'object' || custom === null) throw new ArgumentError('limitedResponse()', custom, 'must return { status?, body, contentType? } or undefined')
   const status = custom.status ?? 429
   if (!Number.isInteger(status) || status < 400 || status > 599) throw new ArgumentError('limitedResponse() status', status, 'must be an integer from 400 to 599')
+  // Bytes would go out as their JSON ({"type":"Buffer",...}), which no page or client reads.
+  if (ArrayBuffer.isView(custom.body) || custom.body instanceof ArrayBuffer) {
+    throw new ArgumentError('limitedResponse() body', custom.body, 'must be a string or a JSON value, not bytes', 'give the text, as body: page.toString(\'utf8\')')
+  }
   const text = typeof custom.body === 'string'
   const body = text ? custom.body as string : JSON.stringify(custom.body)
   if (body === undefined) throw new ArgumentError('limitedResponse() body', custom.body, 'must be a string or a JSON value')

@@ -1044,6 +1044,20 @@ describe('HTTP observers', () => {
     ])
   })
 
+  it('a limitedResponse body of bytes (a page read from a file) is refused by name, and the default 429 is sent, not the bytes\' JSON', async () => {
+    const warnings: string[] = []
+    const handle = createRateLimitHandler({
+      rules: [{ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000, name: 'p' } }],
+      limitedResponse: () => ({ body: Buffer.from('<h1>slow down</h1>'), contentType: 'text/html' }),
+      onWarning: (message) => warnings.push(message),
+    })
+    const request = { method: 'GET', path: '/', host: 'api.test', header: () => undefined, remoteAddress: '198.51.100.7' }
+    await handle(request)
+    const refused = await handle(request)
+    assert.deepEqual([refused.status, JSON.parse(refused.body ?? '{}').title], [429, 'Too Many Requests'])
+    assert.deepEqual(warnings, ["limitedResponse failed, and the default 429 was sent: limitedResponse() body must be a string or a JSON value, not bytes (got an object); give the text, as body: page.toString('utf8')"])
+  })
+
   it('async hooks that reject, and an async limitedResponse, are reported and end no process: the request goes on, the default 429 is sent', async () => {
     const warnings: string[] = []
     const handle = createRateLimitHandler({
