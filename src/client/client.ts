@@ -10,7 +10,7 @@
 import { createHash } from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import type { Dispatcher } from 'undici'
-import { ArgumentError, inContext, PolicyError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
+import { ArgumentError, inContext, messageOf, PolicyError, QueueFullError, QuotaExhaustedError } from '../core/errors.ts'
 import { checkOptions, rejectUnknown } from '../core/options.ts'
 import { MAX_WAIT_MS, numberHint, RESERVABLE } from '../core/policy.ts'
 import type { Policy } from '../core/types.ts'
@@ -219,7 +219,8 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
   private sweepAtSize = MAX_PARTITIONS
 
   constructor(options: ClientOptions = {}) {
-    super()
+    // An async listener's rejection comes to captureRejectionSymbol below, not to the process.
+    super({ captureRejections: true })
     checkOptions('options', 'a client option', options, OPTIONS)
     this.fetchImpl = functionOr('fetch', options.fetch, (input: Request, init?: RequestInit) => globalThis.fetch(input, init))
     this.partitionOf = functionOr('partition', options.partition, (url: URL) => url.origin)
@@ -235,7 +236,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     const store = options.store === undefined ? undefined : checkStore(options.store)
     // A failing store falls back to this process's own counts: the fleet no longer paces together, which its owner should hear.
     const failures = new StoreCallFailures((failure) => {
-      if (this.listenerCount('storeFailed') > 0) this.emit('storeFailed', failure)
+      if (this.listenerCount('storeFailed') > 0) this.tell('storeFailed', failure)
       else process.emitWarning(`sluice client: a store call failed (${failure.reason}): ${failure.error}; this process paces alone until the store answers`, { code: 'SLUICE_CLIENT' })
     })
     const observer: LimiterObserver = { storeCall: (_durationMs, outcome, error) => failures.observe(outcome, error) }
@@ -308,6 +309,23 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     }
   }
 
+  /**
+   * Emits an event to the caller's listeners. One that throws (or, async,
+   * rejects: see captureRejectionSymbol) fails no request and leaves no unit
+   * held: it is reported as a process warning, SLUICE_CLIENT_LISTENER.
+   */
+  private tell<K extends keyof ClientEvents>(event: K, ...args: ClientEvents[K]): void {
+    try {
+      ;(this.emit as (event: K, ...args: ClientEvents[K]) => boolean)(event, ...args)
+    } catch (error) {
+      listenerFailed(event, 'threw', error)
+    }
+  }
+
+  override [EventEmitter.captureRejectionSymbol](error: Error, event: unknown, ..._args: unknown[]): void {
+    listenerFailed(event, 'rejected', error)
+  }
+
   private trip(url: URL, request: RequestSummary, signal: AbortSignal, replayable: boolean, rateLimit: RequestLimitOptions | undefined, asRequest: () => Request | undefined, bodyBytes: number | undefined): Trip {
     const perRequest = requestOptions(rateLimit)
     const costOf = this.costOf
@@ -364,16 +382,16 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
     if (!this.retry?.statuses.has(status)) return undefined
 
     const serverWaitMs = retryAt === undefined ? undefined : Math.max(0, retryAt - now)
-    this.emit('refused', { partition: trip.partition, status, retryAfterMs: serverWaitMs })
+    this.tell('refused', { partition: trip.partition, status, retryAfterMs: serverWaitMs })
     const reason = !trip.retryable || announcement.shouldRetry === false ? 'not-retryable'
       : trip.attempt > this.retry.retries ? 'retries-exhausted'
         : serverWaitMs !== undefined && serverWaitMs > trip.maxWaitMs ? 'wait-too-long' : undefined
     if (reason !== undefined) {
-      this.emit('gaveUp', { partition: trip.partition, status, attempts: trip.attempt, reason })
+      this.tell('gaveUp', { partition: trip.partition, status, attempts: trip.attempt, reason })
       return undefined
     }
     const delayMs = retryDelayMs(trip.attempt, serverWaitMs, partition.quota.windowMs(), this.retry, this.random)
-    this.emit('retried', { partition: trip.partition, status, attempt: trip.attempt, delayMs })
+    this.tell('retried', { partition: trip.partition, status, attempt: trip.attempt, delayMs })
     return delayMs
   }
 
@@ -396,7 +414,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
       return partition
     }
     if (this.partitions.size >= this.sweepAtSize) this.forgetPartitions()
-    partition = new Partition(key, new PartitionQuota(this.probeMs), this.concurrency, this.maxQueue, (event) => this.emit('waited', event))
+    partition = new Partition(key, new PartitionQuota(this.probeMs), this.concurrency, this.maxQueue, (event) => this.tell('waited', event))
     this.partitions.set(key, partition)
     return partition
   }
@@ -422,7 +440,7 @@ export class RateLimitClient extends EventEmitter<ClientEvents> {
 
   /** The pacing policies, then the fleet's shared quota. */
   private async gates(key: string, partition: Partition, signal: AbortSignal, maxWaitMs: number, cost: RequestCost): Promise<void> {
-    const waited = (waitedMs: number, reason: WaitReason) => this.emit('waited', { partition: key, waitedMs, reason })
+    const waited = (waitedMs: number, reason: WaitReason) => this.tell('waited', { partition: key, waitedMs, reason })
     if (this.pacing !== undefined) {
       const pacing = this.pacing
       const paced = (ms: number) => waited(ms, 'pacing')
@@ -904,4 +922,8 @@ function countOption(name: string, value: unknown, fallback: number, min = 1): n
   if (value === Infinity) return Infinity
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) throw new ArgumentError(name, value, `must be an integer of at least ${min}`)
   return value
+}
+
+function listenerFailed(event: unknown, how: 'threw' | 'rejected', error: unknown): void {
+  process.emitWarning(`sluice client: a '${String(event)}' listener ${how}, and the request went on: ${messageOf(error)}`, { code: 'SLUICE_CLIENT_LISTENER' })
 }

@@ -6,6 +6,7 @@ import { createClient, QueueFullError, QuotaExhaustedError } from '../../src/cli
 import { Agent, request } from 'undici'
 import { MemoryStore } from '../../src/index.ts'
 import { withRateLimit } from '../../src/http/adapters/node.ts'
+import { processWarningsDuring } from '../helpers.ts'
 import { DIALECTS, nextWindow, offer, refusalsAfterFirstWindow, startLimitedServer, type LimitedServer } from './servers.ts'
 
 const LIMIT = 50
@@ -697,6 +698,26 @@ describe('waiting, failing fast, queues and pacing', () => {
       assert.equal((await client.fetch(server.url)).status, 429)
       assert.equal((await client.fetch(server.url)).status, 200)
       assert.deepEqual(events, ['refused 429 1000', 'gaveUp retries-exhausted after 1', 'waited retry-after'])
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('a listener that throws or rejects fails no request and holds no unit: it is reported as a process warning', async () => {
+    const server = await refuseFirst(() => '0')
+    try {
+      const client = createClient({ concurrency: 1 })
+      client.on('refused', () => { throw new Error('logger bug') })
+      client.on('retried', async () => { throw new Error('async logger bug') })
+      const warnings = await processWarningsDuring('SLUICE_CLIENT_LISTENER', async () => {
+        // The 429 is retried, as without the listeners; the next request gets the unit back (concurrency 1).
+        assert.equal((await client.fetch(server.url)).status, 200)
+        assert.equal((await client.fetch(server.url)).status, 200)
+      })
+      assert.deepEqual(warnings, [
+        "sluice client: a 'refused' listener threw, and the request went on: logger bug",
+        "sluice client: a 'retried' listener rejected, and the request went on: async logger bug",
+      ])
     } finally {
       await server.close()
     }
