@@ -510,6 +510,9 @@ describe('RedisStore', () => {
     assert.throws(() => new RedisStore({ url: `${redis.url}?db=limits` }), /url must name a database by its number \(\?db=0\), not "limits"/)
     assert.throws(() => new RedisStore({ url: 'redis://:50%off@127.0.0.1:6379' }), (error: Error) => /not valid percent-encoding \(write a % in it as %25\)/.test(error.message) && !error.message.includes('50%off'))
     assert.throws(() => new RedisStore({ url: 'redis://127.0.0.1:99999' }), /url is not a valid URL \(a port from 1 to 65535/)
+    // ioredis would take these from the query over the store's own: a decision re-sent after a reconnect, charged twice.
+    assert.throws(() => new RedisStore({ url: `${redis.url}?autoResendUnfulfilledCommands=true` }), /^ArgumentError: url must not set autoResendUnfulfilledCommands: the store's connection keeps them as a limiter needs \(a decision re-sent after a reconnect is charged twice\); to set them otherwise, pass a client of your own/)
+    assert.throws(() => new RedisStore({ url: `${redis.url}/0?enableOfflineQueue=true&maxRetriesPerRequest=20` }), /url must not set enableOfflineQueue or maxRetriesPerRequest:/)
     assert.throws(() => new RedisStore({ client: {} as never }), /ioredis Redis \/ Cluster or a node-redis client/)
     assert.throws(() => new RedisStore({ url: redis.url, timeout: 5 } as never), /timeout is not a RedisStore option/)
     // What rate-limiter-flexible users reach for first: the client itself, or a URL, where the options go.

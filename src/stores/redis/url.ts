@@ -5,6 +5,9 @@
  * its connection on credentials that are not valid percent-encoding.
  */
 
+/** ioredis options a URL's query may set that the store's connection must keep as it sets them. */
+const LIMITER_SETTINGS = ['autoResendUnfulfilledCommands', 'enableOfflineQueue', 'maxRetriesPerRequest']
+
 /** The problem with `url` as a Redis URL, phrased to follow its name ("url must be ..."); undefined when there is none. */
 export function redisUrlProblem(url: unknown): string | undefined {
   if (typeof url !== 'string' || !/^rediss?:\/\//.test(url)) return 'must be a redis:// or rediss:// URL'
@@ -18,6 +21,9 @@ export function redisUrlProblem(url: unknown): string | undefined {
   // ioredis takes its options from the query too (?db=2).
   const db = parsed.searchParams.get('db')
   if (db !== null && !/^\d+$/.test(db)) return `must name a database by its number (?db=0), not "${db}"`
+  // ioredis takes those over the options the store gives: a limiter's connection must not re-send a decision, nor queue it unboundedly.
+  const overriding = LIMITER_SETTINGS.filter((name) => parsed.searchParams.has(name))
+  if (overriding.length > 0) return `must not set ${overriding.join(' or ')}: the store's connection keeps them as a limiter needs (a decision re-sent after a reconnect is charged twice); to set them otherwise, pass a client of your own`
   try {
     decodeURIComponent(parsed.username)
     decodeURIComponent(parsed.password)
