@@ -533,9 +533,10 @@ class Partition {
     if (signal.aborted) return Promise.reject(abortReason(signal))
     if (this.queue.length >= this.maxQueue) return Promise.reject(new QueueFullError(this.key, this.maxQueue))
     const seq = place ?? this.seq++
+    const now = Date.now()
     return new Promise<number>((resolve, reject) => {
       const waiter: Waiter = {
-        priority, seq, enqueuedAt: Date.now(), serverWaitedAtEnqueue: this.serverWaited(Date.now()), reason: undefined, maxWaitMs, trip, resolve: () => resolve(seq), reject, signal,
+        priority, seq, enqueuedAt: now, serverWaitedAtEnqueue: this.serverWaited(now), reason: undefined, maxWaitMs, trip, resolve: () => resolve(seq), reject, signal,
         onAbort: () => {
           const at = this.queue.indexOf(waiter)
           if (at === -1) return

@@ -19,7 +19,12 @@ export const monotonicClock: Clock = () => {
   return latest
 }
 
-/** The latest time a clock may give: the end of the year 9999 (a clock in microseconds or nanoseconds is past it). */
+/**
+ * The latest time a clock may give: the end of the year 9999. Far past it,
+ * arithmetic on windows and refill loses the milliseconds that keep a limit
+ * (at 1e300 every call was admitted); just past it are clocks in microseconds
+ * and nanoseconds.
+ */
 export const LATEST_CLOCK_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999)
 
 /** Reads an injected clock, refusing what is not epoch milliseconds; whole milliseconds, as the algorithms count. */

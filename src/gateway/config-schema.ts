@@ -499,27 +499,17 @@ function placesOfEveryField(): Map<string, string[]> {
     // A schema within itself (a lazy one) is not walked again: its places are those already found.
     if (within.includes(schema) || within.length > 16) return
     const inner = [...within, schema]
-    const definition = definitionOf(schema)
-    switch (definition.type) {
-      case 'optional': case 'nullable': case 'default': case 'prefault': case 'readonly': case 'catch': case 'nonoptional':
-        return walk(definition.innerType, path, inner)
-      case 'pipe':
-        return walk(definition.in, path, inner)
-      case 'lazy':
-        return walk(definition.getter?.(), path, inner)
-      case 'union':
-        for (const option of definition.options ?? []) walk(option, path, inner)
-        return
-      case 'array':
-        return walk(definition.element, `${path}[]`, inner)
-      case 'record':
-        return walk(definition.valueType, `${path}.*`, inner)
-      case 'object':
+    for (const shape of unwrapped(schema)) {
+      const definition = definitionOf(shape)
+      if (definition.type === 'array') walk(definition.element, `${path}[]`, inner)
+      else if (definition.type === 'record') walk(definition.valueType, `${path}.*`, inner)
+      else if (definition.type === 'object') {
         for (const [name, field] of Object.entries(definition.shape ?? {})) {
           const known = places.get(name) ?? []
           if (!known.includes(path)) places.set(name, [...known, path])
           walk(field, path === '' ? name : `${path}.${name}`, inner)
         }
+      }
     }
   }
   walk(configSchema, '', [])
@@ -548,24 +538,32 @@ function definitionOf(schema: unknown): SchemaDefinition {
 }
 
 function schemasAt(schema: unknown, path: readonly PropertyKey[]): unknown[] {
+  if (path.length === 0) return unwrapped(schema)
+  const [head, ...rest] = path
+  return unwrapped(schema).flatMap((shape) => {
+    const definition = definitionOf(shape)
+    if (definition.type === 'object') {
+      const field = definition.shape?.[String(head)]
+      return field === undefined ? [] : schemasAt(field, rest)
+    }
+    if (definition.type === 'array') return schemasAt(definition.element, rest)
+    if (definition.type === 'record') return schemasAt(definition.valueType, rest)
+    return []
+  })
+}
+
+/** The schemas a value may meet where `schema` stands: its wrappers (optional, default, pipe, lazy) gone, a union's options each. */
+function unwrapped(schema: unknown): unknown[] {
   const definition = definitionOf(schema)
   switch (definition.type) {
     case 'optional': case 'nullable': case 'default': case 'prefault': case 'readonly': case 'catch': case 'nonoptional':
-      return schemasAt(definition.innerType, path)
+      return unwrapped(definition.innerType)
     case 'pipe':
-      return schemasAt(definition.in, path)
+      return unwrapped(definition.in)
     case 'lazy':
-      return schemasAt(definition.getter?.(), path)
+      return unwrapped(definition.getter?.())
     case 'union':
-      return (definition.options ?? []).flatMap((option) => schemasAt(option, path))
+      return (definition.options ?? []).flatMap(unwrapped)
   }
-  if (path.length === 0) return [schema]
-  const [head, ...rest] = path
-  if (definition.type === 'object') {
-    const field = definition.shape?.[String(head)]
-    return field === undefined ? [] : schemasAt(field, rest)
-  }
-  if (definition.type === 'array') return schemasAt(definition.element, rest)
-  if (definition.type === 'record') return schemasAt(definition.valueType, rest)
-  return []
+  return [schema]
 }

@@ -172,9 +172,32 @@ function parseRange(cidr: string): [Address, number] {
 }
 
 /** Whether the middleware keys some request by the client IP without a trusted proxy named: no key of its own, at the top or on every rule. */
-export function readsClientIp(options: { clientIp?: ClientIpOptions; key?: unknown; rules?: ReadonlyArray<{ key?: unknown }> }): boolean {
+function readsClientIp(options: { clientIp?: ClientIpOptions; key?: unknown; rules?: ReadonlyArray<{ key?: unknown }> }): boolean {
   if (options.clientIp?.trustProxy !== undefined || options.key !== undefined) return false
   return !Array.isArray(options.rules) || options.rules.some((rule) => rule?.key === undefined)
+}
+
+/**
+ * An adapter's check, made once at the first request (where the app is
+ * known; the options are given before it is), that the app trusts no proxy
+ * sluice does not: `read` gives the app's setting from that request, and any
+ * advice goes to `warn`. No check where no rule keys by the client address.
+ */
+export function proxyTrustOnce<Request>(
+  options: Parameters<typeof readsClientIp>[0],
+  app: string,
+  settingName: string | ((setting: unknown) => string),
+  read: (request: Request) => unknown,
+  warn: (message: string) => void,
+): (request: Request) => void {
+  let checked = !readsClientIp(options)
+  return (request) => {
+    if (checked) return
+    checked = true
+    const setting = read(request)
+    const advice = proxyTrustAdvice(app, typeof settingName === 'string' ? settingName : settingName(setting), setting)
+    if (advice !== undefined) warn(advice)
+  }
 }
 
 /** A trust setting known to be set, whose value cannot be read (Fastify's `trustProxy`). */
@@ -194,7 +217,7 @@ const NAMED_RANGES: Readonly<Record<string, readonly string[]>> = {
  * `'trust proxy'`; Koa's hop count, or true for `app.proxy` alone; UNREADABLE
  * for Fastify's); undefined when it trusts no proxy.
  */
-export function proxyTrustAdvice(app: string, settingName: string, setting: unknown): string | undefined {
+function proxyTrustAdvice(app: string, settingName: string, setting: unknown): string | undefined {
   if (setting === undefined || setting === null || setting === false || setting === 0) return undefined
   let same: string
   if (setting === UNREADABLE) same = `clientIp: { trustProxy } with the proxies' addresses, or their number, as the ${settingName} given to it`

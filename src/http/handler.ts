@@ -1097,7 +1097,6 @@ function decidedAtOnce(predicate: (request: HttpRequest) => boolean, name: strin
   }
 }
 
-
 function pick<T extends object, K extends keyof T>(object: T, keys: K[]): Partial<Pick<T, K>> {
   const picked: Partial<Pick<T, K>> = {}
   for (const key of keys) if (object[key] !== undefined) picked[key] = object[key]

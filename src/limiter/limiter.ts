@@ -214,9 +214,9 @@ export class Limiter {
     const store = options.store === undefined ? new MemoryStore() : checkStore(options.store)
     this.store = store
     // A store of the caller's making has its answers checked (answerProblem); sluice's own are taken at their word.
-    const own = store instanceof MemoryStore || store instanceof RedisStore
-    this.local = !isSyncStore(store) ? undefined : own ? store : checkingAnswers(store)
-    this.consumeOnStore = own ? (call) => store.consume(call) : (call) => Promise.resolve(store.consume(call)).then((answer) => checkedAnswer(store, answer, call))
+    const checked = store instanceof MemoryStore || store instanceof RedisStore ? store : checkingAnswers(store)
+    this.local = isSyncStore(checked) ? checked : undefined
+    this.consumeOnStore = (call) => checked.consume(call)
 
     this.storeTimeoutMs = positiveNumber('storeTimeoutMs', options.storeTimeoutMs, 250)
     const failure = options.onStoreFailure ?? 'fallback'
@@ -827,14 +827,19 @@ function checkedAnswer(store: Store, answer: unknown, call: StoreCall): PolicyDe
   return answer as PolicyDecision[]
 }
 
-/** An in-process store of the caller's making, with its answers checked. */
-function checkingAnswers(store: SyncStore): SyncStore {
-  return {
-    consumeSync: (call) => checkedAnswer(store, store.consumeSync(call), call),
-    resetSync: (prefix, key, policies) => store.resetSync(prefix, key, policies),
+/** A store of the caller's making, with its answers checked; in-process (SyncStore) when it is. */
+function checkingAnswers(store: Store): Store {
+  const checked: Store = {
     consume: (call) => Promise.resolve(store.consume(call)).then((answer) => checkedAnswer(store, answer, call)),
     reset: (prefix, key, policies) => store.reset(prefix, key, policies),
   }
+  if (!isSyncStore(store)) return checked
+  const sync: SyncStore = {
+    ...checked,
+    consumeSync: (call) => checkedAnswer(store, store.consumeSync(call), call),
+    resetSync: (prefix, key, policies) => store.resetSync(prefix, key, policies),
+  }
+  return sync
 }
 
 /** A refund that never reached the store, and until when (the limiter's time) it is worth giving. */
@@ -866,12 +871,6 @@ function fullAfterMs(policy: ResolvedPolicy): number {
   if (policy.algorithm === 'leaky-bucket') return Math.ceil(policy.capacity / policy.leakTokens) * policy.leakIntervalMs
   return 0
 }
-
-/**
- * The latest time a clock may give. Far past it, arithmetic on windows and
- * refill loses the milliseconds that keep a limit (at 1e300 every call was
- * admitted); just past it are clocks in microseconds and nanoseconds.
- */
 
 /**
  * Validates a key. Keys over MAX_KEY_LENGTH, and keys that are not well-formed

@@ -11,7 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { warningSink, type RateLimitOptions } from '../handler.ts'
 import { isPromise } from '../../core/callbacks.ts'
 import { nodeLimiter, nodeRequest } from './node.ts'
-import { proxyTrustAdvice, readsClientIp } from '../client-ip.ts'
+import { proxyTrustOnce } from '../client-ip.ts'
 
 type Next = (error?: unknown) => void
 
@@ -20,15 +20,9 @@ export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res
   // Mounting rewrites req.url to the part below the mount point; originalUrl is what the client asked for.
   // The decision is kept aside, not on the request (see decisionsAside in handler.ts).
   const limit = nodeLimiter({ caseSensitive: false, ...options }, (req) => nodeRequest(req, (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url), true)
-  // Told at the first request, where the app is known: the options are given before it is.
-  let trustChecked = !readsClientIp(options)
+  const checkTrust = proxyTrustOnce(options, 'Express app', "'trust proxy'", trustProxyOf, warningSink(options))
   return function sluiceRateLimit(req, res, next) {
-    if (!trustChecked) {
-      trustChecked = true
-      const app = (req as IncomingMessage & { app?: { get?: (name: string) => unknown } }).app
-      const advice = proxyTrustAdvice('Express app', "'trust proxy'", typeof app?.get === 'function' ? app.get('trust proxy') : undefined)
-      if (advice !== undefined) warningSink(options)(advice)
-    }
+    checkTrust(req)
     let proceed: boolean | Promise<boolean>
     try {
       proceed = limit(req, res)
@@ -39,6 +33,12 @@ export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res
     if (isPromise(proceed)) proceed.then((yes) => (yes ? next() : undefined), next)
     else if (proceed) next()
   }
+}
+
+/** The app's 'trust proxy' setting, from the request Express hands the middleware. */
+function trustProxyOf(req: IncomingMessage): unknown {
+  const app = (req as IncomingMessage & { app?: { get?: (name: string) => unknown } }).app
+  return typeof app?.get === 'function' ? app.get('trust proxy') : undefined
 }
 
 export { rateLimitOf } from '../handler.ts'

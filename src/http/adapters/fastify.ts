@@ -12,7 +12,7 @@ import { isPromise } from '../../core/callbacks.ts'
 import { settleWhenSent } from './node.ts'
 import { asError } from '../../core/errors.ts'
 import { requestPath, requestQuery } from '../path.ts'
-import { proxyTrustAdvice, readsClientIp, UNREADABLE } from '../client-ip.ts'
+import { proxyTrustOnce, UNREADABLE } from '../client-ip.ts'
 import { waitUnlessAborted } from '../wait.ts'
 
 /** The parts of Fastify's request and reply the plugin uses. */
@@ -87,7 +87,8 @@ export const sluiceFastify = Object.assign(
     const semicolonEndsPath = routerOption(fastify, 'useSemicolonDelimiter') ?? false
     const decide = createRateLimitPipeline({ onWarning: (message) => fastify.log.warn(message), caseSensitive, ...options })
     // Fastify keeps trustProxy out of initialConfig; a request of an instance given one has its ips.
-    let trustChecked = !readsClientIp(options)
+    const warn = warningSink({ onWarning: options.onWarning ?? ((message: string) => fastify.log.warn(message)) })
+    const checkTrust = proxyTrustOnce(options, 'Fastify instance', 'trustProxy', (request: FastifyRequestLike) => ('ips' in request ? UNREADABLE : undefined), warn)
     const apply = (request: FastifyRequestLike, reply: FastifyReplyLike, outcome: HttpOutcome, done: (error?: Error) => void): void => {
       recordDecision(request, outcome)
       settleWhenSent(reply.raw, outcome.settle, outcome.inProgressUntilEnded)
@@ -108,11 +109,7 @@ export const sluiceFastify = Object.assign(
     // A callback hook, not an async one: a decision made at once (the memory store) goes on
     // in the same tick, with no promise to settle per request.
     fastify.addHook('onRequest', (request, reply, done) => {
-      if (!trustChecked) {
-        trustChecked = true
-        const advice = proxyTrustAdvice('Fastify instance', 'trustProxy', 'ips' in request ? UNREADABLE : undefined)
-        if (advice !== undefined) warningSink({ onWarning: options.onWarning ?? ((message: string) => fastify.log.warn(message)) })(advice)
-      }
+      checkTrust(request)
       const outcome = decide(fastifyRequest(request, semicolonEndsPath))
       if (isPromise(outcome)) outcome.then((settled) => apply(request, reply, settled, done)).catch((error: unknown) => done(asError(error)))
       else apply(request, reply, outcome, done)

@@ -10,7 +10,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createRateLimitPipeline, recordDecision, warningSink, type HttpOutcome, type RateLimitOptions } from '../handler.ts'
-import { proxyTrustAdvice, readsClientIp } from '../client-ip.ts'
+import { proxyTrustOnce } from '../client-ip.ts'
 import { isPromise } from '../../core/callbacks.ts'
 import { nodeRequest, settleWhenSent, waitTurn } from './node.ts'
 import type { Decision } from '../../core/types.ts'
@@ -34,16 +34,9 @@ export interface KoaContextLike {
 export function rateLimit(options: RateLimitOptions): (ctx: KoaContextLike, next: () => Promise<unknown>) => Promise<void> {
   // @koa/router routes case-insensitively by default: so must the rules, or /API/login escapes /api/login's limit.
   const decide = createRateLimitPipeline({ caseSensitive: false, ...options })
-  // Told at the first request, where the app is known: the options are given before it is.
-  let trustChecked = !readsClientIp(options)
+  const checkTrust = proxyTrustOnce(options, 'Koa app', (trust) => (typeof trust === 'number' ? 'app.proxy true, and app.maxIpsCount' : 'app.proxy'), proxyOf, warningSink(options))
   return function sluiceRateLimit(ctx, next) {
-    if (!trustChecked) {
-      trustChecked = true
-      // app.proxy with maxIpsCount n reads the address n entries from the right: sluice's hop count n.
-      const trust = ctx.app?.proxy === true ? (ctx.app.maxIpsCount ?? 0) > 0 ? ctx.app.maxIpsCount : true : undefined
-      const advice = proxyTrustAdvice('Koa app', typeof trust === 'number' ? 'app.proxy true, and app.maxIpsCount' : 'app.proxy', trust)
-      if (advice !== undefined) warningSink(options)(advice)
-    }
+    checkTrust(ctx)
     let outcome: HttpOutcome | Promise<HttpOutcome>
     try {
       outcome = decide(nodeRequest(ctx.req, ctx.originalUrl))
@@ -54,6 +47,11 @@ export function rateLimit(options: RateLimitOptions): (ctx: KoaContextLike, next
     // The memory store decides at once: the request goes on without waiting a microtask for it.
     return isPromise(outcome) ? outcome.then((settled) => apply(ctx, next, settled)) : apply(ctx, next, outcome)
   }
+}
+
+/** How the app reads forwarding headers: app.proxy with maxIpsCount n reads the address n entries from the right, sluice's hop count n. */
+function proxyOf(ctx: KoaContextLike): unknown {
+  return ctx.app?.proxy === true ? (ctx.app.maxIpsCount ?? 0) > 0 ? ctx.app.maxIpsCount : true : undefined
 }
 
 async function apply(ctx: KoaContextLike, next: () => Promise<unknown>, outcome: HttpOutcome): Promise<void> {
