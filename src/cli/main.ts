@@ -82,6 +82,9 @@ export async function main(argv: readonly string[], out: Out = console.log, err:
   const [command, ...rest] = argv
   switch (command) {
     case undefined:
+      // No command is a mistake of usage (a script that lost its argument), not a request for help.
+      err(`sluice: expected a command\n\n${USAGE}`)
+      return 2
     case 'help':
     case '--help':
     case '-h':

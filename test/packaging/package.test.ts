@@ -112,6 +112,7 @@ describe('package', () => {
     assert.throws(() => run('check', '{"algorithm":"fixed-window","limit":0,"windowMs":1000}'), (e: { status: number; stdout: string }) => e.status === 1 && /limit must be a positive integer/.test(e.stdout))
     assert.throws(() => run('check', '{"algorithm":'), (e: { status: number; stdout: string }) => e.status === 1 && /not valid JSON/.test(e.stdout))
     assert.throws(() => run('check'), (e: { status: number }) => e.status === 2)
+    assert.throws(() => run(), (e: { status: number; stderr: string }) => e.status === 2 && /^sluice: expected a command\n\nusage: sluice <command>/.test(e.stderr))
     assert.throws(() => run('launch'), (e: { status: number; stderr: string }) => e.status === 2 && /unknown command "launch"\n/.test(e.stderr))
     assert.throws(() => run('check-confg', 'x.yaml'), (e: { status: number; stderr: string }) => e.status === 2 && /unknown command "check-confg"; did you mean "check-config"\?\n/.test(e.stderr))
     // help COMMAND prints the command's own usage, as COMMAND --help does; help of no command is bad usage.
