@@ -24,7 +24,12 @@ export interface RateLimitedOptions<Args extends unknown[]> {
   limiter?: Limiter
   /** Store for the limiter built here. Default: a new MemoryStore. */
   store?: Store
-  /** Namespace of the keys. Default: the function's or method's name. */
+  /**
+   * Namespace of the keys. Default: the function's or method's name, so
+   * functions on one shared `limiter` or `store` count apart by name (give two
+   * methods of one name, in two classes, a keyPrefix each); an anonymous
+   * function given either must have one.
+   */
   keyPrefix?: string
   /**
    * The part of the key that depends on the call, e.g. `(userId) => userId`: a
@@ -56,7 +61,7 @@ export function rateLimited<Args extends unknown[], Return>(
   options: RateLimitedOptions<Args>,
 ): (...args: Args) => Promise<Awaited<Return>> {
   if (typeof fn !== 'function') throw new ArgumentError('fn', fn, 'must be a function')
-  const guard = createGuard(options, fn.name || 'function')
+  const guard = createGuard(options, fn.name)
   return async function rateLimitedCall(this: unknown, ...args: Args): Promise<Awaited<Return>> {
     await guard(args)
     return await fn.apply(this, args)
@@ -100,7 +105,7 @@ function createGuard<Args extends unknown[]>(
     throw new ArgumentError('maxWaitMs', options.maxWaitMs, "applies to action 'queue' only: a rejected call does not wait")
   }
   const maxWaitMs = action === 'queue' ? checkMaxWait(options.maxWaitMs ?? DEFAULT_QUEUE_WAIT_MS, limiter.policies) : 0
-  const prefix = options.keyPrefix ?? defaultPrefix
+  const prefix = options.keyPrefix ?? (defaultPrefix || unnamedPrefix(options))
   if (typeof prefix !== 'string' || prefix === '') throw new ArgumentError('keyPrefix', prefix, 'must be a non-empty string')
   const { key, cost } = options
   if (key !== undefined && typeof key !== 'function') throw new ArgumentError('key', key, 'must be a function of the call arguments')
@@ -115,6 +120,22 @@ function createGuard<Args extends unknown[]>(
     if (decision.waitMs > 0) await sleep(decision.waitMs)
     return decision
   }
+}
+
+/**
+ * The key prefix of an anonymous function. On a limiter or store of its own it
+ * counts alone whatever its prefix; on a shared one, every anonymous function
+ * would count under one prefix, each spending the others' limit.
+ */
+function unnamedPrefix<Args extends unknown[]>(options: RateLimitedOptions<Args>): string {
+  if (options.limiter === undefined && options.store === undefined) return 'function'
+  const shared = options.limiter !== undefined ? 'limiter' : 'store'
+  throw new ArgumentError(
+    'keyPrefix',
+    undefined,
+    `is required for an anonymous function given a ${shared}: the default prefix is the function's name`,
+    `give each function on the ${shared} a keyPrefix of its own, e.g. 'send-email'; unnamed ones would all count under one limit`,
+  )
 }
 
 /**

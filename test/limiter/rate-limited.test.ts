@@ -69,7 +69,7 @@ describe('rateLimited / @RateLimited', () => {
     let now = 0
     const limiter = new Limiter({ policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 500 }, clock: () => now })
     const done: number[] = []
-    const work = rateLimited(async (n: number) => { done.push(n) }, { limiter, action: 'queue', maxWaitMs: 2000 })
+    const work = rateLimited(async (n: number) => { done.push(n) }, { limiter, keyPrefix: 'work', action: 'queue', maxWaitMs: 2000 })
     await work(1)
     const second = work(2)
     const third = work(3)
@@ -110,6 +110,9 @@ describe('rateLimited / @RateLimited', () => {
     assert.throws(() => rateLimited(async () => 1, { limiter: {} as never }), /limiter must be a Limiter/)
     assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, maxWaitMs: 500 }), /maxWaitMs applies to action 'queue' only/)
     assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, keyPrefix: '' }), /keyPrefix must be a non-empty string/)
+    // Anonymous functions on a shared limiter or store would all count under one default prefix.
+    assert.throws(() => rateLimited(async () => 1, { limiter: shared }), /^ArgumentError: keyPrefix is required for an anonymous function given a limiter: the default prefix is the function's name \(got undefined\); give each function on the limiter a keyPrefix of its own/)
+    assert.throws(() => rateLimited(async () => 1, { limit: 1, windowMs: 1000, store: new MemoryStore() }), /keyPrefix is required for an anonymous function given a store/)
     // A constant cost no call could pay was found only on the first call.
     assert.throws(() => rateLimited(async () => 1, { limit: 5, windowMs: 1000, cost: 6 }), /^ArgumentError: cost exceeds the limit 5 of policy "fixed-window:5\/1s", so it could never be allowed \(got 6\)/)
     assert.throws(() => rateLimited(async () => 1, { limit: 5, windowMs: 1000, cost: 0 }), /^ArgumentError: cost must be a positive integer \(got 0\)/)
@@ -125,5 +128,17 @@ describe('rateLimited / @RateLimited', () => {
     await assert.rejects(send({}), ArgumentError)
     await assert.rejects(send({ id: '' }), /key\(\.\.\.\) must return/)
     await assert.rejects(send({ id: { nested: 1 } as never }), /key\(\.\.\.\) must return/)
+  })
+
+  it('functions on one shared limiter count apart, by name or keyPrefix; anonymous ones of their own count alone', async () => {
+    const shared = new Limiter({ policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 } })
+    const sendEmail = rateLimited(async function sendEmail() { return 'email' }, { limiter: shared })
+    const sendSms = rateLimited(async function sendSms() { return 'sms' }, { limiter: shared })
+    const ping = rateLimited(async () => 'ping', { limiter: shared, keyPrefix: 'ping' })
+    assert.deepEqual([await sendEmail(), await sendSms(), await ping()], ['email', 'sms', 'ping'])
+    await assert.rejects(sendEmail(), RateLimitedError)
+    const first = rateLimited(async () => 1, { limit: 1, windowMs: 60_000 })
+    const second = rateLimited(async () => 2, { limit: 1, windowMs: 60_000 })
+    assert.deepEqual([await first(), await second()], [1, 2])
   })
 })
