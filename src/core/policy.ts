@@ -180,9 +180,10 @@ export function checkMaxWait(maxWaitMs: unknown, policies: readonly ResolvedPoli
 
 /** "500ms", "10s", "1m", "1.5h" or "250" (ms) to milliseconds; undefined for anything else, or for none. */
 export function parseDuration(text: string): number | undefined {
-  const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$/.exec(text.trim())
+  // Days too: formatDuration names a daily policy "…/1d", and a daily quota is a common one.
+  const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/.exec(text.trim())
   if (match === null) return undefined
-  const scale = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[match[2] as 'ms' | 's' | 'm' | 'h' ?? 'ms']
+  const scale = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as 'ms' | 's' | 'm' | 'h' | 'd' ?? 'ms']
   const ms = Math.round(Number(match[1]) * scale)
   return ms > 0 && Number.isSafeInteger(ms) ? ms : undefined
 }

@@ -34,7 +34,7 @@ traffic (one of):
 
 policies:
   --limit N          the limit the five default policies share (default 100)
-  --window DURATION  their window: 500ms, 10s, 1m, 1h (default 1m)
+  --window DURATION  their window: 500ms, 10s, 1m, 1h, 1d (default 1m)
   --policy JSON      a policy of your own (repeatable); replaces the defaults
 
 output:
@@ -99,7 +99,7 @@ export function simulateCommand(args: readonly string[], out: Out, err: Out): nu
   const limit = values.limit === undefined ? 100 : Number(values.limit)
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > 1_000_000) return usage(`--limit must be an integer from 1 to 1000000, got ${values.limit}`)
   const windowMs = values.window === undefined ? 60_000 : parseDuration(values.window)
-  if (windowMs === undefined) return usage(`--window must be a duration such as 500ms, 10s, 1m or 1h, got ${values.window}`)
+  if (windowMs === undefined) return usage(`--window must be a duration such as 500ms, 10s, 1m, 1h or 1d, got ${values.window}`)
 
   try {
     let policies: Policy[]

@@ -23,6 +23,7 @@ describe('policy validation', () => {
     policyError({ algorithm: 'token-bucket', capacity: '10', refillTokens: 1, refillIntervalMs: 1 }, 'capacity', /got "10"\); write it as a number, without quotes: 10$/)
     // A duration where milliseconds go (as YAML users write a window) says how many.
     policyError({ algorithm: 'fixed-window', limit: 10, windowMs: '1m' }, 'windowMs', /finite number \(got "1m"\); windowMs is in milliseconds: 60000 for 1m$/)
+    policyError({ algorithm: 'fixed-window', limit: 1000, windowMs: '1d' }, 'windowMs', /; windowMs is in milliseconds: 86400000 for 1d$/)
     policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: '1.5s' }, 'refillIntervalMs', /; refillIntervalMs is in milliseconds: 1500 for 1\.5s$/)
     policyError({ algorithm: 'fixed-window', limit: '1m', windowMs: 1000 }, 'limit', /finite number \(got "1m"\)$/)
     policyError({ algorithm: 'token-bucket', capacity: 10, refillTokens: 1 }, 'refillIntervalMs', /refillIntervalMs is required$/)

@@ -89,6 +89,7 @@ describe('simulator charts', () => {
       writeFileSync(join(dir, 'epoch.csv'), '1700000000,a\n1700000001,a\n1700000002,a\n')
       assert.match(run('--csv', join(dir, 'epoch.csv'), '--limit', '2', '--window', '1s'), /3 events, 1 key\(s\), 2001ms[^]*sliding-log\s+sliding-log\s+3\/3/)
       assert.match(run('--csv', join(dir, 'epoch.csv'), '--limit', '2', '--window', '1s', '--time-unit', 'ms'), /3 events, 1 key\(s\), 3ms[^]*sliding-log\s+sliding-log\s+2\/3/)
+      assert.match(run('--csv', join(dir, 'epoch.csv'), '--limit', '2', '--window', '1d'), /sliding-log\s+sliding-log\s+2\/3/)
       assert.throws(() => run('--time-unit', 's'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit applies to --csv timestamps only/.test(e.stderr))
       assert.throws(() => run('--csv', join(dir, 'epoch.csv'), '--time-unit', 'sec'), (e: { status: number; stderr: string }) => e.status === 2 && /--time-unit must be ms, s, us or ns, got sec/.test(e.stderr))
       assert.throws(() => run('--pattern', 'tsunami'), (e: { status: number; stderr: string }) => e.status === 2 && /^sluice simulate: unknown pattern "tsunami" \(known: [^)]*\)\n/.test(e.stderr))
