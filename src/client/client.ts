@@ -613,7 +613,9 @@ class Partition {
       if (admission.kind === 'wait') {
         this.serverWaitStarts(now)
         this.refuseBehind(now, admission.until, admission.reason)
-        if (admission.until - now > head.maxWaitMs) {
+        // Its time in line before it led counts too, as it did behind the head.
+        const waitedMs = this.serverWaited(now) - head.serverWaitedAtEnqueue
+        if (waitedMs + admission.until - now > head.maxWaitMs) {
           const answersDueBy = head.enqueuedAt + head.maxWaitMs
           if (admission.reason === 'quota' && this.active > 0 && now < answersDueBy) {
             // Spent as counted here, with answers still on their way: the last of them may bring a
@@ -629,8 +631,7 @@ class Partition {
             return
           }
           this.queue.shift()
-          head.signal.removeEventListener('abort', head.onAbort)
-          head.reject(new QuotaExhaustedError(this.key, admission.until - now, admission.reason === 'quota' ? 'its quota is spent' : 'the server asked to retry later'))
+          this.refuse(head, admission.until - now, admission.reason, waitedMs)
           continue
         }
         head.reason = admission.reason
@@ -688,10 +689,16 @@ class Partition {
         continue
       }
       this.queue.splice(at, 1)
-      waiter.signal.removeEventListener('abort', waiter.onAbort)
-      const why = reason === 'quota' ? 'its quota is spent' : 'the server asked to retry later'
-      waiter.reject(new QuotaExhaustedError(this.key, until - now, `${why}, and it has waited ${Math.round(waitedMs)} ms in line for the server already`))
+      this.refuse(waiter, until - now, reason, waitedMs)
     }
+  }
+
+  /** Rejects a waiter taken out of the line: the wait ahead, and what it had waited, are more than its maxWaitMs. */
+  private refuse(waiter: Waiter, waitMs: number, reason: WaitReason, waitedMs: number): void {
+    waiter.signal.removeEventListener('abort', waiter.onAbort)
+    const why = reason === 'quota' ? 'its quota is spent' : 'the server asked to retry later'
+    const waited = Math.round(waitedMs)
+    waiter.reject(new QuotaExhaustedError(this.key, waitMs, waited > 0 ? `${why}, and it has waited ${waited} ms in line for the server already` : why))
   }
 }
 

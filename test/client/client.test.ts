@@ -289,6 +289,32 @@ describe('a queue behind a server that keeps refusing', () => {
     }
   })
 
+  it('holds the head of the line to its maxWaitMs too, counting its time in line before it led', async () => {
+    // Every answer: a quota of 1 a second, spent, back in 1 s.
+    let hits = 0
+    const server = createServer((request, response) => {
+      hits++
+      request.resume()
+      response.writeHead(200, { 'RateLimit-Policy': '"m";q=1;w=1', RateLimit: '"m";r=0;t=1' }).end()
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      const client = createClient({ maxWaitMs: 1500 })
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+      await client.fetch(url)
+      const [first, second] = await Promise.all([client.fetch(url).then((response) => response.status), client.fetch(url).catch((error: unknown) => error)])
+      assert.equal(first, 200)
+      // The second waited 1 s behind the first for the quota; the next second would make it 2, past its 1.5 s.
+      // (Before, as the head it was held to the wait ahead alone, and sent after 2 s.)
+      assert.ok(second instanceof QuotaExhaustedError, `the second request: ${String(second)}`)
+      assert.match(second.message, /\(its quota is spent, and it has waited \d+ ms in line for the server already\)/)
+      assert.equal(hits, 2)
+    } finally {
+      server.closeAllConnections()
+      await new Promise((resolve) => server.close(resolve))
+    }
+  })
+
   it('does not count time in line behind the client\'s own concurrency limit', async () => {
     // One refusal among 12 requests sent one at a time: each waits long in line, for its turn, not for the server.
     const server = await refusing((n) => n === 4)
