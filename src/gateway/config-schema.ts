@@ -150,9 +150,12 @@ const upstreamUrl = z.string({ error: (issue) => `expected an http:// or https:/
   try {
     url = new URL(value)
   } catch { /* reported below */ }
-  if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.search !== '' || url.hash !== '' || url.username !== '') {
-    context.addIssue({ code: 'custom', message: `expected an http:// or https:// URL without query or credentials, got ${show(value)}` })
-  }
+  const problem = url === undefined ? 'which is not a valid URL (a port from 1 to 65535, a host without spaces)'
+    : url.protocol !== 'http:' && url.protocol !== 'https:' ? undefined
+      : url.username !== '' || url.password !== '' ? 'with credentials, which the gateway does not send: an upstream is a base URL'
+        : url.search !== '' || url.hash !== '' ? 'with a query or fragment: an upstream is a base URL, to which each request\'s own path and query are added'
+          : ''
+  if (problem !== '') context.addIssue({ code: 'custom', message: `expected an http:// or https:// URL, got ${show(value)}${problem === undefined ? '' : `, ${problem}`}` })
 })
 
 /** Which rate-limit fields responses carry. */

@@ -114,7 +114,7 @@ routes:
       'server.listen: expected "host:port" or a port number, got "127.0.0.1:99999" (line 2)',
       'server.bogus: is not a known field (line 3)',
       'store: needs exactly one of url, cluster or sentinel (line 5)',
-      'routes[0].upstream: expected an http:// or https:// URL without query or credentials, got "ftp://x" (line 8)',
+      'routes[0].upstream: expected an http:// or https:// URL, got "ftp://x" (line 8)',
       'routes[0].limits[0].policies[0].capacity: must be a positive integer (got -5) (line 12)',
       'routes[0].limits[0].policies[1].algorithm: must be one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket (got "leaky"); did you mean "leaky-bucket"? (line 15)',
       'routes[0].limits[1].replenishRate: expected a positive integer, got 0 (line 16)',
@@ -245,7 +245,7 @@ routes:
       await assert.rejects(loadConfig(large, {}), (error: ConfigError) => error.problems.join() === 'cannot read the file: larger than 64 MiB: is it the right file?')
       await assert.rejects(loadConfig('/dev/zero', {}), (error: ConfigError) => error.problems.join() === 'cannot read the file: larger than 64 MiB: is it the right file?')
       const keysFromDevice = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keysFile: /dev/zero }')
-      assert.deepEqual(await problems(keysFromDevice), ['identity.apiKey.keysFile: cannot read: larger than 64 MiB: is it the right file? (line 3)'])
+      assert.deepEqual(await problems(keysFromDevice), ['identity.apiKey.keysFile: cannot read: larger than 64 MiB: is it the right file? (line 5)'])
       // A device of a config's size is read to its end.
       assert.deepEqual(await problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keysFile: /dev/null }')), [
         'identity.apiKey.keysFile: lists no key (/dev/null): every request would fall through to the next resolver (line 3)',
@@ -286,6 +286,16 @@ routes:
     assert.deepEqual(await store('  url: redis://:p%25ss@cache:6379/2'), [])
   })
 
+  it('says what is wrong with an upstream URL: not a URL, not HTTP, credentials, a query', async () => {
+    const upstream = (url: string) => problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }').replace('http://127.0.0.1:9', url))
+    assert.deepEqual(await upstream('http://127.0.0.1:99999'), ['routes[0].upstream: expected an http:// or https:// URL, got "http://127.0.0.1:99999", which is not a valid URL (a port from 1 to 65535, a host without spaces) (line 5)'])
+    assert.deepEqual(await upstream('ws://127.0.0.1:9'), ['routes[0].upstream: expected an http:// or https:// URL, got "ws://127.0.0.1:9" (line 5)'])
+    // A password alone is credentials too: before, it passed, and was dropped without a word.
+    assert.deepEqual(await upstream('http://:s3cret@127.0.0.1:9'), ['routes[0].upstream: expected an http:// or https:// URL, got "http://***@127.0.0.1:9", with credentials, which the gateway does not send: an upstream is a base URL (line 5)'])
+    assert.deepEqual(await upstream('http://127.0.0.1:9/v1?key=1'), ["routes[0].upstream: expected an http:// or https:// URL, got \"http://127.0.0.1:9/v1?key=1\", with a query or fragment: an upstream is a base URL, to which each request's own path and query are added (line 5)"])
+    assert.deepEqual(await upstream('http://127.0.0.1:9/v1'), [])
+  })
+
   it('masks credentials exactly where the URL pattern scheme:[//]user:password@ finds them', () => {
     const reference = (text: string) => text.replace(/([a-z][a-z0-9+.-]*:\/{0,2})[^/@\s"]+@/gi, '$1***@')
     const char = fc.constantFrom('a', 'B', '1', '+', '.', '-', ':', '/', '@', ' ', '"', '\n', 'é', '_', '%')
@@ -310,7 +320,7 @@ identity:
     assert.ok(found.includes('store.sentinel.password: expected a string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 3)'), text)
     assert.ok(found.includes('identity.jwt.secret: expected a non-empty string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 5)'), text)
     assert.ok(found.includes('identity.apiKey.keys[1]: expected a non-empty string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 6)'), text)
-    assert.ok(found.some((p) => p.startsWith('routes[0].upstream: expected an http:// or https:// URL without query or credentials, got "http://***@127.0.0.1:9"')), text)
+    assert.ok(found.some((p) => p.startsWith('routes[0].upstream: expected an http:// or https:// URL, got "http://***@127.0.0.1:9", with credentials, which the gateway does not send')), text)
   })
 
   it('checks what spans sections: duplicate names, costs beyond a limit, unconfigured identities, tiers', async () => {
@@ -836,13 +846,13 @@ identity:
     assert.equal(await secretOf('${JWT_SECRET:-${FALLBACK_SECRET}}', { JWT_SECRET: `primary-${long}`, FALLBACK_SECRET: 'unused' }), `primary-${long}`)
     assert.equal(await secretOf(`\${A:-\${B:-default-\${C:-${long}}}}`, {}), `default-${long}`)
     assert.equal(await secretOf(`${long}$\${NOT_A_REFERENCE}`, {}), `${long}\${NOT_A_REFERENCE}`)
-    assert.deepEqual(await problems(secret('${JWT_SECRET:-${FALLBACK_SECRET}}'), {}), ['identity.jwt.secret: environment variable FALLBACK_SECRET is not set (line 3)'])
+    assert.deepEqual(await problems(secret('${JWT_SECRET:-${FALLBACK_SECRET}}'), {}), ['identity.jwt.secret: environment variable FALLBACK_SECRET is not set (line 5)'])
     // Kept as written, these became the secret itself; the messages say where, not what.
     assert.deepEqual(await problems(secret(`hunter2\${${long}`), {}), [
       'identity.jwt.secret: the ${ at character 8 starts no environment reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${ (line 3)',
     ])
-    assert.deepEqual(await problems(secret(`\${JWT_SECRET:-hunter2${long}`), {}), ['identity.jwt.secret: the ${JWT_SECRET:- at character 1 is not closed by a } (line 3)'])
-    assert.deepEqual(await problems(secret(`${'${A:-'.repeat(50_000)}x${'}'.repeat(50_000)}`), {}), ['identity.jwt.secret: the ${A:- at character 41 nests defaults more than 8 deep (line 3)'])
+    assert.deepEqual(await problems(secret(`\${JWT_SECRET:-hunter2${long}`), {}), ['identity.jwt.secret: the ${JWT_SECRET:- at character 1 is not closed by a } (line 5)'])
+    assert.deepEqual(await problems(secret(`${'${A:-'.repeat(50_000)}x${'}'.repeat(50_000)}`), {}), ['identity.jwt.secret: the ${A:- at character 41 nests defaults more than 8 deep (line 5)'])
     assert.deepEqual(await problems(secret(`\${1SECRET}hunter2${long}`), {}), [
       'identity.jwt.secret: the ${ at character 1 starts no environment reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${ (line 3)',
     ])
