@@ -245,7 +245,7 @@ routes:
       await assert.rejects(loadConfig(large, {}), (error: ConfigError) => error.problems.join() === 'cannot read the file: larger than 64 MiB: is it the right file?')
       await assert.rejects(loadConfig('/dev/zero', {}), (error: ConfigError) => error.problems.join() === 'cannot read the file: larger than 64 MiB: is it the right file?')
       const keysFromDevice = minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keysFile: /dev/zero }')
-      assert.deepEqual(await problems(keysFromDevice), ['identity.apiKey.keysFile: cannot read: larger than 64 MiB: is it the right file? (line 5)'])
+      assert.deepEqual(await problems(keysFromDevice), ['identity.apiKey.keysFile: cannot read: larger than 64 MiB: is it the right file? (line 3)'])
       // A device of a config's size is read to its end.
       assert.deepEqual(await problems(minimal('      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }', 'identity:\n  apiKey: { keysFile: /dev/null }')), [
         'identity.apiKey.keysFile: lists no key (/dev/null): every request would fall through to the next resolver (line 3)',
@@ -846,13 +846,13 @@ identity:
     assert.equal(await secretOf('${JWT_SECRET:-${FALLBACK_SECRET}}', { JWT_SECRET: `primary-${long}`, FALLBACK_SECRET: 'unused' }), `primary-${long}`)
     assert.equal(await secretOf(`\${A:-\${B:-default-\${C:-${long}}}}`, {}), `default-${long}`)
     assert.equal(await secretOf(`${long}$\${NOT_A_REFERENCE}`, {}), `${long}\${NOT_A_REFERENCE}`)
-    assert.deepEqual(await problems(secret('${JWT_SECRET:-${FALLBACK_SECRET}}'), {}), ['identity.jwt.secret: environment variable FALLBACK_SECRET is not set (line 5)'])
+    assert.deepEqual(await problems(secret('${JWT_SECRET:-${FALLBACK_SECRET}}'), {}), ['identity.jwt.secret: environment variable FALLBACK_SECRET is not set (line 3)'])
     // Kept as written, these became the secret itself; the messages say where, not what.
     assert.deepEqual(await problems(secret(`hunter2\${${long}`), {}), [
       'identity.jwt.secret: the ${ at character 8 starts no environment reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${ (line 3)',
     ])
-    assert.deepEqual(await problems(secret(`\${JWT_SECRET:-hunter2${long}`), {}), ['identity.jwt.secret: the ${JWT_SECRET:- at character 1 is not closed by a } (line 5)'])
-    assert.deepEqual(await problems(secret(`${'${A:-'.repeat(50_000)}x${'}'.repeat(50_000)}`), {}), ['identity.jwt.secret: the ${A:- at character 41 nests defaults more than 8 deep (line 5)'])
+    assert.deepEqual(await problems(secret(`\${JWT_SECRET:-hunter2${long}`), {}), ['identity.jwt.secret: the ${JWT_SECRET:- at character 1 is not closed by a } (line 3)'])
+    assert.deepEqual(await problems(secret(`${'${A:-'.repeat(50_000)}x${'}'.repeat(50_000)}`), {}), ['identity.jwt.secret: the ${A:- at character 41 nests defaults more than 8 deep (line 3)'])
     assert.deepEqual(await problems(secret(`\${1SECRET}hunter2${long}`), {}), [
       'identity.jwt.secret: the ${ at character 1 starts no environment reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${ (line 3)',
     ])
