@@ -467,7 +467,12 @@ export class Gateway {
     if (this.draining) return
     // Even unchanged, the files may now be elsewhere (a Kubernetes volume's new `..data`).
     if (this.options.watchFile !== false) this.watchFiles(config.files)
-    if (config.version === current.config.version) return
+    if (config.version === current.config.version) {
+      // Said, so that a SIGHUP after saving another file than the one running is seen to have changed nothing.
+      this.metrics.configUnchanged()
+      this.logger.info({ version: config.version, file: config.file }, 'config unchanged: nothing to reload')
+      return
+    }
     const changed = (a: unknown, b: unknown) => JSON.stringify(a) !== JSON.stringify(b)
     // A renewed certificate applies to new connections; switching between HTTP and HTTPS needs a new listener.
     const tlsSwitch = (config.tls === undefined) !== (current.config.tls === undefined)

@@ -44,7 +44,7 @@ export class GatewayMetrics {
       [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       this.registry,
     )
-    this.configReloads = new Counter({ name: 'sluice_config_reloads_total', help: 'Config reloads by result (applied, refused).', labelNames: ['result'], registers })
+    this.configReloads = new Counter({ name: 'sluice_config_reloads_total', help: 'Config reloads by result (applied, refused, unchanged).', labelNames: ['result'], registers })
     this.configInfo = new Gauge({ name: 'sluice_config_info', help: 'The running config version (1 for the current one).', labelNames: ['version'], registers })
     this.tunnels = new Gauge({ name: 'sluice_tunnels_open', help: 'WebSocket connections joined to their upstream, open now.', labelNames: ['route'], registers })
     this.upstreamHealthy = new Gauge({ name: 'sluice_upstream_healthy', help: "1 while an upstream passes its route's health check, 0 while it fails it (routes with healthCheck only).", labelNames: ['route', 'upstream'], registers })
@@ -120,5 +120,9 @@ export class GatewayMetrics {
 
   configRefused(): void {
     this.configReloads.inc({ result: 'refused' })
+  }
+
+  configUnchanged(): void {
+    this.configReloads.inc({ result: 'unchanged' })
   }
 }

@@ -1175,10 +1175,10 @@ describe('reloads asked for in a burst (SIGHUPs, saves)', () => {
   }
 
   /** sluice_config_reloads_total by result. */
-  async function reloads(gateway: InProcess): Promise<{ applied: number; refused: number }> {
+  async function reloads(gateway: InProcess): Promise<{ applied: number; refused: number; unchanged: number }> {
     const metric = await gateway.metrics.registry.getSingleMetric('sluice_config_reloads_total')?.get()
     const count = (result: string) => metric?.values.find((value) => value.labels.result === result)?.value ?? 0
-    return { applied: count('applied'), refused: count('refused') }
+    return { applied: count('applied'), refused: count('refused'), unchanged: count('unchanged') }
   }
 
   it('read the file once more after the one in progress, not once each; one asked for during a read still reads again after it', async () => {
@@ -1193,7 +1193,7 @@ routes:
       const burst = Array.from({ length: 10 }, () => gateway.reload())
       assert.equal(new Set(burst).size, 1)
       await Promise.all(burst)
-      assert.deepEqual(await reloads(gateway), { applied: 0, refused: 1 })
+      assert.deepEqual(await reloads(gateway), { applied: 0, refused: 1, unchanged: 0 })
 
       // A read has begun when the file changes: the calls made after the change are not joined to it, but read again, once.
       writeFileSync(file, valid(5))
@@ -1207,6 +1207,10 @@ routes:
       assert.equal((await reloads(gateway)).refused, 1)
       const limits = gateway.config.limitsResolved.flatMap((limit) => [...limit.policies.values()].flat().map((policy) => 'limit' in policy ? policy.limit : undefined))
       assert.deepEqual(limits, [7])
+      // The same file again: nothing to apply, and counted (and logged) as such, not passed over in silence.
+      const before = await reloads(gateway)
+      await gateway.reload()
+      assert.deepEqual(await reloads(gateway), { ...before, unchanged: before.unchanged + 1 })
     })
   })
 
