@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net'
 import { describe, it } from 'node:test'
 import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { exportJWK, exportPKCS8, exportSPKI, generateKeyPair, SignJWT } from 'jose'
-import { apiKey, clientIpKey, firstOf, jwtClaim, type HttpRequest } from '../../src/index.ts'
+import { apiKey, clientIpKey, firstOf, jwtClaim, jwtVerifier, type HttpRequest } from '../../src/index.ts'
 
 const request = (headers: Record<string, string>, remoteAddress = '198.51.100.7'): HttpRequest => ({
   method: 'GET', path: '/', host: 'api.test', header: (name) => headers[name], remoteAddress,
@@ -164,6 +164,32 @@ describe('identity', () => {
     } finally {
       endpoint.close()
     }
+  })
+
+  it('verifies a token once for the requests that carry it, and believes it no longer than it lasts, nor a minute', async (t) => {
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
+    const verified = jwtVerifier({ secret, algorithms: ['HS256'] })
+    const token = await hs256({ sub: '42' }, '90s')
+    const first = await verified(request(bearer(token)))
+    const again = await verified(request(bearer(token)))
+    // The same payload, not verified again; shared by the requests, so frozen.
+    assert.equal(again, first)
+    assert.ok(first !== undefined && Object.isFrozen(first))
+    assert.throws(() => { (first as Record<string, unknown>).sub = '43' }, TypeError)
+    // After a minute it is verified again (a JWKS's withdrawn key would then stop it): a new payload, the same claims.
+    t.mock.timers.tick(61_000)
+    const later = await verified(request(bearer(token)))
+    assert.notEqual(later, first)
+    assert.equal(later?.sub, '42')
+    // Past its exp (90 s), kept or not, it is no identity, as jose would have it.
+    t.mock.timers.tick(30_000)
+    assert.equal(await verified(request(bearer(token))), undefined)
+    // A forged token that fails is not kept as verified, nor does it displace the good one's answer.
+    const fresh = await hs256({ sub: '7' }, '5m')
+    const forged = await hs256({ sub: '7' }, '5m', 'another-secret-of-enough-length!!')
+    assert.equal(await verified(request(bearer(forged))), undefined)
+    assert.equal((await verified(request(bearer(fresh))))?.sub, '7')
+    assert.equal(await verified(request(bearer(forged))), undefined)
   })
 
   it('refuses configurations that would accept unverifiable tokens', () => {
