@@ -19,7 +19,7 @@ import { isPromise } from '../core/callbacks.ts'
 import type { Policy } from '../core/types.ts'
 import { ITEMS_PER_SLICE, letIoIn, mapInSlices } from '../core/turn.ts'
 import { Limiter } from '../limiter/limiter.ts'
-import { authorityOf, nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
+import { authorityOf, boundUnreadBody, nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
 import { createRateLimitPipelineInSlices, httpStatePrefix, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
@@ -976,6 +976,7 @@ function answerInstead(res: ServerResponse, expectsContinue: boolean, outcome: H
   // A client still waiting for 100 Continue may send its body after this answer, or not: the connection cannot be
   // reused. (Over HTTP/2 only the stream is concerned, and the field does not exist.)
   if (expectsContinue && res.req.httpVersionMajor < 2) res.setHeader('connection', 'close')
+  else boundUnreadBody(res.req, res)
   respond(res, corsFields.length === 0 ? outcome : { ...outcome, headers: [...outcome.headers, ...corsFields] })
 }
 

@@ -492,6 +492,27 @@ routes:${routes.join('')}
     assert.match(refused, /\r\nConnection: close\r\n/i)
   })
 
+  it('a refused upload without Expect is read for 2 s more at most: the 429, then the connection closes', async () => {
+    for (let i = 0; i < 2; i++) await fetch(`${gateway.url}/login`, { method: 'POST', headers: { 'x-api-key': 'upload-refused' } })
+    const socket = connect(Number(new URL(gateway.url).port), '127.0.0.1')
+    let received = ''
+    socket.setEncoding('latin1')
+    socket.on('data', (part: string) => { received += part })
+    socket.on('error', () => {})
+    const closed = once(socket, 'close')
+    await once(socket, 'connect')
+    const started = Date.now()
+    // A body that would go on for minutes (64 KiB every 20 ms), sent for 8 s at most.
+    socket.write(`POST /login HTTP/1.1\r\nHost: gateway.test\r\nx-api-key: upload-refused\r\nContent-Length: ${2 ** 30}\r\n\r\n`)
+    const sending = setInterval(() => socket.write(Buffer.alloc(2 ** 16)), 20)
+    const closedAfterMs = await Promise.race([closed.then(() => Date.now() - started), sleep(8000).then(() => undefined)])
+    clearInterval(sending)
+    socket.destroy()
+    assert.match(received, /^HTTP\/1\.1 429 Too Many Requests\r\n/)
+    // Before, the gateway read on (and threw it away) for as long as the client sent.
+    assert.ok(closedAfterMs !== undefined && closedAfterMs < 6000, `the connection ${closedAfterMs === undefined ? 'was still open after 8 s' : `closed after ${closedAfterMs} ms`}`)
+  })
+
   it('exports Prometheus metrics whose counters match the requests sent', async () => {
     const start = await metrics(gateway)
     const limited = { route: 'api', policy: 'api-hour', outcome: 'limited' }

@@ -6,10 +6,10 @@
  * (unless `caseSensitive` is given here), and ending at a `;` under its
  * `useSemicolonDelimiter`.
  */
-import type { ServerResponse } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createRateLimitPipeline, recordDecision, warningSink, type HttpOutcome, type HttpRequest, type RateLimitOptions } from '../handler.ts'
 import { isPromise } from '../../core/callbacks.ts'
-import { settleWhenSent } from './node.ts'
+import { boundUnreadBody, settleWhenSent } from './node.ts'
 import { asError } from '../../core/errors.ts'
 import { requestPath, requestQuery } from '../path.ts'
 import { proxyTrustOnce, UNREADABLE } from '../client-ip.ts'
@@ -21,7 +21,7 @@ interface FastifyRequestLike {
   url: string
   hostname?: string
   headers: Record<string, string | string[] | undefined>
-  raw: { socket: { remoteAddress?: string | undefined } }
+  raw: IncomingMessage
 }
 interface FastifyReplyLike {
   raw: ServerResponse
@@ -94,6 +94,7 @@ export const sluiceFastify = Object.assign(
       settleWhenSent(reply.raw, outcome.settle, outcome.inProgressUntilEnded)
       for (const [name, value] of outcome.headers) reply.header(lowerCase(name), value)
       if (!outcome.proceed) {
+        boundUnreadBody(request.raw, reply.raw)
         reply.code(outcome.status).send(outcome.body)
       } else if (outcome.waitMs > 0) {
         // Queued: proceed after the wait, unless the client hangs up first.

@@ -12,7 +12,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createRateLimitPipeline, recordDecision, warningSink, type HttpOutcome, type RateLimitOptions } from '../handler.ts'
 import { proxyTrustOnce } from '../client-ip.ts'
 import { isPromise } from '../../core/callbacks.ts'
-import { nodeRequest, settleWhenSent, waitTurn } from './node.ts'
+import { boundUnreadBody, nodeRequest, settleWhenSent, waitTurn } from './node.ts'
 import type { Decision } from '../../core/types.ts'
 
 /** The parts of Koa's context the middleware uses. */
@@ -69,6 +69,7 @@ async function apply(ctx: KoaContextLike, next: () => Promise<unknown>, outcome:
     await next()
     return
   }
+  boundUnreadBody(ctx.req, ctx.res)
   ctx.status = outcome.status
   // The problem body's Content-Type is among the fields set above: Koa keeps it.
   ctx.body = outcome.body

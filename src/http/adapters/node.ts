@@ -88,6 +88,7 @@ export function nodeLimiter<Req extends NodeRequest>(
     for (const [name, value] of outcome.headers) res.setHeader(name, value)
     if (outcome.proceed && outcome.waitMs > 0) return waitTurn(res, outcome.waitMs)
     if (outcome.proceed) return true
+    boundUnreadBody(req, res)
     res.statusCode = outcome.status
     // One call for both kinds of response: their end() takes the same arguments.
     ;(res as ServerResponse).end(outcome.body)
@@ -97,6 +98,38 @@ export function nodeLimiter<Req extends NodeRequest>(
     const outcome = decide(toRequest(req))
     return isPromise(outcome) ? outcome.then((settled) => apply(req, res, settled)) : apply(req, res, outcome)
   }
+}
+
+/** How long a request answered without its body being read may go on sending it before its connection is closed. */
+const UNREAD_BODY_MS = 2_000
+
+/**
+ * Bounds how long a request's body is read once the request has been
+ * answered without it (a refusal). To keep an HTTP/1 connection, node reads
+ * and throws away whatever body is left, however long it takes: a client
+ * over its limit could go on sending (an endless chunked body) for as long
+ * as the request timeout allows. A body still coming 2 s after the answer has
+ * its connection closed. Not at once: a connection closed while a body is
+ * arriving is reset, and a reset can take the answer with it before the
+ * client reads it. A body that ends sooner leaves the connection as node
+ * keeps it. (HTTP/2 ends the stream, not the connection, by itself.)
+ */
+export function boundUnreadBody(req: NodeRequest, res: NodeResponse): void {
+  if (req.httpVersionMajor >= 2 || req.complete) return
+  const request = req as IncomingMessage
+  ;(res as ServerResponse).once('finish', () => {
+    if (request.complete) return
+    const socket = request.socket
+    const timer = setTimeout(() => { if (!request.complete) socket.destroy() }, UNREAD_BODY_MS).unref()
+    // Removed both ways: a kept connection answers many requests, and must not gather a listener for each.
+    const stop = () => {
+      clearTimeout(timer)
+      request.off('end', stop)
+      socket.off('close', stop)
+    }
+    request.once('end', stop)
+    socket.once('close', stop)
+  })
 }
 
 /**
