@@ -8,7 +8,9 @@
  * (so every request pays for a decision and none is refused).
  *
  * A fourth row, the least a Node proxy does (bench/bare-proxy.ts), separates
- * sluice's own cost from Node's. Last, gateways of 20 and 2,000 routes show
+ * sluice's own cost from Node's; a fifth keys the same limit by a verified
+ * JWT (HS256, one token for every request, as one client's), what verifying
+ * bearer tokens adds. Last, gateways of 20 and 2,000 routes show
  * what the number of routes costs a request, and one of 5,000 what a reload
  * and a read of /metrics or /status cost the requests it is serving.
  *
@@ -31,6 +33,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startGateway } from '../test/support/gateway.ts'
 import { freePort } from '../test/support/redis.ts'
+import { SignJWT } from 'jose'
 import { emit } from './report.ts'
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8)
@@ -38,7 +41,9 @@ const CONNECTIONS = 64
 /** Requests per second per client that neither proxy reaches on this machine. */
 const RATE = 1_000_000
 const HALF_RUNS = 3
-const LABELS: Record<string, string> = { direct: 'direct to the upstream', nginx: 'nginx limit_req proxy', bare: 'bare Node proxy (no limit)', sluice: 'sluice gateway (memory)' }
+const LABELS: Record<string, string> = { direct: 'direct to the upstream', nginx: 'nginx limit_req proxy', bare: 'bare Node proxy (no limit)', sluice: 'sluice gateway (memory)', 'sluice-jwt': 'sluice gateway, JWT identity' }
+/** The JWT identity row's HS256 secret, and the one token its requests carry (as a client's requests do). */
+const JWT_SECRET = 'a-shared-secret-of-32-bytes-or-more!'
 
 for (const tool of ['nginx', 'wrk']) {
   if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) {
@@ -316,6 +321,22 @@ routes:
   - name: all
     upstream: http://127.0.0.1:${upstreamPort}
 `)
+  // The same limit keyed by a verified JWT's sub: what verifying bearer tokens adds to a request.
+  const jwtGateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+logging: { level: info, access: false }
+identity:
+  jwt: { algorithms: [HS256], secret: "${JWT_SECRET}" }
+  order: [jwt, ip]
+limits:
+  - name: per-user
+    policies: { algorithm: token-bucket, name: per-user, capacity: ${RATE}, refillTokens: ${RATE}, refillIntervalMs: 1000 }
+routes:
+  - name: all
+    upstream: http://127.0.0.1:${upstreamPort}
+`)
+  const token = await new SignJWT({ sub: 'bench-user' }).setProtectedHeader({ alg: 'HS256' }).setExpirationTime('2h').sign(new TextEncoder().encode(JWT_SECRET))
   try {
     const bare = spawn(process.execPath, ['--import', 'tsx', new URL('./bare-proxy.ts', import.meta.url).pathname, String(upstreamPort)], { stdio: ['ignore', 'pipe', 'inherit'] })
     children.push(bare)
@@ -325,13 +346,17 @@ routes:
       nginx: `http://127.0.0.1:${nginxPort}/`,
       bare: `http://127.0.0.1:${barePort}/`,
       sluice: `${gateway.url}/`,
+      'sluice-jwt': `${jwtGateway.url}/`,
     }
+    const targetArgs: Record<string, string[]> = { 'sluice-jwt': ['-H', `Authorization: Bearer ${token}`] }
     console.log(`sluice gateway benchmark: node ${process.version}, ${spawnSync('nginx', ['-v'], { encoding: 'utf8' }).stderr.trim()}, wrk 1 thread x ${CONNECTIONS} connections x ${SECONDS} s\n`)
     const peaks: Record<string, Peak> = {}
     for (const [name, url] of Object.entries(targets)) {
-      wrk(url) // warm-up (JIT, pools), not counted
-      peaks[name] = wrk(url)
+      wrk(url, targetArgs[name]) // warm-up (JIT, pools), not counted
+      peaks[name] = wrk(url, targetArgs[name])
     }
+    // The token is the client's identity: every request of the row must have been decided as that user's.
+    if ((peaks['sluice-jwt'] as Peak).non2xx > 0) throw new Error('the JWT identity row had refused requests: the token did not verify, or the limit was reached')
     const half: Record<string, Peak> = {}
     for (const name of ['nginx', 'bare', 'sluice'] as const) half[name] = atRate(targets[name], (peaks[name] as Peak).rps / 2)
 
@@ -347,6 +372,7 @@ routes:
       `sluice / nginx throughput: ${(ratio * 100).toFixed(0)}%   (target: at least 60%) ${ratio >= 0.6 ? 'met' : 'MISSED'}`,
       `sluice p99 at half its peak rate: ${p99.toFixed(2)} ms   (target: under 5 ms) ${p99 < 5 ? 'met' : 'MISSED'}; the bare Node proxy's at half its own peak: ${half.bare?.p99.toFixed(2)} ms, nginx's: ${half.nginx?.p99.toFixed(2)} ms`,
       `sluice / bare Node proxy: ${(((peaks.sluice as Peak).rps / (peaks.bare as Peak).rps) * 100).toFixed(0)}%   (what the limit, headers, logs and metrics cost inside Node)`,
+      `sluice with JWT identity / sluice by IP: ${(((peaks['sluice-jwt'] as Peak).rps / (peaks.sluice as Peak).rps) * 100).toFixed(0)}%   (one HS256 token on every request, verified once and then believed until its exp, a minute at most)`,
     ]
     console.log(`\n${notes.join('\n')}`)
     emit({
@@ -358,7 +384,7 @@ routes:
       notes,
     })
   } finally {
-    await gateway.stop()
+    await Promise.all([gateway.stop(), jwtGateway.stop()])
   }
   await routeScaling(upstreamPort)
   await stalls(upstreamPort)
