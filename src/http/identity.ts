@@ -176,7 +176,7 @@ export function jwtVerifier(options: JwtVerifierOptions): (request: HttpRequest)
   }
 }
 
-/** Tokens kept verified: about a client's worth each, so a busy API's callers are each checked about once a minute. */
+/** Verified tokens kept at most: a client sends one token, so 10,000 clients' are each verified about once a minute. */
 const MAX_VERIFIED_TOKENS = 10_000
 /** How long a verified token is believed before it is checked again, so that a key withdrawn from a JWKS stops it within this time. */
 const VERIFIED_FOR_MS = 60_000
