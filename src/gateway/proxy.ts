@@ -575,12 +575,29 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   const client = req.socket.remoteAddress ?? ''
   const forwardedFor = req.headers['x-forwarded-for']
   headers['x-forwarded-for'] = forwardedFor === undefined || forwardedFor === '' ? client : `${String(forwardedFor)}, ${client}`
+  // The same hop in RFC 7239's field, appended as X-Forwarded-For is: passed on as the client wrote it, its last
+  // element would be one the client made up, where an upstream that reads Forwarded (Spring's
+  // ForwardedHeaderFilter prefers it) looks for what its proxy saw.
+  const forwarded = req.headers.forwarded
+  const ownElement = forwardedElement(client, options.protocol, clientHost)
+  headers.forwarded = forwarded === undefined || forwarded === '' ? ownElement : `${forwarded}, ${ownElement}`
   headers['x-forwarded-proto'] = options.protocol
   if (clientHost !== undefined) headers['x-forwarded-host'] = clientHost
   // What Spring Cloud Gateway and Traefik send for a stripped prefix, so the upstream can build its links under it.
   if (strippedPrefix !== undefined) headers['x-forwarded-prefix'] = strippedPrefix
   headers.host = options.preserveHost && clientHost !== undefined ? clientHost : upstreamHost
   return headers
+}
+
+/** RFC 7239's `token` characters: a value made of them goes bare, any other quoted. */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+
+/** The gateway's hop as a `Forwarded` element: `for=203.0.113.7;proto=https;host=api.example.com` (RFC 7239 4, 6). */
+function forwardedElement(client: string, protocol: string, host: string | undefined): string {
+  // An IPv6 address goes in brackets, and so in quotes (its colons are not token characters); an unknown one is `unknown`.
+  const node = client === '' ? 'unknown' : client.includes(':') ? `"[${client}]"` : client
+  const quoted = (value: string) => (TOKEN.test(value) ? value : `"${value.replace(/["\\]/g, '\\$&')}"`)
+  return `for=${node};proto=${protocol}${host === undefined ? '' : `;host=${quoted(host)}`}`
 }
 
 /** Whether the response's connection or stream has closed (node's ServerResponse says so; HTTP/2's through its stream). */

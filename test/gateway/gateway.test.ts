@@ -174,6 +174,16 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal(status.routes.length, 8)
   })
 
+  it('appends its hop to Forwarded as to X-Forwarded-For: the last element is what the gateway saw, not what a client wrote', async () => {
+    const seen = async (headers: Record<string, string> = {}) => JSON.parse((await get(`${gateway.url}/headers`, headers)).body) as Record<string, string>
+    const hop = `for=127.0.0.1;proto=http;host="${new URL(gateway.url).host}"`
+    assert.equal((await seen()).forwarded, hop)
+    // Before, a client's Forwarded went on as it came: an upstream reading its last element took the client's word.
+    const spoofed = await seen({ forwarded: 'for=7.7.7.7;proto=https', 'x-forwarded-for': '6.6.6.6' })
+    assert.equal(spoofed.forwarded, `for=7.7.7.7;proto=https, ${hop}`)
+    assert.equal(spoofed['x-forwarded-for'], '6.6.6.6, 127.0.0.1')
+  })
+
   it('tells the upstream the prefix it stripped (X-Forwarded-Prefix), and gives a redirect to the upstream\'s own URL back as the client\'s path', async () => {
     const hello = async (path: string, headers: Record<string, string> = {}) => JSON.parse((await rawRequest(gateway.url, path, { headers: { 'x-api-key': 'prefix', ...headers } })).body) as Record<string, string>
     assert.deepEqual(pick(await hello('/API/hello', { 'x-forwarded-prefix': '/made-up' }), ['path', 'forwardedPrefix']), { path: '/hello', forwardedPrefix: '/API' })
