@@ -310,33 +310,25 @@ try {
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
     }
   }`, [nginxPort])
-  const gateway = await startGateway(`
+  /** One limit that never binds, named `limit`, keyed as `identity` says (by IP when it says nothing). */
+  const limitedGateway = (limit: string, identity = '') => startGateway(`
 server: { listen: 127.0.0.1:0 }
 admin: { listen: 127.0.0.1:0 }
 logging: { level: info, access: false }
+${identity}
 limits:
-  - name: per-ip
-    policies: { algorithm: token-bucket, name: per-ip, capacity: ${RATE}, refillTokens: ${RATE}, refillIntervalMs: 1000 }
+  - name: ${limit}
+    policies: { algorithm: token-bucket, name: ${limit}, capacity: ${RATE}, refillTokens: ${RATE}, refillIntervalMs: 1000 }
 routes:
   - name: all
     upstream: http://127.0.0.1:${upstreamPort}
 `)
-  // The same limit keyed by a verified JWT's sub: what verifying bearer tokens adds to a request.
-  const jwtGateway = await startGateway(`
-server: { listen: 127.0.0.1:0 }
-admin: { listen: 127.0.0.1:0 }
-logging: { level: info, access: false }
-identity:
+  const gateway = await limitedGateway('per-ip')
+  // The same limit keyed by a verified JWT's sub, and by nothing else: what verifying bearer tokens adds to a request.
+  const jwtGateway = await limitedGateway('per-user', `identity:
   jwt: { algorithms: [HS256], secret: "${JWT_SECRET}" }
   order: [jwt]
-  emptyKey: forbid
-limits:
-  - name: per-user
-    policies: { algorithm: token-bucket, name: per-user, capacity: ${RATE}, refillTokens: ${RATE}, refillIntervalMs: 1000 }
-routes:
-  - name: all
-    upstream: http://127.0.0.1:${upstreamPort}
-`)
+  emptyKey: forbid`)
   const token = await new SignJWT({ sub: 'bench-user' }).setProtectedHeader({ alg: 'HS256' }).setExpirationTime('2h').sign(new TextEncoder().encode(JWT_SECRET))
   try {
     const bare = spawn(process.execPath, ['--import', 'tsx', new URL('./bare-proxy.ts', import.meta.url).pathname, String(upstreamPort)], { stdio: ['ignore', 'pipe', 'inherit'] })
