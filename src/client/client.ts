@@ -921,7 +921,7 @@ function functionOr<T>(name: string, value: T | undefined, fallback: T): T {
 
 /** Milliseconds: a non-negative number, Infinity allowed. */
 function waitBudget(name: string, value: unknown): number {
-  if (typeof value !== 'number' || Number.isNaN(value) || value < 0) throw new ArgumentError(name, value, 'must be a number of milliseconds, 0 or more', typeof value === 'string' ? numberHint(name, value) : undefined)
+  if (typeof value !== 'number' || Number.isNaN(value) || value < 0) throw new ArgumentError(name, value, 'must be a number of milliseconds, 0 or more', numberHint(name, value))
   return value
 }
 

@@ -159,7 +159,7 @@ export function checkCost(cost: unknown, policies: readonly ResolvedPolicy[]): n
 /** Checks `maxWaitMs` and that every policy can reserve when it is above 0. */
 export function checkMaxWait(maxWaitMs: unknown, policies: readonly ResolvedPolicy[]): number {
   if (typeof maxWaitMs !== 'number' || !Number.isFinite(maxWaitMs) || maxWaitMs < 0 || maxWaitMs > MAX_WAIT_MS) {
-    throw new ArgumentError('maxWaitMs', maxWaitMs, `must be a number of milliseconds from 0 to ${MAX_WAIT_MS}`, typeof maxWaitMs === 'string' ? numberHint('maxWaitMs', maxWaitMs) : undefined)
+    throw new ArgumentError('maxWaitMs', maxWaitMs, `must be a number of milliseconds from 0 to ${MAX_WAIT_MS}`, numberHint('maxWaitMs', maxWaitMs))
   }
   if (maxWaitMs > 0) {
     for (const policy of policies) {
@@ -178,20 +178,20 @@ export function checkMaxWait(maxWaitMs: unknown, policies: readonly ResolvedPoli
   return Math.floor(maxWaitMs)
 }
 
-/** "500ms", "10s", "1m", "1.5h" or "250" (ms) to milliseconds; undefined for anything else, or for none. */
+/** Milliseconds in each unit a duration is written in, largest first: what parseDuration reads, formatDuration writes. */
+const DURATION_UNITS: ReadonlyMap<string, number> = new Map([['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000], ['ms', 1]])
+
+/** "500ms", "10s", "1m", "1.5h", "1d" or "250" (ms) to milliseconds; undefined for anything else, or for none. */
 export function parseDuration(text: string): number | undefined {
-  // Days too: formatDuration names a daily policy "…/1d", and a daily quota is a common one.
   const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/.exec(text.trim())
   if (match === null) return undefined
-  const scale = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as 'ms' | 's' | 'm' | 'h' | 'd' ?? 'ms']
-  const ms = Math.round(Number(match[1]) * scale)
+  const ms = Math.round(Number(match[1]) * (DURATION_UNITS.get(match[2] ?? 'ms') as number))
   return ms > 0 && Number.isSafeInteger(ms) ? ms : undefined
 }
 
 /** "60000" -> "1m", "1500" -> "1500ms": the largest unit that divides exactly. */
 export function formatDuration(ms: number): string {
-  const units: Array<[string, number]> = [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]]
-  for (const [unit, size] of units) {
+  for (const [unit, size] of DURATION_UNITS) {
     if (ms % size === 0) return `${ms / size}${unit}`
   }
   return `${ms}ms`
@@ -217,15 +217,16 @@ function positiveInteger(raw: Record<string, unknown>, field: string, policy: st
   const value = raw[field]
   if (value === undefined) throw new PolicyError(field, value, 'is required', policy)
   if (typeof value !== 'number' || !Number.isFinite(value)) {
-    throw new PolicyError(field, value, 'must be a finite number', policy, typeof value === 'string' ? numberHint(field, value) : undefined)
+    throw new PolicyError(field, value, 'must be a finite number', policy, numberHint(field, value))
   }
   if (!Number.isInteger(value) || value < 1) throw new PolicyError(field, value, 'must be a positive integer', policy)
   if (value > MAX_EXACT) throw new PolicyError(field, value, `must be at most ${MAX_EXACT}`, policy)
   return value
 }
 
-/** For a number written as text: the number (`"5"` is 5), or a duration in milliseconds (`windowMs: 1m` is 60000). */
-export function numberHint(field: string, text: string): string | undefined {
+/** For a number written as text: the number (`"5"` is 5), or a duration in milliseconds (`windowMs: 1m` is 60000); nothing for a value not text. */
+export function numberHint(field: string, text: unknown): string | undefined {
+  if (typeof text !== 'string') return undefined
   if (/^\s*\d+\s*$/.test(text)) return `write it as a number, without quotes: ${Number(text)}`
   const ms = field.endsWith('Ms') && /[a-z]\s*$/.test(text) ? parseDuration(text) : undefined
   return ms === undefined ? undefined : `${field} is in milliseconds: ${ms} for ${text.trim()}`

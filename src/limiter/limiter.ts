@@ -889,7 +889,7 @@ export function normalizeKey(key: unknown): string {
 function positiveNumber(name: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback
   if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value > 2 ** 31 - 1) {
-    throw new ArgumentError(name, value, 'must be a positive number of milliseconds', typeof value === 'string' ? numberHint(name, value) : undefined)
+    throw new ArgumentError(name, value, 'must be a positive number of milliseconds', numberHint(name, value))
   }
   return value
 }
