@@ -254,10 +254,12 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const problems: string[] = []
   // A value whose variable is missing is reported once, for the variable, not again by the schema.
   const unset = new Set<string>()
+  const unsetPaths: PropertyKey[][] = []
   // Values as written where a reference was substituted: a problem found later (a port in use) can name the variable.
   const written = new Map<string, string>()
   substituteEnv(doc, env, (path, message, offset) => {
     unset.add(formatPath(path))
+    unsetPaths.push([...path])
     problems.push(`${formatPath(path)}: ${message} (line ${lineOf(offset) ?? '?'})`)
   }, (path, raw) => written.set(formatPath(path), raw), takesOnlyText)
   const unreadable = shapeProblems(doc).map(({ problem, offset }) => `YAML: ${problem} (line ${lineOf(offset) ?? '?'})`)
@@ -280,9 +282,13 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     const line = at(path)
     problems.push(`${formatPath(path)}: ${message}${line === undefined ? '' : ` (line ${line})`}`)
   }
+  // Files the config names are found beside it, wherever the gateway was started from (systemd starts it in /).
+  const beside = (path: string) => resolve(dirname(file), path)
   const parsed = configSchema.safeParse(data, { reportInput: true, error: defaultMessage })
+  const faults = unsetPaths
   if (!parsed.success) {
     for (const issue of parsed.error.issues) {
+      faults.push(issue.path)
       if (issue.code === 'unrecognized_keys') {
         for (const key of issue.keys) {
           const hint = didYouMean(key, fieldsAt(issue.path)) ?? misplacedHint(key, issue.path)
@@ -295,12 +301,42 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
         report(issue.path, withHint(issue.message, hint))
       }
     }
+  }
+  if (!parsed.success || problems.length > 0) {
+    // The rest of the file is checked too, so that one run lists every problem, not those of one stage at a time.
+    const rest = withoutFaultyItems(data as Record<string, unknown>, faults)
+    if (rest !== undefined) checkMeaning(rest.config, rest.report(report), beside, true)
     throw new ConfigError(file, problems)
   }
-  if (problems.length > 0) throw new ConfigError(file, problems)
   const config = parsed.data
-  // Files the config names are found beside it, wherever the gateway was started from (systemd starts it in /).
-  const beside = (path: string) => resolve(dirname(file), path)
+  const { limitsResolved, tls, jwtPublicKey, apiKeys, keyTiers, apiKeyTiers, watch } = checkMeaning(config, report, beside, false)
+  if (problems.length > 0) throw new ConfigError(file, problems)
+  // Files the config names are part of it: a changed key file is a new version (and a reload takes it).
+  const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, keyTiers.map(({ key, tier }) => [key, tier]), tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
+  const named = [config.server.tls?.cert, config.server.tls?.key, config.identity.jwt?.publicKeyFile, config.identity.apiKey?.keysFile]
+  const files = [resolve(file), ...named.filter((path) => path !== undefined).map(beside)]
+  return { ...config, admin: { ...config.admin, watch }, file, version, files, limitsResolved, tls, jwtPublicKey, apiKeys, apiKeyTiers, written }
+}
+
+/** What checkMeaning makes of a file besides its problems. */
+interface Meaning {
+  limitsResolved: ResolvedLimit[]
+  tls: GatewayConfig['tls']
+  jwtPublicKey: string | undefined
+  apiKeys: string[] | undefined
+  keyTiers: KeyTier[]
+  apiKeyTiers: Map<string, string> | undefined
+  watch: string[]
+}
+
+/**
+ * The checks of a config the schema accepts: its policies, the files it
+ * names, and what holds across its parts (names, references, routes that can
+ * never match). `partial`: some routes or limits are left out (they have
+ * problems of their own), so what only the whole file can show (that no route
+ * takes a limit's requests, that no limit gives a tier) is not said.
+ */
+function checkMeaning(config: RawConfig, report: Report, beside: (path: string) => string, partial: boolean): Meaning {
   const limitsResolved = resolveLimits(config, report)
   let tls: GatewayConfig['tls']
   if (config.server.tls !== undefined) {
@@ -349,19 +385,49 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
       report(['identity', 'apiKey', 'keysFile'], `cannot read: ${(error as Error).message}`)
     }
   }
-  const apiKeyTiers = checkKeyTiers(config, limitsResolved, keyTiers, report)
+  const apiKeyTiers = checkKeyTiers(config, limitsResolved, keyTiers, report, partial)
   checkReferences(config, report)
   checkServer(config, report)
   checkStoreHolds(config, limitsResolved, report)
   const watch = watchedKeys(config, apiKeys, report)
   checkCompiles(config, jwtPublicKey, apiKeys, report)
-  checkReachable(config, report)
-  if (problems.length > 0) throw new ConfigError(file, problems)
-  // Files the config names are part of it: a changed key file is a new version (and a reload takes it).
-  const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, keyTiers.map(({ key, tier }) => [key, tier]), tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
-  const named = [config.server.tls?.cert, config.server.tls?.key, config.identity.jwt?.publicKeyFile, keysFile]
-  const files = [resolve(file), ...named.filter((path) => path !== undefined).map(beside)]
-  return { ...config, admin: { ...config.admin, watch }, file, version, files, limitsResolved, tls, jwtPublicKey, apiKeys, apiKeyTiers, written }
+  checkReachable(config, report, partial)
+  return { limitsResolved, tls, jwtPublicKey, apiKeys, keyTiers, apiKeyTiers, watch }
+}
+
+/**
+ * The file without the routes and global limits that have problems (`faults`,
+ * their paths), as the schema reads it, and a report that names each problem
+ * where the file has it. Undefined when a problem lies outside them (a
+ * section the checks read across the file, such as identity), or what is left
+ * is no config.
+ */
+function withoutFaultyItems(data: Record<string, unknown>, faults: readonly (readonly PropertyKey[])[]): { config: RawConfig; report: (report: Report) => Report } | undefined {
+  const faulty = { routes: new Set<number>(), limits: new Set<number>() }
+  for (const [section, index] of faults) {
+    if ((section !== 'routes' && section !== 'limits') || typeof index !== 'number') return undefined
+    faulty[section].add(index)
+  }
+  // For each section, the index in the file of each item kept.
+  const kept = (section: 'routes' | 'limits'): number[] => {
+    const items = data[section]
+    return Array.isArray(items) ? [...items.keys()].filter((i) => !faulty[section].has(i)) : []
+  }
+  const routes = kept('routes')
+  const limits = kept('limits')
+  const items = (section: 'routes' | 'limits', indices: number[]) => (Array.isArray(data[section]) ? { [section]: indices.map((i) => (data[section] as unknown[])[i]) } : {})
+  const parsed = configSchema.safeParse({ ...data, ...items('routes', routes), ...items('limits', limits) })
+  if (!parsed.success) return undefined
+  const inFile = (section: string, index: number) => (section === 'routes' ? routes : limits)[index] ?? index
+  return {
+    config: parsed.data,
+    report: (report) => (path, message) => {
+      const [section, index, ...rest] = path
+      const where = (section === 'routes' || section === 'limits') && typeof index === 'number' ? [section, inFile(section, index), ...rest] : path
+      // Messages name other routes and global limits by their paths too (`routes[0] comes first`); not a route's own limits[n].
+      report(where, message.replace(/(^|[^.\w])(routes|limits)\[(\d+)\]/g, (_, before: string, named: string, n: string) => `${before}${named}[${inFile(named, Number(n))}]`))
+    },
+  }
 }
 
 /** An API key listed with its tier, and where: its YAML path, and for a keys file its file and line. */
@@ -385,7 +451,7 @@ function keyOfEntry(entry: string, where: PropertyKey[], at: string | undefined,
  * each one a tier some limit gives policies for (a misspelt `prp` would
  * quietly be the default tier).
  */
-function checkKeyTiers(config: RawConfig, limits: readonly ResolvedLimit[], keyTiers: readonly KeyTier[], report: Report): Map<string, string> | undefined {
+function checkKeyTiers(config: RawConfig, limits: readonly ResolvedLimit[], keyTiers: readonly KeyTier[], report: Report, partial: boolean): Map<string, string> | undefined {
   const fromApiKey = config.tiers?.from === 'apiKey'
   if (fromApiKey && config.identity.apiKey === undefined) report(['tiers', 'from'], 'apiKey needs identity.apiKey, whose keys name their tiers')
   if (keyTiers.length === 0) return undefined
@@ -395,7 +461,8 @@ function checkKeyTiers(config: RawConfig, limits: readonly ResolvedLimit[], keyT
     return undefined
   }
   const named = new Set(limits.flatMap((limit) => [...limit.policies.keys()]).filter((tier) => tier !== ''))
-  for (const { tier, where, at } of keyTiers) {
+  // A limit left out for its own problems may be the one that gives the tier.
+  for (const { tier, where, at } of partial ? [] : keyTiers) {
     // The key itself is never shown: it is a secret.
     if (!named.has(tier)) report(where, `${at === undefined ? '' : `${at}: `}the tier ${show(tier)} is one no limit gives policies for (their tiers: ${[...named].join(', ') || 'none'})`)
   }
@@ -590,7 +657,7 @@ function derivedName(owner: string, limit: string, index: number, policy: string
  * (the first route that matches takes the request), and a route or limit
  * whose exclude patterns cover every path it names.
  */
-function checkReachable(config: RawConfig, report: Report): void {
+function checkReachable(config: RawConfig, report: Report, partial: boolean): void {
   const excludesOwnPaths = (match: MatchOptions | undefined) => match !== undefined && excludesAll(match, [], config.caseSensitive)
   // A limit's own match narrows where it applies; one naming a method node refuses is reported above, not again here.
   const narrowsWithKnownMethods = (match: MatchOptions | undefined): match is MatchOptions => match !== undefined && unknownMethods(match).length === 0
@@ -627,7 +694,8 @@ function checkReachable(config: RawConfig, report: Report): void {
   })
   config.limits.forEach((limit, k) => {
     if (excludesOwnPaths(limit.match)) report(['limits', k, 'match', 'exclude'], 'excludes every path the limit names, so it never applies')
-    else if (narrowsWithKnownMethods(limit.match) && config.routes.length > 0 && !config.routes.some((route) => matchesMeet(route.match ?? {}, limit.match as MatchOptions, config.caseSensitive))) {
+    // A route left out for its own problems may be the one that takes them.
+    else if (!partial && narrowsWithKnownMethods(limit.match) && config.routes.length > 0 && !config.routes.some((route) => matchesMeet(route.match ?? {}, limit.match as MatchOptions, config.caseSensitive))) {
       report(['limits', k, 'match'], `no route takes a request this limit names (${describeMatch(limit.match)}), so it never applies: requests no route takes are answered 404 unlimited`)
     }
   })

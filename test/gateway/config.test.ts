@@ -122,6 +122,52 @@ routes:
     ])
   })
 
+  it('lists what holds across the file (names, references, routes that can never match) with the fields that are wrong, in one run, at their own paths', async () => {
+    const text = `admin:
+  listen: 127.0.0.1:8080
+server:
+  listen: 127.0.0.1:8080
+identity:
+  order: [jwt, ip]
+limits:
+  - { name: broken, policies: [{ algorithm: fixed-window, limit: 0, windowMs: 1000 }] }
+  - { name: nowhere, match: { path: /nowhere/** }, policies: [{ algorithm: fixed-window, name: g, limit: 5, windowMs: 1000 }] }
+routes:
+  - name: a
+    match: { path: /a/** }
+    upstream: ftp://127.0.0.1:1
+  - name: b
+    match: { path: /b }
+    upstream: http://127.0.0.1:1
+  - name: b
+    match: { path: api }
+    upstream: http://127.0.0.1:1
+  - name: c
+    match: { path: /d/** }
+    upstream: http://127.0.0.1:1
+    limits:
+      - policies: [{ algorithm: fixed-window, name: g, limit: 5, windowMs: 1000 }]
+  - name: d
+    match: { path: /d }
+    upstream: http://127.0.0.1:1
+`
+    assert.deepEqual(await problems(text), [
+      'limits[0].policies[0].limit: must be a positive integer (got 0) (line 8)',
+      'routes[0].upstream: expected an http:// or https:// URL, got "ftp://127.0.0.1:1" (line 13)',
+      // Checked without routes[0] and limits[0], and named where the file has them.
+      'routes[2].name: "b" names two routes (line 17)',
+      'routes[3].limits[0].policies[0]: policy name "g" is also used by limits[1].policies[0]; give each policy its own name (it keys the state and the headers) (line 24)',
+      'identity.order[0]: "jwt" is not configured under identity (line 6)',
+      'admin.listen: is server.listen\'s port (8080): give the admin listener one of its own (line 2)',
+      'routes[2].match.path: must be path patterns starting with "/" (got "api") (line 18)',
+      'routes[4].match: can never match: routes[3] ("c") comes first and takes every request this route would; move this route above it, or narrow that one (line 26)',
+    ])
+    // What only the whole file can show is said of the whole file: that no route takes /nowhere/** (without routes[0], it might have).
+    assert.ok((await problems(text.replace('ftp:', 'http:').replace('limit: 0', 'limit: 1'))).some((problem) => problem.startsWith('limits[1].match: no route takes')))
+    // A problem outside the routes and global limits leaves the rest unchecked, as before: the checks read those sections across the file.
+    assert.deepEqual(await problems(text.replace('order: [jwt, ip]', 'order: [ip]\n  bogus: 1')).then((found) => found.length), 3)
+  })
+
   it('an unknown field says which known one it most likely is, from the fields the schema allows where it stands', async () => {
     const text = `
 server:
