@@ -304,12 +304,12 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   }
   if (!parsed.success || problems.length > 0) {
     // The rest of the file is checked too, so that one run lists every problem, not those of one stage at a time.
-    const rest = withoutFaultyItems(data as Record<string, unknown>, faults)
-    if (rest !== undefined) checkMeaning(rest.config, rest.report(report), beside, true)
+    const rest = withoutFaults(data as Record<string, unknown>, faults, report)
+    if (rest !== undefined) checkMeaning(rest.config, rest.reportFor, beside, rest.partial)
     throw new ConfigError(file, problems)
   }
   const config = parsed.data
-  const { limitsResolved, tls, jwtPublicKey, apiKeys, keyTiers, apiKeyTiers, watch } = checkMeaning(config, report, beside, false)
+  const { limitsResolved, tls, jwtPublicKey, apiKeys, keyTiers, apiKeyTiers, watch } = checkMeaning(config, () => report, beside, false)
   if (problems.length > 0) throw new ConfigError(file, problems)
   // Files the config names are part of it: a changed key file is a new version (and a reload takes it).
   const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, keyTiers.map(({ key, tier }) => [key, tier]), tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
@@ -336,10 +336,11 @@ interface Meaning {
  * problems of their own), so what only the whole file can show (that no route
  * takes a limit's requests, that no limit gives a tier) is not said.
  */
-function checkMeaning(config: RawConfig, report: Report, beside: (path: string) => string, partial: boolean): Meaning {
-  const limitsResolved = resolveLimits(config, report)
+function checkMeaning(config: RawConfig, reportFor: ReportFor, beside: (path: string) => string, partial: boolean): Meaning {
+  const limitsResolved = resolveLimits(config, reportFor(['routes', 'limits', 'tiers']))
   let tls: GatewayConfig['tls']
   if (config.server.tls !== undefined) {
+    const report = reportFor(['server'])
     const read = (field: 'cert' | 'key') => {
       try {
         return readBounded(beside((config.server.tls as { cert: string; key: string })[field]))
@@ -358,6 +359,7 @@ function checkMeaning(config: RawConfig, report: Report, beside: (path: string) 
       }
     }
   }
+  const report = reportFor(['identity'])
   let jwtPublicKey = config.identity.jwt?.publicKey
   if (config.identity.jwt?.publicKeyFile !== undefined) {
     try {
@@ -385,48 +387,58 @@ function checkMeaning(config: RawConfig, report: Report, beside: (path: string) 
       report(['identity', 'apiKey', 'keysFile'], `cannot read: ${(error as Error).message}`)
     }
   }
-  const apiKeyTiers = checkKeyTiers(config, limitsResolved, keyTiers, report, partial)
-  checkReferences(config, report)
-  checkServer(config, report)
-  checkStoreHolds(config, limitsResolved, report)
-  const watch = watchedKeys(config, apiKeys, report)
-  checkCompiles(config, jwtPublicKey, apiKeys, report)
-  checkReachable(config, report, partial)
+  const apiKeyTiers = checkKeyTiers(config, limitsResolved, keyTiers, reportFor(['tiers', 'identity', 'routes', 'limits']), partial)
+  checkReferences(config, reportFor(['identity', 'tiers', 'routes', 'limits']))
+  checkServer(config, reportFor(['server', 'admin', 'headers', 'routes']))
+  checkStoreHolds(config, limitsResolved, reportFor(['store', 'tiers', 'routes', 'limits']))
+  const watch = watchedKeys(config, apiKeys, reportFor(['admin', 'identity']))
+  checkCompiles(config, jwtPublicKey, apiKeys, reportFor)
+  checkReachable(config, reportFor(['routes', 'limits', 'caseSensitive']), partial)
   return { limitsResolved, tls, jwtPublicKey, apiKeys, keyTiers, apiKeyTiers, watch }
 }
 
 /**
- * The file without the routes and global limits that have problems (`faults`,
- * their paths), as the schema reads it, and a report that names each problem
- * where the file has it. Undefined when a problem lies outside them (a
- * section the checks read across the file, such as identity), or what is left
- * is no config.
+ * The file as the checks can still read it where some of it is wrong
+ * (`faults`, the paths of its problems): without the routes and global limits
+ * that have problems, and with a default (or nothing) in place of any other
+ * section that has some. Its `reportFor` names each problem where the file has
+ * it, and keeps quiet for checks that read a section put in place.
+ * Undefined where what is left is no config (every route is wrong).
  */
-function withoutFaultyItems(data: Record<string, unknown>, faults: readonly (readonly PropertyKey[])[]): { config: RawConfig; report: (report: Report) => Report } | undefined {
-  const faulty = { routes: new Set<number>(), limits: new Set<number>() }
+function withoutFaults(data: Record<string, unknown>, faults: readonly (readonly PropertyKey[])[], report: Report): { config: RawConfig; reportFor: ReportFor; partial: boolean } | undefined {
+  const faultyItems = { routes: new Set<number>(), limits: new Set<number>() }
+  const faultySections = new Set<string>()
   for (const [section, index] of faults) {
-    if ((section !== 'routes' && section !== 'limits') || typeof index !== 'number') return undefined
-    faulty[section].add(index)
+    if (section === undefined) continue
+    if ((section === 'routes' || section === 'limits') && typeof index === 'number') faultyItems[section].add(index)
+    else faultySections.add(String(section))
   }
-  // For each section, the index in the file of each item kept.
+  // For routes and global limits, the index in the file of each item kept.
   const kept = (section: 'routes' | 'limits'): number[] => {
     const items = data[section]
-    return Array.isArray(items) ? [...items.keys()].filter((i) => !faulty[section].has(i)) : []
+    return Array.isArray(items) ? [...items.keys()].filter((i) => !faultyItems[section].has(i)) : []
   }
   const routes = kept('routes')
   const limits = kept('limits')
-  const items = (section: 'routes' | 'limits', indices: number[]) => (Array.isArray(data[section]) ? { [section]: indices.map((i) => (data[section] as unknown[])[i]) } : {})
-  const parsed = configSchema.safeParse({ ...data, ...items('routes', routes), ...items('limits', limits) })
+  const rest: Record<string, unknown> = { ...data }
+  for (const section of faultySections) delete rest[section]
+  for (const [section, indices] of [['routes', routes], ['limits', limits]] as const) {
+    if (Array.isArray(rest[section])) rest[section] = indices.map((i) => (data[section] as unknown[])[i])
+  }
+  const parsed = configSchema.safeParse(rest)
   if (!parsed.success) return undefined
   const inFile = (section: string, index: number) => (section === 'routes' ? routes : limits)[index] ?? index
+  const mapped: Report = (path, message) => {
+    const [section, index, ...below] = path
+    const where = (section === 'routes' || section === 'limits') && typeof index === 'number' ? [section, inFile(section, index), ...below] : path
+    // Messages name other routes and global limits by their paths too (`routes[0] comes first`); not a route's own limits[n].
+    report(where, message.replace(/(^|[^.\w])(routes|limits)\[(\d+)\]/g, (_, before: string, named: string, n: string) => `${before}${named}[${inFile(named, Number(n))}]`))
+  }
+  const quiet: Report = () => {}
   return {
     config: parsed.data,
-    report: (report) => (path, message) => {
-      const [section, index, ...rest] = path
-      const where = (section === 'routes' || section === 'limits') && typeof index === 'number' ? [section, inFile(section, index), ...rest] : path
-      // Messages name other routes and global limits by their paths too (`routes[0] comes first`); not a route's own limits[n].
-      report(where, message.replace(/(^|[^.\w])(routes|limits)\[(\d+)\]/g, (_, before: string, named: string, n: string) => `${before}${named}[${inFile(named, Number(n))}]`))
-    },
+    reportFor: (sections) => (sections.some((section) => faultySections.has(section)) ? quiet : mapped),
+    partial: routes.length < (Array.isArray(data.routes) ? data.routes.length : 0) || limits.length < (Array.isArray(data.limits) ? data.limits.length : 0),
   }
 }
 
@@ -512,6 +524,14 @@ function watchedKeys(config: RawConfig, apiKeys: readonly string[] | undefined, 
 }
 
 type Report = (path: readonly PropertyKey[], message: string) => void
+
+type Section = keyof RawConfig
+/**
+ * The report for a check that reads `sections`: where the file is checked
+ * without one of them (see withoutFaults), a report that says nothing, so no
+ * problem is made up from the default put in its place.
+ */
+type ReportFor = (sections: readonly Section[]) => Report
 
 /**
  * What no config can be made of: an alias with no anchor before it (YAML
@@ -817,14 +837,14 @@ function checkReferences(config: RawConfig, report: Report): void {
  * IP resolver, the JWT verifier), so anything they refuse is a listed problem
  * here, with its line, rather than a failed start or reload.
  */
-function checkCompiles(config: RawConfig, jwtPublicKey: string | undefined, apiKeys: string[] | undefined, report: Report): void {
+function checkCompiles(config: RawConfig, jwtPublicKey: string | undefined, apiKeys: string[] | undefined, reportFor: ReportFor): void {
   const attempt = (where: PropertyKey[], build: () => unknown, fieldOf: (argument: string) => string = (argument) => argument) => {
     try {
       build()
     } catch (error) {
       if (!(error instanceof ArgumentError)) throw error
-      // An ArgumentError's message starts with its argument, a dotted path below `where`.
-      report([...where, ...fieldOf(error.argument).split('.')], error.message.slice(error.argument.length + 1))
+      // An ArgumentError's message starts with its argument, a dotted path below `where`; each build reads the section it is reported in.
+      reportFor([where[0] as Section])([...where, ...fieldOf(error.argument).split('.')], error.message.slice(error.argument.length + 1))
     }
   }
   config.routes.forEach((route, i) => {

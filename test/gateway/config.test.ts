@@ -164,8 +164,16 @@ routes:
     ])
     // What only the whole file can show is said of the whole file: that no route takes /nowhere/** (without routes[0], it might have).
     assert.ok((await problems(text.replace('ftp:', 'http:').replace('limit: 0', 'limit: 1'))).some((problem) => problem.startsWith('limits[1].match: no route takes')))
-    // A problem outside the routes and global limits leaves the rest unchecked, as before: the checks read those sections across the file.
-    assert.deepEqual(await problems(text.replace('order: [jwt, ip]', 'order: [ip]\n  bogus: 1')).then((found) => found.length), 3)
+    // A section with a wrong field is checked as its default: the checks that read it keep quiet, so as not to make a
+    // problem up (here that jwt is not configured, said of a jwt section that is only wrong); the others still speak.
+    const withBadJwt = await problems(text.replace('order: [jwt, ip]', 'order: [jwt, ip]\n  jwt: { secret: 5 }'))
+    assert.deepEqual(withBadJwt.filter((problem) => problem.startsWith('identity.')), [
+      'identity.jwt.algorithms: is required (line 7)',
+      'identity.jwt.secret: expected a non-empty string, got a number (not shown: a secret); quote it, as text ("…"): YAML reads it as a number (line 7)',
+    ])
+    assert.equal(withBadJwt.length, 9)
+    assert.ok(withBadJwt.includes("admin.listen: is server.listen's port (8080): give the admin listener one of its own (line 2)"))
+    assert.ok(withBadJwt.includes('routes[2].name: "b" names two routes (line 18)'))
   })
 
   it('an unknown field says which known one it most likely is, from the fields the schema allows where it stands', async () => {
