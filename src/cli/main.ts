@@ -538,6 +538,14 @@ function invokedDirectly(): boolean {
 }
 
 if (invokedDirectly()) {
+  // A reader that stops early (`sluice simulate --json | head`) closes the pipe. A Unix tool dies of SIGPIPE then,
+  // quietly, exit status 141; node ignores the signal and threw EPIPE from an 'error' event, with a stack trace.
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EPIPE') throw error
+      process.exit(128 + 13)
+    })
+  }
   main(process.argv.slice(2)).then(
     (code) => {
       process.exitCode = code

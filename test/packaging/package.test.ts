@@ -1,7 +1,8 @@
 // The built package as a user gets it: `import 'sluice'` resolves through package.json
 // "exports" to dist/, and the `sluice` bin runs.
 import assert from 'node:assert/strict'
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -120,6 +121,18 @@ describe('package', () => {
     assert.match(run('help', 'demo'), /^usage: sluice <command>/)
     assert.throws(() => run('help', 'launch'), (e: { status: number; stderr: string }) => e.status === 2 && /unknown command "launch"/.test(e.stderr))
     assert.throws(() => run('version', 'extra'), (e: { status: number; stderr: string }) => e.status === 2 && /version takes no arguments/.test(e.stderr))
+  })
+
+  it('ends quietly, as a Unix tool ends on SIGPIPE (status 141), when the reader of its output stops reading (| head)', async () => {
+    const bin = new URL('../../dist/cli/main.js', import.meta.url).pathname
+    const child = spawn(process.execPath, [bin, 'simulate', '--json'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    // The reading end closed before the command writes: its first write finds no reader.
+    child.stdout.destroy()
+    let stderr = ''
+    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString('utf8') })
+    const [code] = (await once(child, 'close')) as [number | null]
+    assert.equal(stderr, '')
+    assert.equal(code, 141)
   })
 
   it('runs through a symlink, as npm installs bins (node_modules/.bin/sluice)', () => {
