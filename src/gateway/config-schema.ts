@@ -428,6 +428,7 @@ export function configJsonSchema(): Record<string, unknown> {
   const schema = allowReferences(z.toJSONSchema(configSchema, { io: 'input', unrepresentable: 'any' })) as Record<string, unknown>
   return {
     ...schema,
+    patternProperties: { '^x-': { description: 'the file\'s own, ignored by the gateway: a place for anchors (x-policy: &policy {...}) to merge (<<: *policy) or refer to' } },
     $defs: { ...(schema.$defs as object | undefined), envReference: REFERENCE_SCHEMA },
     $id: 'https://github.com/sluice/sluice/schema/sluice.schema.json',
     title: 'sluice gateway configuration',

@@ -11,7 +11,7 @@ import { createSecureContext } from 'node:tls'
 import { isUtf8 } from 'node:buffer'
 import { deserialize, getHeapStatistics, serialize } from 'node:v8'
 import { Worker } from 'node:worker_threads'
-import { isAlias, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
+import { isAlias, isCollection, isPair, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../core/errors.ts'
 import { readFileBounded } from '../core/files.ts'
@@ -84,7 +84,7 @@ export interface GatewayConfig extends RawConfig {
  * unquoted is YAML syntax (`$` then a mapping), so a line with a reference says
  * how to write it.
  */
-function yamlProblems(errors: ReadonlyArray<{ message: string; pos: [number, number] }>, text: string, lineOf: (offset: number) => number | undefined): string[] {
+function yamlProblems(errors: ReadonlyArray<{ code: string; message: string; pos: [number, number] }>, text: string, lineOf: (offset: number) => number | undefined): string[] {
   const lines = text.split('\n')
   const seen = new Set<number | undefined>()
   const problems: string[] = []
@@ -97,7 +97,10 @@ function yamlProblems(errors: ReadonlyArray<{ message: string; pos: [number, num
       ? '; inside { } or [ ], quote a reference: "${NAME}"'
       : ''
     // The parser quotes the token it stopped at, which in a file given by mistake can be megabytes long.
-    const message = maskCredentials(error.message.split('\n')[0] as string)
+    // Its words for a second document advise its own API (parseAllDocuments), not the user.
+    const message = error.code === 'MULTIPLE_DOCS'
+      ? 'a second document starts here (a --- line after content): a config is one document; remove the line, or the rest after it'
+      : maskCredentials(error.message.split('\n')[0] as string)
     const shown = message.length > 160 ? `${message.slice(0, 120)}... (${message.length} characters)` : message
     problems.push(`YAML: ${shown} (line ${line ?? '?'})${hint}`)
   }
@@ -248,7 +251,8 @@ export async function loadConfigInWorker(file: string, env: NodeJS.ProcessEnv = 
 
 export async function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv = process.env): Promise<GatewayConfig> {
   const lineCounter = new LineCounter()
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
+  // `<<: *shared` merge keys, as docker-compose and CI files use them to share a block (YAML 1.1; off in 1.2 by default).
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true, merge: true })
   const lineOf = (offset: number | undefined) => (offset === undefined ? undefined : lineCounter.linePos(offset).line)
   if (doc.errors.length > 0) throw new ConfigError(file, yamlProblems(doc.errors, text, lineOf))
   const problems: string[] = []
@@ -266,9 +270,14 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   if (unreadable.length > 0) throw new ConfigError(file, unreadable)
   let data: unknown
   try {
-    data = doc.toJS() ?? {}
+    const values = valuesHeld(doc)
+    if (values > MAX_VALUES) {
+      throw new ConfigError(file, [`YAML: the file holds more than ${MAX_VALUES.toLocaleString('en-US')} values, counting each alias (*name) as the values of its anchor: an alias bomb ("billion laughs"), or not a config`])
+    }
+    // Counted above, aliases are left to the count: yaml's own guard allows an anchor 100 uses, fewer than a large file makes.
+    data = doc.toJS({ maxAliasCount: -1 }) ?? {}
   } catch (error) {
-    // The yaml package's guard against alias expansion bombs ("billion laughs").
+    if (error instanceof ConfigError) throw error
     throw new ConfigError(file, [`YAML: ${(error as Error).message}`])
   }
   // A file that is not a mapping of sections is the wrong file (a .env, a key, a list): say what it is, not what it holds,
@@ -277,6 +286,8 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     const what = Array.isArray(data) ? `a list of ${data.length} item${data.length === 1 ? '' : 's'}` : typeof data === 'string' ? `text (${data.length} characters, not shown)` : show(data)
     throw new ConfigError(file, [`(file): expected the config's sections (server, store, identity, limits, routes, ...), got ${what}: is it the right file?`])
   }
+  // Top-level `x-` fields are the file's own, a place for anchors (`x-policy: &policy {...}`), as in docker-compose.
+  for (const field of Object.keys(data)) if (field.startsWith('x-')) delete (data as Record<string, unknown>)[field]
   const at = (path: readonly PropertyKey[]) => lineOf(nodeOffset(doc, path))
   const report = (path: readonly PropertyKey[], message: string) => {
     const line = at(path)
@@ -565,6 +576,38 @@ function shapeProblems(doc: Document): Array<{ problem: string; offset: number |
     },
   })
   return problems
+}
+
+/** The most values a file may hold, its aliases expanded: 5,000 routes written out hold about 150,000. */
+const MAX_VALUES = 2_000_000
+
+/**
+ * The values (scalars, collections, keys) of the file as read, each alias
+ * counted as the values of the node it names, and each of `<<: *name`'s
+ * too, whose keys are copied in. Counted on the document, which holds each
+ * anchor once, so an alias bomb is measured in time linear in the file,
+ * never expanded. At most MAX_VALUES + 1: beyond that the count stops.
+ */
+function valuesHeld(doc: Document): number {
+  const counted = new Map<unknown, number>()
+  const count = (node: unknown): number => {
+    if (node === null || typeof node !== 'object') return 0
+    const known = counted.get(node)
+    if (known !== undefined) return known
+    let total: number
+    if (isAlias(node)) total = count(node.resolve(doc))
+    else if (isPair(node)) total = Math.min(MAX_VALUES + 1, count(node.key) + count(node.value))
+    else if (isCollection(node)) {
+      total = 1
+      for (const item of node.items) {
+        total = Math.min(MAX_VALUES + 1, total + count(item))
+        if (total > MAX_VALUES) break
+      }
+    } else total = 1
+    counted.set(node, total)
+    return total
+  }
+  return count(doc.contents)
 }
 
 /** What a valid config may not mean to do: logged at start and reload, printed by check-config. */

@@ -921,10 +921,29 @@ identity:
       ['routes[0].limits[0].policies.blockMs: applies to policies that refuse calls; a shape-mode leaky bucket queues them (use mode: police) (got 3600000) (line 7)'])
   })
 
-  it('refuses a YAML alias bomb with a problem, not a crash', async () => {
+  it('refuses a YAML alias bomb with a problem, not a crash, and takes an anchor used many times', async () => {
+    const bomb = 'YAML: the file holds more than 2,000,000 values, counting each alias (*name) as the values of its anchor: an alias bomb ("billion laughs"), or not a config'
     const levels = ['a: &a [x, x, x, x, x, x, x, x, x]']
     for (let i = 1; i < 8; i++) levels.push(`l${i}: &l${i} [${Array(9).fill(i === 1 ? '*a' : `*l${i - 1}`).join(', ')}]`)
-    assert.deepEqual(await problems(`${levels.join('\n')}\nroutes: *l7\n`), ['YAML: Excessive alias count indicates a resource exhaustion attack'])
+    assert.deepEqual(await problems(`${levels.join('\n')}\nroutes: *l7\n`), [bomb])
+    // Merged, as <<: copies the keys of each map it names.
+    const merges = ['x-0: &m0 { k0: 1, k1: 1, k2: 1, k3: 1, k4: 1, k5: 1, k6: 1, k7: 1, k8: 1, k9: 1 }']
+    for (let i = 1; i < 10; i++) merges.push(`x-${i}: &m${i}\n  <<: [${Array(10).fill(`*m${i - 1}`).join(', ')}]\n  k${i}0: 1`)
+    assert.deepEqual(await problems(`${merges.join('\n')}\nroutes: [{ name: a, upstream: "http://127.0.0.1:9", x: *m9 }]\n`), [bomb])
+    // One upstream and one policy for 300 routes: yaml's own guard refused an anchor's 101st use as an attack.
+    const routes = Array.from({ length: 300 }, (_, i) => `  - { name: r${i}, match: { path: /r${i} }, upstream: *upstream, limits: [{ policies: [{ <<: *policy, name: p${i} }] }] }`)
+    const shared = await parseConfig(`x-upstream: &upstream http://127.0.0.1:9\nx-policy: &policy { algorithm: fixed-window, limit: 5, windowMs: 1000 }\nroutes:\n${routes.join('\n')}\n`, 't.yaml', {})
+    assert.equal(shared.routes.length, 300)
+    assert.equal(shared.routes[299]?.upstream, 'http://127.0.0.1:9')
+    assert.deepEqual(shared.limitsResolved[299]?.policies.get(''), [{ algorithm: 'fixed-window', limit: 5, windowMs: 1000, name: 'p299' }])
+  })
+
+  it('a second YAML document in the file is named at its line, in words for the user rather than for the parser\'s caller', async () => {
+    assert.deepEqual(await problems('routes:\n  - name: a\n    upstream: http://127.0.0.1:9\n---\nroutes: []\n'), [
+      'YAML: a second document starts here (a --- line after content): a config is one document; remove the line, or the rest after it (line 4)',
+    ])
+    // A --- that opens the only document is no problem.
+    assert.equal((await parseConfig('---\nroutes:\n  - name: a\n    upstream: http://127.0.0.1:9\n', 't.yaml', {})).routes.length, 1)
   })
 
   it('names the line of an alias whose anchor is missing or comes after it', async () => {
@@ -1040,6 +1059,40 @@ routes:
     assert.equal(validate({ server: { listen: 8080, tls: { cert: 'c', key: 'k', http2: '${HTTP2}' } }, store: { type: 'redis', url: '${REDIS_URL}', onFailure: '${ON_FAILURE:-open}' }, routes }), true, JSON.stringify(validate.errors))
     // A constant tells a union's shapes apart, and stays one.
     assert.equal(validate({ store: { type: '${STORE}' }, routes }), false)
+    // Top-level x- fields are the file's own (anchors), as the gateway takes them; elsewhere they are unknown fields.
+    assert.equal(validate({ 'x-policy': { anything: 1 }, routes }), true, JSON.stringify(validate.errors))
+    assert.equal(validate({ server: { 'x-note': 1 }, routes }), false)
+  })
+
+  it('shares a block as YAML files do: an anchor in a top-level x- field, merged with <<: *name and its own fields over it', async () => {
+    const text = `x-policy: &policy
+  algorithm: token-bucket
+  capacity: 10
+  refillTokens: 1
+  refillIntervalMs: 1000
+x-routes:
+  upstream: &upstream http://127.0.0.1:9
+routes:
+  - name: a
+    upstream: *upstream
+    limits:
+      - policies:
+          - <<: *policy
+            name: a
+          - <<: *policy
+            name: a-large
+            capacity: 50
+`
+    const config = await parseConfig(text, 't.yaml', {})
+    assert.deepEqual(config.limitsResolved[0]?.policies.get(''), [
+      { algorithm: 'token-bucket', capacity: 10, refillTokens: 1, refillIntervalMs: 1000, name: 'a' },
+      { algorithm: 'token-bucket', capacity: 50, refillTokens: 1, refillIntervalMs: 1000, name: 'a-large' },
+    ])
+    assert.equal(config.routes[0]?.upstream, 'http://127.0.0.1:9')
+    // What the merged block brings is checked where it is merged.
+    assert.deepEqual(await problems(text.replace('capacity: 50', 'capacity: -50')), ['routes[0].limits[0].policies[1].capacity: must be a positive integer (got -50) (line 17)'])
+    // Only at the top level: an x- field within a section is an unknown field, as a misspelt one is.
+    assert.deepEqual(await problems(text.replace('routes:\n  - name: a\n', 'routes:\n  - name: a\n    x-note: 1\n')), ['routes[0].x-note: is not a known field (line 10)'])
   })
 
   it('sluice check-config: exit 0 for a valid file, 1 with every problem for an invalid one, 2 without a file', async () => {
