@@ -9,8 +9,8 @@ import { connect as connectTcp } from 'node:net'
 import { readFileSync, realpathSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { commandLineProblem, maskCredentials, messageOf, SluiceError } from '../core/errors.ts'
-import { resolvePolicies } from '../core/policy.ts'
+import { commandLineProblem, maskCredentials, messageOf, PolicyError, SluiceError } from '../core/errors.ts'
+import { policyProblems, resolvePolicies } from '../core/policy.ts'
 import { didYouMean, withHint } from '../core/suggest.ts'
 import type { Policy } from '../core/types.ts'
 import { Limiter } from '../limiter/limiter.ts'
@@ -444,11 +444,15 @@ function check(args: readonly string[], out: (line: string) => void): number {
     out(JSON.stringify(resolvePolicies(parsed), null, 2))
     return 0
   } catch (error) {
-    if (error instanceof SluiceError) {
-      out(`sluice check: ${error.message}`)
-      return 1
-    }
-    throw error
+    if (!(error instanceof SluiceError)) throw error
+    // Every problem of every policy, as check-config lists a file's; a problem of the list itself (two policies of one name) alone.
+    const list = Array.isArray(parsed) ? parsed : [parsed]
+    const problems = error instanceof PolicyError
+      ? list.flatMap((policy, i) => policyProblems(policy).map((problem) => (Array.isArray(parsed) ? `[${i}] ${problem.message}` : problem.message)))
+      : []
+    if (problems.length <= 1) out(`sluice check: ${problems[0] ?? error.message}`)
+    else out(`sluice check: ${problems.length} problems\n${problems.map((problem) => `  - ${problem}`).join('\n')}`)
+    return 1
   }
 }
 

@@ -80,12 +80,8 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
     const problem = algorithm === undefined ? 'is required:' : 'must be'
     throw new PolicyError('algorithm', algorithm, `${problem} one of ${ALGORITHMS.join(', ')}`, nameHint(raw), choiceHint(algorithm, ALGORITHMS))
   }
-  const known = POLICY_FIELDS[algorithm as AlgorithmName]
-  for (const field of Object.keys(raw)) {
-    if (field !== 'algorithm' && field !== 'name' && !known.includes(field) && raw[field] !== undefined) {
-      throw new PolicyError(field, raw[field], `is not a field of a ${algorithm} policy (fields: ${known.join(', ')}, name)`, nameHint(raw), didYouMean(field, [...known, 'name']))
-    }
-  }
+  const unknown = unknownFields(raw, algorithm as AlgorithmName)[0]
+  if (unknown !== undefined) throw unknown
   const hint = nameHint(raw)
   let policy: ResolvedPolicy
   switch (algorithm as AlgorithmName) {
@@ -125,9 +121,7 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
     }
   }
   if (raw.blockMs !== undefined) {
-    const blockMs = positiveInteger(raw, 'blockMs', hint)
-    // Its end is kept as an epoch ms: exact for blocks far longer than anyone means.
-    if (blockMs > MAX_BLOCK_MS) throw new PolicyError('blockMs', blockMs, `must be at most ${MAX_BLOCK_MS} (ten years)`, hint)
+    const blockMs = blockMsOf(raw, hint)
     if (policy.algorithm === 'leaky-bucket' && policy.mode === 'shape') {
       throw new PolicyError('blockMs', blockMs, 'applies to policies that refuse calls; a shape-mode leaky bucket queues them (use mode: police)', hint)
     }
@@ -135,6 +129,61 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
     policy = { ...policy, name: raw.name === undefined ? `${policy.name}!${formatDuration(blockMs)}` : policy.name, blockMs }
   }
   return Object.freeze(policy)
+}
+
+/**
+ * Every problem of one policy, where resolvePolicy stops at the first (a
+ * config file lists them all): each field judged on its own, in the order the
+ * algorithm names them; where each is right, what they must be together.
+ * Empty for a valid policy.
+ */
+export function policyProblems(input: unknown): PolicyError[] {
+  try {
+    resolvePolicy(input)
+    return []
+  } catch (error) {
+    if (!(error instanceof PolicyError)) throw error
+    const raw = input as Record<string, unknown>
+    // Without an algorithm, no field can be judged.
+    if (error.field === 'policy' || error.field === 'algorithm') return [error]
+    const algorithm = raw.algorithm as AlgorithmName
+    const hint = nameHint(raw)
+    const problems = unknownFields(raw, algorithm)
+    const check = (judge: () => unknown) => {
+      try {
+        judge()
+      } catch (problem) {
+        if (!(problem instanceof PolicyError)) throw problem
+        problems.push(problem)
+      }
+    }
+    const unknownNames = problems.map((problem) => problem.field)
+    for (const field of POLICY_FIELDS[algorithm]) {
+      // A field written misspelt (windowMS) is named as such already: not again as missing.
+      if (raw[field] === undefined && unknownNames.some((name) => didYouMean(name, [field]) !== undefined)) continue
+      if (field === 'refill') check(() => oneOf(raw, field, ['greedy', 'interval'] as const, hint))
+      else if (field === 'mode') check(() => oneOf(raw, field, ['police', 'shape'] as const, hint))
+      else if (field === 'blockMs') check(() => raw.blockMs === undefined || blockMsOf(raw, hint))
+      else check(() => positiveInteger(raw, field, hint))
+    }
+    check(() => nameOf(raw, ''))
+    return problems.length > 0 ? problems : [error]
+  }
+}
+
+/** A problem for each field the policy has that its algorithm does not know. */
+function unknownFields(raw: Record<string, unknown>, algorithm: AlgorithmName): PolicyError[] {
+  const known = POLICY_FIELDS[algorithm]
+  return Object.keys(raw)
+    .filter((field) => field !== 'algorithm' && field !== 'name' && !known.includes(field) && raw[field] !== undefined)
+    .map((field) => new PolicyError(field, raw[field], `is not a field of a ${algorithm} policy (fields: ${known.join(', ')}, name)`, nameHint(raw), didYouMean(field, [...known, 'name'])))
+}
+
+function blockMsOf(raw: Record<string, unknown>, hint: string | undefined): number {
+  const blockMs = positiveInteger(raw, 'blockMs', hint)
+  // Its end is kept as an epoch ms: exact for blocks far longer than anyone means.
+  if (blockMs > MAX_BLOCK_MS) throw new PolicyError('blockMs', blockMs, `must be at most ${MAX_BLOCK_MS} (ten years)`, hint)
+  return blockMs
 }
 
 /** The policy's limit as reported in decisions: its limit, or its capacity. */
@@ -228,6 +277,8 @@ function positiveInteger(raw: Record<string, unknown>, field: string, policy: st
 export function numberHint(field: string, text: unknown): string | undefined {
   if (typeof text !== 'string') return undefined
   if (/^\s*\d+\s*$/.test(text)) return `write it as a number, without quotes: ${Number(text)}`
+  // YAML 1.2 and JSON read 1_000 and 1,000 as text.
+  if (/^\s*\d{1,3}(?:_\d{3})+\s*$|^\s*\d{1,3}(?:,\d{3})+\s*$/.test(text)) return `write it as a number, without separators: ${text.trim().replace(/[_,]/g, '')}`
   const ms = field.endsWith('Ms') && /[a-z]\s*$/.test(text) ? parseDuration(text) : undefined
   return ms === undefined ? undefined : `${field} is in milliseconds: ${ms} for ${text.trim()}`
 }

@@ -7,8 +7,8 @@
  */
 import { z } from 'zod'
 import safeRegex from 'safe-regex2'
-import { maskCredentials, PolicyError } from '../core/errors.ts'
-import { OPTIONAL_POLICY_FIELDS, POLICY_FIELD_NAMES, POLICY_FIELDS, resolvePolicy } from '../core/policy.ts'
+import { maskCredentials } from '../core/errors.ts'
+import { OPTIONAL_POLICY_FIELDS, POLICY_FIELD_NAMES, POLICY_FIELDS, policyProblems } from '../core/policy.ts'
 import { TOKEN } from '../http/match.ts'
 import { redisUrlProblem } from '../stores/redis/url.ts'
 
@@ -65,14 +65,11 @@ const algorithmNames = Object.keys(POLICY_FIELDS)
 
 /**
  * A policy exactly as the library takes it, checked by the library's own
- * `resolvePolicy` (the one source of truth for policy rules).
+ * rules (`policyProblems`: resolvePolicy's, every problem listed).
  */
 const policy = z.record(z.string(), z.unknown(), { error: (issue) => `expected a policy (an object with "algorithm"), got ${show(issue.input)}` })
   .superRefine((raw, context) => {
-    try {
-      resolvePolicy(raw)
-    } catch (error) {
-      if (!(error instanceof PolicyError)) throw error
+    for (const error of policyProblems(raw)) {
       const path = error.field === 'policy' ? [] : [error.field]
       // The field leads the message, and the issue's path names it already (it may be any key the file holds: no pattern of it).
       const message = error.message.replace(/^policy "[^"]*": /, '')

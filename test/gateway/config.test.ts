@@ -88,6 +88,27 @@ describe('gateway config', () => {
     }), fcOptions(300))
   })
 
+  it('lists every problem of a policy, not only its first: each field judged on its own; a misspelt field is not also missing', async () => {
+    const text = minimal(`      - policies:
+          - algorithm: token-bucket
+            capacity: 1_000
+            refillTokens: 0
+            refilIntervalMs: 1000
+            refill: later
+            name: "a b"`)
+    assert.deepEqual(await problems(text), [
+      'routes[0].limits[0].policies[0].refilIntervalMs: is not a field of a token-bucket policy (fields: capacity, refillTokens, refillIntervalMs, refill, blockMs, name) (got 1000); did you mean "refillIntervalMs"? (line 11)',
+      'routes[0].limits[0].policies[0].capacity: must be a finite number (got "1_000"); write it as a number, without separators: 1000 (line 9)',
+      'routes[0].limits[0].policies[0].refillTokens: must be a positive integer (got 0) (line 10)',
+      'routes[0].limits[0].policies[0].refill: must be one of greedy, interval (got "later") (line 12)',
+      'routes[0].limits[0].policies[0].name: must be 1 to 64 printable ASCII characters without spaces (got "a b") (line 13)',
+    ])
+    // Fields right each on their own and wrong together: that problem, as before.
+    assert.deepEqual(await problems(minimal('      - policies: { algorithm: token-bucket, capacity: 9007199254740991, refillTokens: 1, refillIntervalMs: 1000 }')), [
+      'routes[0].limits[0].policies.capacity: is too large: capacity x refillIntervalMs (1000) must stay below 2^53 for exact arithmetic (got 9007199254740991) (line 7)',
+    ])
+  })
+
   it('lists every problem with its YAML path and line', async () => {
     const text = `server:
   listen: 127.0.0.1:99999
@@ -247,6 +268,7 @@ routes:
 `
     assert.deepEqual(await problems(text), [
       'routes[0].limits[0].policies.[: is not a field of a fixed-window policy (fields: limit, windowMs, blockMs, name) (got 1) (line 7)',
+      'routes[0].limits[0].policies.(a+)+$: is not a field of a fixed-window policy (fields: limit, windowMs, blockMs, name) (got 2) (line 7)',
       'routes[0].limits[1].policies.algorithm: is required: one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket (line 8)',
     ])
   })

@@ -112,6 +112,9 @@ describe('package', () => {
     assert.match(run('demo'), /sliding-log:5\/1s/)
     assert.throws(() => run('check', '{"algorithm":"fixed-window","limit":0,"windowMs":1000}'), (e: { status: number; stdout: string }) => e.status === 1 && /limit must be a positive integer/.test(e.stdout))
     assert.throws(() => run('check', '{"algorithm":'), (e: { status: number; stdout: string }) => e.status === 1 && /not valid JSON/.test(e.stdout))
+    // Every problem, not the first alone.
+    assert.throws(() => run('check', '[{"algorithm":"fixed-window","limit":0,"windowMs":-1}]'), (e: { status: number; stdout: string }) => e.status === 1
+      && e.stdout === 'sluice check: 2 problems\n  - [0] limit must be a positive integer (got 0)\n  - [0] windowMs must be a positive integer (got -1)\n')
     assert.throws(() => run('check'), (e: { status: number }) => e.status === 2)
     assert.throws(() => run(), (e: { status: number; stderr: string }) => e.status === 2 && /^sluice: expected a command\n\nusage: sluice <command>/.test(e.stderr))
     assert.throws(() => run('launch'), (e: { status: number; stderr: string }) => e.status === 2 && /unknown command "launch"\n/.test(e.stderr))
