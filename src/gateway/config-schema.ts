@@ -8,6 +8,7 @@
 import { z } from 'zod'
 import safeRegex from 'safe-regex2'
 import { maskCredentials } from '../core/errors.ts'
+import { withHint } from '../core/suggest.ts'
 import { OPTIONAL_POLICY_FIELDS, POLICY_FIELD_NAMES, POLICY_FIELDS, policyProblems } from '../core/policy.ts'
 import { TOKEN } from '../http/match.ts'
 import { redisUrlProblem } from '../stores/redis/url.ts'
@@ -37,11 +38,22 @@ const secret = (mayBeEmpty: boolean) => {
   return mayBeEmpty ? text : text.min(1, { error: 'expected a non-empty string' })
 }
 
-const positiveInt = (what = 'a positive integer') =>
-  z.number({ error: (issue) => `expected ${what}, got ${show(issue.input)}` })
-    .int({ error: (issue) => `expected ${what}, got ${show(issue.input)}` })
-    .positive({ error: (issue) => `expected ${what}, got ${show(issue.input)}` })
-    .max(Number.MAX_SAFE_INTEGER)
+const positiveInt = (what = 'a positive integer', hint: (input: unknown) => string | undefined = () => undefined) => {
+  const error = (issue: { input?: unknown }) => withHint(`expected ${what}, got ${show(issue.input)}`, hint(issue.input))
+  return z.number({ error }).int({ error }).positive({ error }).max(Number.MAX_SAFE_INTEGER)
+}
+
+/**
+ * For a replenishRate that is not whole requests a second (Spring Cloud Gateway cannot go under one a
+ * second either, its issue #87): the token bucket it stands for, which can.
+ */
+function tokenBucketHint(rate: unknown): string | undefined {
+  if (typeof rate !== 'number' || !(rate > 0) || Number.isInteger(rate) || !Number.isFinite(rate)) return undefined
+  // The fewest whole seconds in which the rate brings whole tokens: 0.5 a second is 1 every 2 s.
+  const seconds = Array.from({ length: 1000 }, (_, i) => i + 1).find((n) => Math.abs(rate * n - Math.round(rate * n)) < 1e-9)
+  const refill = seconds === undefined ? 'refillTokens: <tokens>, refillIntervalMs: <ms in which they come>' : `refillTokens: ${Math.round(rate * seconds)}, refillIntervalMs: ${seconds * 1000}`
+  return `write the token bucket it stands for, which takes any rate: policies: { algorithm: token-bucket, capacity: <burstCapacity>, ${refill} }`
+}
 const milliseconds = positiveInt('a positive number of milliseconds').max(2 ** 31 - 1, { error: (issue) => `expected at most 2147483647 ms, got ${show(issue.input)}` })
 const nonEmpty = z.string({ error: (issue) => `expected a non-empty string, got ${show(issue.input)}` }).min(1, { error: 'expected a non-empty string' })
 const stringOrList = z.union([nonEmpty, z.array(nonEmpty).min(1)], { error: (issue) => `expected a string or a list of strings, got ${show(issue.input)}` })
@@ -112,7 +124,7 @@ const limit = z.strictObject({
   match: match.optional(),
   policies: policies.optional(),
   tiers: z.record(z.string(), policies, { error: 'expected tier names mapped to policies' }).optional(),
-  replenishRate: positiveInt().optional(),
+  replenishRate: positiveInt('a positive integer (requests a second)', tokenBucketHint).optional(),
   burstCapacity: positiveInt().optional(),
   requestedTokens: positiveInt().optional(),
   key: z.array(identityKinds).min(1).optional(),

@@ -138,7 +138,7 @@ routes:
       'routes[0].upstream: expected an http:// or https:// URL, got "ftp://x" (line 8)',
       'routes[0].limits[0].policies[0].capacity: must be a positive integer (got -5) (line 12)',
       'routes[0].limits[0].policies[1].algorithm: must be one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket (got "leaky"); did you mean "leaky-bucket"? (line 15)',
-      'routes[0].limits[1].replenishRate: expected a positive integer, got 0 (line 16)',
+      'routes[0].limits[1].replenishRate: expected a positive integer (requests a second), got 0 (line 16)',
       'routes[1].headers.standard: expected draft-10, draft-8, draft-7, draft-6 or false, got "draft-99" (line 20)',
     ])
   })
@@ -454,6 +454,16 @@ routes:
       'routes[0].limits[0].count: in-flight needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); "logins" is sliding-window (line 6)',
       'routes[0].limits[1].count: in-flight needs sliding-log policies (limit: requests in progress at once; windowMs: the longest one is counted, should its release be lost); "login.token-bucket:5@1/1s" is token-bucket (line 8)',
     ])
+  })
+
+  it('a Spring Cloud Gateway replenishRate that is not whole requests a second says how to write it: as the token bucket it stands for', async () => {
+    const scg = (rate: string) => problems(minimal(`      - { replenishRate: ${rate}, burstCapacity: 2 }`))
+    assert.deepEqual(await scg('0.5'), ['routes[0].limits[0].replenishRate: expected a positive integer (requests a second), got 0.5; write the token bucket it stands for, which takes any rate: policies: { algorithm: token-bucket, capacity: <burstCapacity>, refillTokens: 1, refillIntervalMs: 2000 } (line 7)'])
+    assert.match((await scg('2.5'))[0] as string, /refillTokens: 5, refillIntervalMs: 2000 \}/)
+    assert.deepEqual(await scg('0'), ['routes[0].limits[0].replenishRate: expected a positive integer (requests a second), got 0 (line 7)'])
+    // What the hint says is a valid limit, the same rate.
+    const config = await parseConfig(minimal('      - policies: { algorithm: token-bucket, capacity: 2, refillTokens: 1, refillIntervalMs: 2000 }'), 't.yaml', {})
+    assert.equal(config.limitsResolved.length, 1)
   })
 
   it('Spring Cloud Gateway fields too large together, as the token bucket they stand for, are a problem of the file, at their line', async () => {
@@ -906,7 +916,7 @@ identity:
     // A duration or a number written as text where milliseconds go says what to write.
     assert.deepEqual(await problems(minimal('      - replenishRate: "5"\n        burstCapacity: 10', 'server:\n  timeouts: { upstreamMs: 5s }')), [
       'server.timeouts.upstreamMs: expected a positive number of milliseconds, got "5s"; upstreamMs is in milliseconds: 5000 for 5s (line 3)',
-      'routes[0].limits[0].replenishRate: expected a positive integer, got "5"; write it as a number, without quotes: 5 (line 8)',
+      'routes[0].limits[0].replenishRate: expected a positive integer (requests a second), got "5"; write it as a number, without quotes: 5 (line 8)',
     ])
     // Written as a number, it is one: said, with what to do, and not shown.
     assert.deepEqual(await problems(text.replace('${REDIS_PASSWORD}', '12345'), { PORT: '7001', LIMIT: '5', KEY_HEADER: 'x', API_KEY: 'k' }), [
