@@ -283,6 +283,14 @@ const NOT_RATE_LIMIT_OPTIONS = elsewhere(
   [['tiers', 'cost', 'action', 'maxWaitMs', 'count'], 'a rule option: rules: [{ policies, cost, action, maxWaitMs }]'],
   [['trustProxy', 'ipv6Prefix'], 'a clientIp option: clientIp: { trustProxy, ipv6Prefix }'],
   [['maxKeys'], 'a MemoryStore option: store: new MemoryStore({ maxKeys })'],
+  // express-rate-limit's and @fastify/rate-limit's names for what sluice has.
+  [['standardHeaders', 'legacyHeaders', 'enableDraftSpec', 'addHeaders', 'addHeadersOnExceeding'], "the fields sent are the headers option: headers: { standard: 'draft-7', legacy: true }"],
+  [['keyGenerator', 'identifier'], 'the key is a function of the request: key: (request) => string, or clientIpKey(), apiKey(), jwtClaim()'],
+  [['message', 'statusCode', 'handler', 'errorResponseBuilder'], 'the refusal is limitedResponse: (event) => ({ status, body, contentType })'],
+  [['skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful'], "which responses count is a rule's count: rules: [{ policies, count: 'failed' }]"],
+  [['allowList'], 'allow: (request) => boolean'],
+  [['skipOnError', 'passOnStoreError'], "what a failed store does is onStoreFailure: 'open', 'closed' or 'fallback'"],
+  [['requestPropertyName'], 'the decision is read with rateLimitOf(request)'],
 )
 const NOT_RULE_OPTIONS = elsewhere(
   [POLICY_FIELD_NAMES.filter((field) => !RULE_OPTIONS.has(field)), "a policy's field: policies: { algorithm, limit, windowMs }"],
@@ -302,6 +310,17 @@ function peerOptionsHint(given: Record<string, unknown>): string | undefined {
   const limit = number(given.limit) ?? number(given.max) ?? '100'
   const windowMs = number(given.windowMs) ?? number(given.timeWindow) ?? '60_000'
   return `${fastify ? "@fastify/rate-limit's" : "express-rate-limit's"} options: here a limit is a rule, as in rules: [{ policies: { algorithm: 'fixed-window', limit: ${limit}, windowMs: ${windowMs} } }]`
+}
+
+/** For a key given as the name of one (`'ip'`, as the gateway's YAML writes it): the resolver that makes it. */
+function keyHint(key: unknown): string | undefined {
+  if (typeof key !== 'string') return undefined
+  const kind = key.toLowerCase().replace(/[^a-z]/g, '')
+  const resolver = kind === 'ip' || kind === 'clientip' ? 'clientIpKey()'
+    : kind === 'apikey' ? "apiKey('x-api-key')"
+      : kind === 'jwt' || kind === 'user' ? "jwtClaim({ secret, algorithms: ['HS256'], claim: 'sub' })"
+        : undefined
+  return resolver === undefined ? 'a fixed text would put every request under one key: (request) => string' : `the ${key} key is made by a resolver: key: ${resolver}`
 }
 
 /** Compiles the options once (bad ones throw here, at start-up) and returns the per-request pipeline. */
@@ -356,7 +375,8 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
     const hint = 'policies' in given && !('rules' in given) ? 'policies go in a rule: rules: [{ policies }]'
       : 'socket' in given && 'rawHeaders' in given ? 'this is a request: call the factory with the options, as in app.use(rateLimit({ rules }))'
         : peerOptionsHint(given as Record<string, unknown>)
-    throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules', hint)
+    const oneRule = typeof options?.rules === 'object' && options.rules !== null && !Array.isArray(options.rules) ? 'a list, even of one rule: rules: [{ ... }]' : undefined
+    throw new ArgumentError('rules', options?.rules, 'must be a non-empty array of rules', oneRule ?? hint)
   }
   rejectUnknown('a rate-limit option', options, OPTIONS, NOT_RATE_LIMIT_OPTIONS)
   const warn = warningSink(options)
@@ -399,7 +419,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   const notSkippedPath = (path: string): boolean => !skippedPath(path)
   const skipped = typeof options.skip === 'function' ? decidedAtOnce(options.skip, 'skip') : (request: HttpRequest) => !anyReading(request, notSkippedPath)
   for (const hook of ['allow', 'deny', 'onDecision', 'onLimited', 'limitedResponse', 'onWarning', 'key'] as const) {
-    if (options[hook] !== undefined && typeof options[hook] !== 'function') throw new ArgumentError(hook, options[hook], 'must be a function')
+    if (options[hook] !== undefined && typeof options[hook] !== 'function') throw new ArgumentError(hook, options[hook], 'must be a function', hook === 'key' ? keyHint(options.key) : undefined)
   }
   checkBoolean('shadow', options.shadow)
   const emptyKey = options.emptyKey ?? 'anonymous'
@@ -826,7 +846,7 @@ class RuleCompiler {
     const cost = rule.cost ?? 1
     if (typeof cost !== 'number' && typeof cost !== 'function') throw new ArgumentError(`rule "${name}" cost`, cost, 'must be a positive integer, or a function of the request returning one')
     if (typeof cost === 'number' && (!Number.isSafeInteger(cost) || cost < 1)) throw new ArgumentError(`rule "${name}" cost`, cost, 'must be a positive integer or a function')
-    if (rule.key !== undefined && typeof rule.key !== 'function') throw new ArgumentError(`rule "${name}" key`, rule.key, 'must be a function of the request (e.g. apiKey(), jwtClaim(), clientIpKey(), or firstOf() of them)')
+    if (rule.key !== undefined && typeof rule.key !== 'function') throw new ArgumentError(`rule "${name}" key`, rule.key, 'must be a function of the request (e.g. apiKey(), jwtClaim(), clientIpKey(), or firstOf() of them)', keyHint(rule.key))
     checkBoolean(`rule "${name}" shadow`, rule.shadow)
     const action = rule.action ?? 'reject'
     checkChoice(`rule "${name}" action`, action, ['reject', 'queue'])

@@ -34,7 +34,9 @@ export interface RequestMatch {
 
 /** Compiles the predicates once (bad ones throw here); every given predicate must hold. */
 export function compileMatch(match: MatchOptions, what: string, caseSensitive = true): RequestMatch {
-  if (typeof match !== 'object' || match === null) throw new ArgumentError(what, match, 'must be an object of predicates or a function')
+  if (typeof match !== 'object' || match === null) {
+    throw new ArgumentError(what, match, 'must be an object of predicates or a function', typeof match === 'string' ? `a path pattern goes in path: match: { path: ${JSON.stringify(match)} }` : undefined)
+  }
   for (const [name, value] of Object.entries(match)) {
     if (!MATCH_OPTIONS.has(name) && value !== undefined) throw new ArgumentError(`${what}.${name}`, value, `is not a match option (known: ${[...MATCH_OPTIONS].join(', ')})`, didYouMean(name, MATCH_OPTIONS))
   }

@@ -685,6 +685,14 @@ describe('HTTP configuration', () => {
     // The peers' options, as users migrating write them first: the rule that says the same.
     assert.throws(() => createRateLimitHandler({ windowMs: 900_000, limit: 100 } as never), /\(got undefined\); express-rate-limit's options: here a limit is a rule, as in rules: \[\{ policies: \{ algorithm: 'fixed-window', limit: 100, windowMs: 900000 \} \}\]$/)
     assert.throws(() => createRateLimitHandler({ max: 5, timeWindow: 1000 } as never), /; @fastify\/rate-limit's options: here a limit is a rule, as in rules: \[\{ policies: \{ algorithm: 'fixed-window', limit: 5, windowMs: 1000 \} \}\]$/)
+    // The peers' other options, and the slips of a first try, say what sluice calls them.
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], standardHeaders: 'draft-7' } as never), /standardHeaders is not a rate-limit option .*; the fields sent are the headers option: headers: \{ standard: 'draft-7', legacy: true \}$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], keyGenerator: () => 'k' } as never), /; the key is a function of the request: key: \(request\) => string, or clientIpKey\(\), apiKey\(\), jwtClaim\(\)$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], skipSuccessfulRequests: true } as never), /; which responses count is a rule's count: rules: \[\{ policies, count: 'failed' \}\]$/)
+    assert.throws(() => createRateLimitHandler({ rules: { policies } } as never), /rules must be a non-empty array of rules \(got an object\); a list, even of one rule: rules: \[\{ \.\.\. \}\]$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, key: 'ip' }] } as never), /key must be a function of the request .*\(got "ip"\); the ip key is made by a resolver: key: clientIpKey\(\)$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies }], key: 'tenant' } as never), /^ArgumentError: key must be a function \(got "tenant"\); a fixed text would put every request under one key: \(request\) => string$/)
+    assert.throws(() => createRateLimitHandler({ rules: [{ policies, match: '/api/**' }] } as never), /match must be an object of predicates or a function \(got "\/api\/\*\*"\); a path pattern goes in path: match: \{ path: "\/api\/\*\*" \}$/)
     // An option of another thing (a rule's, a policy's, a match's, clientIp's) says where it goes.
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], trustProxy: true } as never), /trustProxy is not a rate-limit option .*; a clientIp option: clientIp: \{ trustProxy, ipv6Prefix \}$/)
     assert.throws(() => createRateLimitHandler({ rules: [{ policies }], cost: 2 } as never), /cost is not a rate-limit option .*; a rule option: rules: \[\{ policies, cost, action, maxWaitMs \}\]$/)
