@@ -255,7 +255,9 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true, merge: true })
   const lineOf = (offset: number | undefined) => (offset === undefined ? undefined : lineCounter.linePos(offset).line)
   if (doc.errors.length > 0) throw new ConfigError(file, yamlProblems(doc.errors, text, lineOf))
-  const problems: string[] = []
+  // Each with its line: listed in the order of the file, whichever check found them.
+  const problems: Array<{ line: number | undefined; text: string }> = []
+  const inFileOrder = () => problems.map((problem, i) => ({ ...problem, i })).sort((a, b) => (a.line ?? 0) - (b.line ?? 0) || a.i - b.i).map(({ text }) => text)
   // A value whose variable is missing is reported once, for the variable, not again by the schema.
   const unset = new Set<string>()
   const unsetPaths: PropertyKey[][] = []
@@ -264,7 +266,8 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   substituteEnv(doc, env, (path, message, offset) => {
     unset.add(formatPath(path))
     unsetPaths.push([...path])
-    problems.push(`${formatPath(path)}: ${message} (line ${lineOf(offset) ?? '?'})`)
+    const line = lineOf(offset)
+    problems.push({ line, text: `${formatPath(path)}: ${message} (line ${line ?? '?'})` })
   }, (path, raw) => written.set(formatPath(path), raw), takesOnlyText)
   const unreadable = shapeProblems(doc).map(({ problem, offset }) => `YAML: ${problem} (line ${lineOf(offset) ?? '?'})`)
   if (unreadable.length > 0) throw new ConfigError(file, unreadable)
@@ -291,7 +294,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const at = (path: readonly PropertyKey[]) => lineOf(nodeOffset(doc, path))
   const report = (path: readonly PropertyKey[], message: string) => {
     const line = at(path)
-    problems.push(`${formatPath(path)}: ${message}${line === undefined ? '' : ` (line ${line})`}`)
+    problems.push({ line, text: `${formatPath(path)}: ${message}${line === undefined ? '' : ` (line ${line})`}` })
   }
   // Files the config names are found beside it, wherever the gateway was started from (systemd starts it in /).
   const beside = (path: string) => resolve(dirname(file), path)
@@ -317,11 +320,11 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
     // The rest of the file is checked too, so that one run lists every problem, not those of one stage at a time.
     const rest = withoutFaults(data as Record<string, unknown>, faults, report)
     if (rest !== undefined) checkMeaning(rest.config, rest.reportFor, beside, rest.partial)
-    throw new ConfigError(file, problems)
+    throw new ConfigError(file, inFileOrder())
   }
   const config = parsed.data
   const { limitsResolved, tls, jwtPublicKey, apiKeys, keyTiers, apiKeyTiers, watch } = checkMeaning(config, () => report, beside, false)
-  if (problems.length > 0) throw new ConfigError(file, problems)
+  if (problems.length > 0) throw new ConfigError(file, inFileOrder())
   // Files the config names are part of it: a changed key file is a new version (and a reload takes it).
   const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, keyTiers.map(({ key, tier }) => [key, tier]), tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
   const named = [config.server.tls?.cert, config.server.tls?.key, config.identity.jwt?.publicKeyFile, config.identity.apiKey?.keysFile]

@@ -97,9 +97,9 @@ describe('gateway config', () => {
             refill: later
             name: "a b"`)
     assert.deepEqual(await problems(text), [
-      'routes[0].limits[0].policies[0].refilIntervalMs: is not a field of a token-bucket policy (fields: capacity, refillTokens, refillIntervalMs, refill, blockMs, name) (got 1000); did you mean "refillIntervalMs"? (line 11)',
       'routes[0].limits[0].policies[0].capacity: must be a finite number (got "1_000"); write it as a number, without separators: 1000 (line 9)',
       'routes[0].limits[0].policies[0].refillTokens: must be a positive integer (got 0) (line 10)',
+      'routes[0].limits[0].policies[0].refilIntervalMs: is not a field of a token-bucket policy (fields: capacity, refillTokens, refillIntervalMs, refill, blockMs, name) (got 1000); did you mean "refillIntervalMs"? (line 11)',
       'routes[0].limits[0].policies[0].refill: must be one of greedy, interval (got "later") (line 12)',
       'routes[0].limits[0].policies[0].name: must be 1 to 64 printable ASCII characters without spaces (got "a b") (line 13)',
     ])
@@ -173,14 +173,15 @@ routes:
     upstream: http://127.0.0.1:1
 `
     assert.deepEqual(await problems(text), [
+      // In the order of the file, whichever check found them; the checks across the file ran without routes[0] and
+      // limits[0], and name what they found where the file has it.
+      'admin.listen: is server.listen\'s port (8080): give the admin listener one of its own (line 2)',
+      'identity.order[0]: "jwt" is not configured under identity (line 6)',
       'limits[0].policies[0].limit: must be a positive integer (got 0) (line 8)',
       'routes[0].upstream: expected an http:// or https:// URL, got "ftp://127.0.0.1:1" (line 13)',
-      // Checked without routes[0] and limits[0], and named where the file has them.
       'routes[2].name: "b" names two routes (line 17)',
-      'routes[3].limits[0].policies[0]: policy name "g" is also used by limits[1].policies[0]; give each policy its own name (it keys the state and the headers) (line 24)',
-      'identity.order[0]: "jwt" is not configured under identity (line 6)',
-      'admin.listen: is server.listen\'s port (8080): give the admin listener one of its own (line 2)',
       'routes[2].match.path: must be path patterns starting with "/" (got "api") (line 18)',
+      'routes[3].limits[0].policies[0]: policy name "g" is also used by limits[1].policies[0]; give each policy its own name (it keys the state and the headers) (line 24)',
       'routes[4].match: can never match: routes[3] ("c") comes first and takes every request this route would; move this route above it, or narrow that one (line 26)',
     ])
     // What only the whole file can show is said of the whole file: that no route takes /nowhere/** (without routes[0], it might have).
@@ -288,9 +289,9 @@ routes:
 `
     assert.deepEqual(await problems(text), [
       'headers.standard: expected draft-10, draft-8, draft-7, draft-6 or false, got "draft10"; did you mean "draft-10"? (line 3)',
+      'logging.level: expected fatal, error, warn, info, debug, trace, silent, got "warning" (line 4)',
       'routes[0].limits[0].policies.refill: must be one of greedy, interval (got "Greedy"); did you mean "greedy"? (line 9)',
       'routes[0].limits[0].action: expected reject or queue, got "queued"; did you mean "queue"? (line 10)',
-      'logging.level: expected fatal, error, warn, info, debug, trace, silent, got "warning" (line 4)',
     ])
   })
 
@@ -420,12 +421,12 @@ routes:
 `
     const found = await problems(text)
     assert.deepEqual(found.map((p) => p.replace(/ \(line \d+\)$/, '')), [
-      'routes[1].name: "api" names two routes',
+      'identity.order[0]: "jwt" is not configured under identity',
       'routes[0].limits[0].cost: 6 exceeds the limit 5 of policy "same", so every request would be refused',
       'routes[0].limits[1].tiers: needs the top-level tiers section (where a request\'s tier comes from)',
+      'routes[1].name: "api" names two routes',
       'routes[1].limits[0].policies: policy name "same" is also used by routes[0].limits[0].policies; give each policy its own name (it keys the state and the headers)',
       'routes[1].limits[0].action: queue needs token-bucket, leaky-bucket or fixed-window policies; "same" is sliding-log',
-      'identity.order[0]: "jwt" is not configured under identity',
     ])
   })
 
@@ -526,11 +527,11 @@ ${route('rest', '{ path: /** }')}
   - { name: never, upstream: "http://127.0.0.1:9" }
 `
     assert.deepEqual((await problems(text)).map((p) => p.replace(/ \(line \d+\)$/, '')), [
+      'limits[0].match.exclude: excludes every path the limit names, so it never applies',
       'routes[3].match: can never match: routes[2] ("admin-get") comes first and takes every request this route would; move this route above it, or narrow that one',
       'routes[6].match: can never match: routes[5] ("eu") comes first and takes every request this route would; move this route above it, or narrow that one',
       'routes[7].match.exclude: excludes every path the route names, so it can never match',
       'routes[11]: can never match: routes[10] ("rest") comes first and takes every request this route would; move this route above it, or narrow that one',
-      'limits[0].match.exclude: excludes every path the limit names, so it never applies',
     ])
     // Case-insensitive matching (the default) makes /API/login one of /api/**'s paths; with caseSensitive: true it is another.
     const caseRoutes = `routes:\n${route('api', '{ path: /api/** }')}\n${route('login', '{ path: /API/login }')}\n`
@@ -565,12 +566,12 @@ routes:
         policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }
 `
       assert.deepEqual(await problems(text), [
-        'routes[0].match.path: must be path patterns starting with "/" (got "api/**") (line 11)',
-        'routes[0].limits[0].match.headers: must be header names (got "bad name") (line 14)',
-        'limits[0].match.exclude: must be path patterns starting with "/" (got "health") (line 7)',
+        'identity.jwt.publicKeyFile: cannot verify RS256, which needs an rsa key (got "ed25519") (line 3)',
         'identity.clientIp.trustProxy: must hold addresses or CIDRs such as 10.0.0.0/8 or ::1 (got "10.0.0.0/99") (line 4)',
         'identity.apiKey.header: must be a header name (got "x api key") (line 5)',
-        'identity.jwt.publicKeyFile: cannot verify RS256, which needs an rsa key (got "ed25519") (line 3)',
+        'limits[0].match.exclude: must be path patterns starting with "/" (got "health") (line 7)',
+        'routes[0].match.path: must be path patterns starting with "/" (got "api/**") (line 11)',
+        'routes[0].limits[0].match.headers: must be header names (got "bad name") (line 14)',
       ])
     })
   })
