@@ -260,12 +260,13 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const inFileOrder = () => problems.map((problem, i) => ({ ...problem, i })).sort((a, b) => (a.line ?? 0) - (b.line ?? 0) || a.i - b.i).map(({ text }) => text)
   // A value whose variable is missing is reported once, for the variable, not again by the schema.
   const unset = new Set<string>()
-  const unsetPaths: PropertyKey[][] = []
+  // The paths that have a problem (a variable unset, then the schema's issues): the rest is checked without them.
+  const faults: Array<readonly PropertyKey[]> = []
   // Values as written where a reference was substituted: a problem found later (a port in use) can name the variable.
   const written = new Map<string, string>()
   substituteEnv(doc, env, (path, message, offset) => {
     unset.add(formatPath(path))
-    unsetPaths.push([...path])
+    faults.push([...path])
     const line = lineOf(offset)
     problems.push({ line, text: `${formatPath(path)}: ${message} (line ${line ?? '?'})` })
   }, (path, raw) => written.set(formatPath(path), raw), takesOnlyText)
@@ -299,7 +300,6 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   // Files the config names are found beside it, wherever the gateway was started from (systemd starts it in /).
   const beside = (path: string) => resolve(dirname(file), path)
   const parsed = configSchema.safeParse(data, { reportInput: true, error: defaultMessage })
-  const faults = unsetPaths
   if (!parsed.success) {
     for (const issue of parsed.error.issues) {
       faults.push(issue.path)
