@@ -16,7 +16,7 @@ import { createRateLimitPipeline, type HttpOutcome } from '../../src/http/handle
 import { NODE_METHODS } from '../../src/http/match.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { partitionable } from '../support/partition.ts'
-import { expressServer, fastifyServer, fetchServer, koaServer, nodeServer, type StartServer } from './servers.ts'
+import { express4Server, expressServer, fastify4Server, fastifyServer, fetchServer, koa2Server, koaServer, nodeServer, type StartServer } from './servers.ts'
 import { processWarningsDuring } from '../helpers.ts'
 import express from 'express'
 import Koa from 'koa'
@@ -99,7 +99,10 @@ function suite(adapter: string, start: StartServer, makeStore: () => Store) {
       for (const path of spellings) statuses.push(await raw(path))
       // Hono's node server refuses a target with a backslash itself (400): never served either.
       const refusedByRuntime = (path: string) => adapter === 'fetch' && path.includes('\\')
-      assert.deepEqual(statuses, spellings.map((path) => (refusedByRuntime(path) ? 400 : 429)), spellings.join(' '))
+      // Fastify 4 ends a path at its first ; by default (useSemicolonDelimiter, off in Fastify 5): it routes
+      // /api;v=2/login as /api, which the limit does not name, and no /api/login handler sees it.
+      const routedElsewhere = (path: string) => adapter === 'fastify4' && path === '/api;v=2/login'
+      assert.deepEqual(statuses, spellings.map((path) => (refusedByRuntime(path) ? 400 : routedElsewhere(path) ? 200 : 429)), spellings.join(' '))
       assert.equal(await raw('/api/logout'), 200)
       // An encoded slash is a slash where a server decodes it before routing (nginx does): it meets the limit too.
       assert.equal(await raw('/api%2Flogin'), 429)
@@ -1517,6 +1520,12 @@ describe('HTTP adapters (memory store)', () => {
   suite('express', expressServer, () => new MemoryStore())
   suite('fastify', fastifyServer, () => new MemoryStore())
   suite('koa', koaServer, () => new MemoryStore())
+})
+
+describe('HTTP adapters on the frameworks\' previous majors (Express 4, Fastify 4, Koa 2; memory store)', () => {
+  suite('express4', express4Server, () => new MemoryStore())
+  suite('fastify4', fastify4Server, () => new MemoryStore())
+  suite('koa2', koa2Server, () => new MemoryStore())
 })
 
 describe('HTTP adapters without a store option (the default memory store)', () => {

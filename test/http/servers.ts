@@ -1,5 +1,6 @@
 /** Real servers on loopback for the HTTP suite: one per adapter. */
 import { createServer, type Server } from 'node:http'
+import { createRequire } from 'node:module'
 import { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AddressInfo } from 'node:net'
@@ -15,6 +16,13 @@ import Koa from 'koa'
 import { Hono } from 'hono'
 import type { ContentfulStatusCode } from 'hono/utils/http-status'
 import { createAdaptorServer, type Http2Bindings, type HttpBindings } from '@hono/node-server'
+
+// The frameworks' previous majors, still the most installed, as package aliases (express4, fastify4, koa2): the same
+// apps run on them. Their API, as these apps use it, is the current one's.
+const require = createRequire(import.meta.url)
+const express4 = require('express4') as typeof express
+const fastify4 = require('fastify4') as typeof Fastify
+const Koa2 = require('koa2') as typeof Koa
 
 export interface ServerUnderTest {
   url: string
@@ -96,8 +104,8 @@ export const fetchServer: StartServer = (options) => {
 }
 
 /** An Express app with the middleware in front of every route. */
-export const expressServer: StartServer = (options) => {
-  const app = express()
+const expressServerOn = (framework: typeof express): StartServer => (options) => {
+  const app = framework()
   app.use(expressRateLimit(options))
   app.use(async (req, res) => {
     const streamMs = streamAsked(req.headers['x-stream-ms'])
@@ -107,10 +115,12 @@ export const expressServer: StartServer = (options) => {
   })
   return listen(createServer(app))
 }
+export const expressServer = expressServerOn(express)
+export const express4Server = expressServerOn(express4)
 
 /** A Fastify app with the plugin registered. */
-export const fastifyServer: StartServer = async (options) => {
-  const app = Fastify({ logger: false })
+const fastifyServerOn = (framework: typeof Fastify): StartServer => async (options) => {
+  const app = framework({ logger: false })
   await app.register(sluiceFastify, options)
   app.all('/*', async (request, reply) => {
     const streamMs = streamAsked(request.headers['x-stream-ms'])
@@ -122,10 +132,12 @@ export const fastifyServer: StartServer = async (options) => {
   const { port } = app.server.address() as AddressInfo
   return { url: `http://127.0.0.1:${port}`, close: async () => { await app.close() } }
 }
+export const fastifyServer = fastifyServerOn(Fastify)
+export const fastify4Server = fastifyServerOn(fastify4)
 
 /** A Koa app with the middleware in front of its one handler, which reports what ctx.state says of the decision too. */
-export const koaServer: StartServer = (options) => {
-  const app = new Koa()
+const koaServerOn = (Framework: typeof Koa): StartServer => (options) => {
+  const app = new Framework()
   // The default: errors are logged to stderr and answered 500.
   app.silent = true
   app.use(koaRateLimit(options))
@@ -146,3 +158,5 @@ export const koaServer: StartServer = (options) => {
   })
   return listen(createServer(app.callback()))
 }
+export const koaServer = koaServerOn(Koa)
+export const koa2Server = koaServerOn(Koa2)

@@ -58,15 +58,21 @@ async function apply(ctx: KoaContextLike, next: () => Promise<unknown>, outcome:
   // rateLimitOf(ctx.req), as in the node adapter; and Koa's own place for what middleware learns.
   recordDecision(ctx.req, outcome)
   if (outcome.decision !== undefined) ctx.state.rateLimit = outcome.decision
-  settleWhenSent(ctx.res, outcome.settle, outcome.inProgressUntilEnded)
+  const handlersDone = settleWhenSent(ctx.res, outcome.settle, outcome.inProgressUntilEnded)
   for (const [name, value] of outcome.headers) ctx.set(name, value)
   if (outcome.proceed) {
     if (outcome.waitMs > 0 && !(await waitTurn(ctx.res, outcome.waitMs))) {
       // The client hung up while queued: nobody to answer, and the handlers never run.
       ctx.respond = false
+      handlersDone()
       return
     }
-    await next()
+    // Koa 2 leaves the response of a client that has gone unended: the handlers' end is the request's.
+    try {
+      await next()
+    } finally {
+      handlersDone()
+    }
     return
   }
   boundUnreadBody(ctx.req, ctx.res)

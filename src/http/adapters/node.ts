@@ -135,23 +135,40 @@ export function boundUnreadBody(req: NodeRequest, res: NodeResponse): void {
 /**
  * Tells a rule that counts only some responses (`count`) the status sent: 499 for a client gone first.
  * A request a concurrency rule counts (`untilEnded`) is in progress while its handler works: a client
- * that leaves first does not end it, the handler ending the response does.
+ * that leaves first does not end it, the handler ending the response does. Returns what to call when
+ * the framework knows its handlers are done (Koa's `next()`), for a framework that leaves a response
+ * unended once its client has gone (Koa 2): the request ends then, if its client left before.
  */
-export function settleWhenSent(res: NodeResponse, settle: ((status: number) => void) | undefined, untilEnded = false): void {
-  if (settle === undefined) return
+export function settleWhenSent(res: NodeResponse, settle: ((status: number) => void) | undefined, untilEnded = false): () => void {
+  if (settle === undefined) return NO_HANDLERS_DONE
+  let settled = false
+  const settleOnce = (status: number): void => {
+    if (settled) return
+    settled = true
+    settle(status)
+  }
+  let handlersDone = false
+  let leftAtWork = false
   res.once('close', () => {
-    if (res.writableFinished) return settle(res.statusCode)
-    if (!untilEnded || res.writableEnded) return settle(499)
+    if (res.writableFinished) return settleOnce(res.statusCode)
+    if (!untilEnded || res.writableEnded || handlersDone) return settleOnce(499)
     // Otherwise a client could start requests and leave at once, to have any number of handlers at work.
+    leftAtWork = true
     const response = res as unknown as { end: (...args: unknown[]) => unknown }
     const end = response.end
     response.end = function endAndSettle(this: unknown, ...args: unknown[]) {
       response.end = end
-      settle(499)
+      settleOnce(499)
       return end.apply(this, args)
     }
   })
+  return () => {
+    handlersDone = true
+    if (leftAtWork) settleOnce(499)
+  }
 }
+
+const NO_HANDLERS_DONE = (): void => {}
 
 /**
  * A response written on a connection node handed over with its request (an
