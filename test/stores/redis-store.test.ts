@@ -3,6 +3,8 @@ import { after, before, describe, it } from 'node:test'
 import { createServer } from 'node:http'
 import { connect, type AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { spawnSync } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
 import { createClient } from 'redis'
 import { Limiter, MemoryStore, RedisStore, redisKey, StoreNotAppliedError, type Decision, type Policy, type Store } from '../../src/index.ts'
 import { assertSameAsMemory, handWritten, randomTraces, spanningKeys, type Trace } from '../conformance/traces.ts'
@@ -600,6 +602,33 @@ describe('RedisStore on rediss:// to a Redis that does not speak TLS', () => {
     } finally {
       await store.close()
     }
+  })
+})
+
+describe('RedisStore on rediss:// to a Redis whose certificate a private CA signed', () => {
+  const tls = (file: string) => fileURLToPath(new URL(`../support/tls/${file}`, import.meta.url))
+  let redis: RedisServer
+  let url: string
+  before(async () => {
+    const tlsPort = await freePort()
+    redis = await startRedis(['--tls-port', String(tlsPort), '--tls-cert-file', tls('server.pem'), '--tls-key-file', tls('server.key'), '--tls-ca-cert-file', tls('ca.pem'), '--tls-auth-clients', 'no'])
+    url = `rediss://127.0.0.1:${tlsPort}`
+  })
+  after(async () => { await redis.stop() })
+
+  /** Two calls on a limit of one, decided in a process of their own, with `env`. */
+  const decideIn = (env: NodeJS.ProcessEnv): { decisions: Array<{ allowed: boolean; degraded: boolean }>; ping: string } => {
+    const run = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('../support/tls-client.ts', import.meta.url)), url], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 20_000 })
+    assert.equal(run.status, 0, run.stderr)
+    return JSON.parse(run.stdout) as ReturnType<typeof decideIn>
+  }
+
+  it('refuses the certificate against Node\'s CAs, naming why; decides on Redis once NODE_EXTRA_CA_CERTS names the CA', () => {
+    const untrusted = decideIn({ NODE_EXTRA_CA_CERTS: '' })
+    assert.deepEqual(untrusted.decisions, [{ allowed: false, degraded: true }, { allowed: false, degraded: true }])
+    assert.match(untrusted.ping, /self-signed certificate in certificate chain/)
+    const trusted = decideIn({ NODE_EXTRA_CA_CERTS: tls('ca.pem') })
+    assert.deepEqual(trusted, { decisions: [{ allowed: true, degraded: false }, { allowed: false, degraded: false }], ping: 'ok' })
   })
 })
 
