@@ -308,7 +308,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
           const hint = didYouMean(key, fieldsAt(issue.path)) ?? misplacedHint(key, issue.path)
           report([...issue.path, key], withHint('is not a known field', hint))
         }
-      } else if (!unset.has(formatPath(issue.path))) {
+      } else if (!unset.has(formatPath(issue.path)) && !(unset.size > 0 && valueAt(data, issue.path) === '' && !writtenAt(doc, issue.path))) {
         // A value that is one of the choices misspelt (`draft10`, `queued`, `inflight`): say which.
         const field = String(issue.path.at(-1) ?? '')
         const hint = typeof issue.input === 'string' ? didYouMean(issue.input, choicesOf(issue)) ?? (takesOnlyText(issue.path) ? undefined : numberHint(field, issue.input)) : quoteHint(issue.path, issue.input)
@@ -937,6 +937,21 @@ export function jwtOptions(config: RawConfig, publicKey: string | undefined): Jw
   }
 }
 
+
+/**
+ * Whether the value at `path` is written there in the file, not brought by an
+ * alias or a merge (`<<: *policy`): an empty one brought from an anchor whose
+ * variable is unset is that variable's problem, reported at the anchor.
+ */
+function writtenAt(doc: Document, path: readonly PropertyKey[]): boolean {
+  const node: unknown = doc.getIn(path, true)
+  return node !== undefined && !isAlias(node)
+}
+
+/** The value at `path` in the data read from the file (a policy's issues carry none of their own). */
+function valueAt(data: unknown, path: readonly PropertyKey[]): unknown {
+  return path.reduce<unknown>((value, key) => (typeof value === 'object' && value !== null ? (value as Record<PropertyKey, unknown>)[key] : undefined), data)
+}
 
 /** The offset of the deepest node on `path` that exists (a missing field points at its parent). */
 function nodeOffset(doc: Document, path: readonly PropertyKey[]): number | undefined {

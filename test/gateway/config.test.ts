@@ -1124,6 +1124,18 @@ routes:
     assert.equal(config.routes[0]?.upstream, 'http://127.0.0.1:9')
     // What the merged block brings is checked where it is merged.
     assert.deepEqual(await problems(text.replace('capacity: 50', 'capacity: -50')), ['routes[0].limits[0].policies[1].capacity: must be a positive integer (got -50) (line 17)'])
+    // An unset variable in the anchor is its problem, at the anchor, once: not again where the block is merged or aliased.
+    const unsetCapacity = text.replace('capacity: 10', 'capacity: ${CAP}').replace('upstream: &upstream http://127.0.0.1:9', 'upstream: &upstream ${UPSTREAM}')
+    assert.deepEqual(await problems(unsetCapacity), [
+      'x-policy.capacity: environment variable CAP is not set (line 3)',
+      'x-routes.upstream: environment variable UPSTREAM is not set (line 7)',
+    ])
+    // An empty value written where it is read is still a problem of its own.
+    assert.deepEqual(await problems(unsetCapacity.replace('name: a-large', 'name: ""')), [
+      'x-policy.capacity: environment variable CAP is not set (line 3)',
+      'x-routes.upstream: environment variable UPSTREAM is not set (line 7)',
+      'routes[0].limits[0].policies[1].name: must be 1 to 64 printable ASCII characters without spaces (got "") (line 16)',
+    ])
     // Only at the top level: an x- field within a section is an unknown field, as a misspelt one is.
     assert.deepEqual(await problems(text.replace('routes:\n  - name: a\n', 'routes:\n  - name: a\n    x-note: 1\n')), ['routes[0].x-note: is not a known field (line 10)'])
   })
