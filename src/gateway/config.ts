@@ -300,6 +300,8 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   // Files the config names are found beside it, wherever the gateway was started from (systemd starts it in /).
   const beside = (path: string) => resolve(dirname(file), path)
   const parsed = configSchema.safeParse(data, { reportInput: true, error: defaultMessage })
+  // An empty value an alias or a merge brought where a variable is unset: that variable's problem, said at its anchor.
+  const emptiedByUnsetAnchor = (path: readonly PropertyKey[]) => unset.size > 0 && valueAt(data, path) === '' && !writtenAt(doc, path)
   if (!parsed.success) {
     for (const issue of parsed.error.issues) {
       faults.push(issue.path)
@@ -308,7 +310,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
           const hint = didYouMean(key, fieldsAt(issue.path)) ?? misplacedHint(key, issue.path)
           report([...issue.path, key], withHint('is not a known field', hint))
         }
-      } else if (!unset.has(formatPath(issue.path)) && !(unset.size > 0 && valueAt(data, issue.path) === '' && !writtenAt(doc, issue.path))) {
+      } else if (!unset.has(formatPath(issue.path)) && !emptiedByUnsetAnchor(issue.path)) {
         // A value that is one of the choices misspelt (`draft10`, `queued`, `inflight`): say which.
         const field = String(issue.path.at(-1) ?? '')
         const hint = typeof issue.input === 'string' ? didYouMean(issue.input, choicesOf(issue)) ?? (takesOnlyText(issue.path) ? undefined : numberHint(field, issue.input)) : quoteHint(issue.path, issue.input)
@@ -937,12 +939,7 @@ export function jwtOptions(config: RawConfig, publicKey: string | undefined): Jw
   }
 }
 
-
-/**
- * Whether the value at `path` is written there in the file, not brought by an
- * alias or a merge (`<<: *policy`): an empty one brought from an anchor whose
- * variable is unset is that variable's problem, reported at the anchor.
- */
+/** Whether the value at `path` is written there in the file, not brought by an alias or a merge (`<<: *policy`). */
 function writtenAt(doc: Document, path: readonly PropertyKey[]): boolean {
   const node: unknown = doc.getIn(path, true)
   return node !== undefined && !isAlias(node)
