@@ -34,6 +34,11 @@ export const POLICY_FIELDS: Record<AlgorithmName, readonly string[]> = {
 /** Every name a policy's field may have, `algorithm` first. */
 export const POLICY_FIELD_NAMES: readonly string[] = ['algorithm', ...new Set(Object.values(POLICY_FIELDS).flat())]
 
+/** The fields that take one of a few words, and the words (the first is the default). */
+const REFILLS = ['greedy', 'interval'] as const
+const MODES = ['police', 'shape'] as const
+export const POLICY_CHOICES: Readonly<Record<string, readonly [string, ...string[]]>> = { refill: REFILLS, mode: MODES }
+
 /** Fields a policy may leave out. */
 export const OPTIONAL_POLICY_FIELDS: ReadonlySet<string> = new Set(['refill', 'mode', 'blockMs'])
 
@@ -99,7 +104,7 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
       const capacity = positiveInteger(raw, 'capacity', hint)
       const refillTokens = positiveInteger(raw, 'refillTokens', hint)
       const refillIntervalMs = positiveInteger(raw, 'refillIntervalMs', hint)
-      const refill = oneOf(raw, 'refill', ['greedy', 'interval'] as const, hint)
+      const refill = oneOf(raw, 'refill', REFILLS, hint)
       exactProduct(capacity, refillIntervalMs, 'capacity x refillIntervalMs', hint)
       const suffix = refill === 'interval' ? ':interval' : ''
       const name = nameOf(raw, `token-bucket:${capacity}@${refillTokens}/${formatDuration(refillIntervalMs)}${suffix}`)
@@ -110,7 +115,7 @@ export function resolvePolicy(input: unknown): ResolvedPolicy {
       const capacity = positiveInteger(raw, 'capacity', hint)
       const leakTokens = positiveInteger(raw, 'leakTokens', hint)
       const leakIntervalMs = positiveInteger(raw, 'leakIntervalMs', hint)
-      const mode = oneOf(raw, 'mode', ['police', 'shape'] as const, hint)
+      const mode = oneOf(raw, 'mode', MODES, hint)
       exactProduct(capacity, leakIntervalMs, 'capacity x leakIntervalMs', hint)
       // The debt can grow past capacity by one reservation: keep that exact too.
       exactProduct(leakTokens, MAX_WAIT_MS, 'leakTokens x 2^31', hint)
@@ -161,8 +166,8 @@ export function policyProblems(input: unknown): PolicyError[] {
     for (const field of POLICY_FIELDS[algorithm]) {
       // A field written misspelt (windowMS) is named as such already: not again as missing.
       if (raw[field] === undefined && unknownNames.some((name) => didYouMean(name, [field]) !== undefined)) continue
-      if (field === 'refill') check(() => oneOf(raw, field, ['greedy', 'interval'] as const, hint))
-      else if (field === 'mode') check(() => oneOf(raw, field, ['police', 'shape'] as const, hint))
+      const choices = POLICY_CHOICES[field]
+      if (choices !== undefined) check(() => oneOf(raw, field, choices, hint))
       else if (field === 'blockMs') check(() => raw.blockMs === undefined || blockMsOf(raw, hint))
       else check(() => positiveInteger(raw, field, hint))
     }

@@ -9,7 +9,7 @@ import { z } from 'zod'
 import safeRegex from 'safe-regex2'
 import { maskCredentials } from '../core/errors.ts'
 import { withHint } from '../core/suggest.ts'
-import { OPTIONAL_POLICY_FIELDS, POLICY_FIELD_NAMES, POLICY_FIELDS, policyProblems } from '../core/policy.ts'
+import { OPTIONAL_POLICY_FIELDS, POLICY_CHOICES, POLICY_FIELD_NAMES, POLICY_FIELDS, policyProblems } from '../core/policy.ts'
 import { TOKEN } from '../http/match.ts'
 import { redisUrlProblem } from '../stores/redis/url.ts'
 
@@ -99,7 +99,7 @@ const policy = z.record(z.string(), z.unknown(), { error: (issue) => `expected a
         algorithm: { const: algorithm },
         name: { type: 'string', pattern: '^[\\x21-\\x7e]{1,64}$' },
         ...Object.fromEntries(POLICY_FIELDS[algorithm as keyof typeof POLICY_FIELDS].map((field) => [field,
-          field === 'refill' ? { enum: ['greedy', 'interval'] } : field === 'mode' ? { enum: ['police', 'shape'] } : { type: 'integer', exclusiveMinimum: 0 }])),
+          POLICY_CHOICES[field] !== undefined ? { enum: [...POLICY_CHOICES[field]] } : { type: 'integer', exclusiveMinimum: 0 }])),
       },
     })),
   })

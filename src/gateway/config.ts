@@ -257,7 +257,8 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   if (doc.errors.length > 0) throw new ConfigError(file, yamlProblems(doc.errors, text, lineOf))
   // Each with its line: listed in the order of the file, whichever check found them.
   const problems: Array<{ line: number | undefined; text: string }> = []
-  const inFileOrder = () => problems.map((problem, i) => ({ ...problem, i })).sort((a, b) => (a.line ?? 0) - (b.line ?? 0) || a.i - b.i).map(({ text }) => text)
+  // Array sort is stable: problems of one line keep the order they were found in.
+  const inFileOrder = () => [...problems].sort((a, b) => (a.line ?? 0) - (b.line ?? 0)).map(({ text }) => text)
   // A value whose variable is missing is reported once, for the variable, not again by the schema.
   const unset = new Set<string>()
   // The paths that have a problem (a variable unset, then the schema's issues): the rest is checked without them.

@@ -13,6 +13,7 @@ import { Agent, errors, type Dispatcher } from 'undici'
 import { authorityOf } from '../http/adapters/node.ts'
 import { problem, type HttpOutcome } from '../http/handler.ts'
 import { draft6, draft7, legacy, type HeaderLookup } from '../client/headers.ts'
+import { TOKEN } from '../http/match.ts'
 import { requestQuery } from '../http/path.ts'
 import type { RouteConfig } from './config-schema.ts'
 
@@ -589,13 +590,11 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   return headers
 }
 
-/** RFC 7239's `token` characters: a value made of them goes bare, any other quoted. */
-const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
-
 /** The gateway's hop as a `Forwarded` element: `for=203.0.113.7;proto=https;host=api.example.com` (RFC 7239 4, 6). */
 function forwardedElement(client: string, protocol: string, host: string | undefined): string {
   // An IPv6 address goes in brackets, and so in quotes (its colons are not token characters); an unknown one is `unknown`.
   const node = client === '' ? 'unknown' : client.includes(':') ? `"[${client}]"` : client
+  // RFC 7239's token is HTTP's: a value made of its characters goes bare, any other quoted.
   const quoted = (value: string) => (TOKEN.test(value) ? value : `"${value.replace(/["\\]/g, '\\$&')}"`)
   return `for=${node};proto=${protocol}${host === undefined ? '' : `;host=${quoted(host)}`}`
 }
