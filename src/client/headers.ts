@@ -341,12 +341,13 @@ function count(value: BareItem | undefined): number | undefined {
   return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? Math.floor(value) : undefined
 }
 
-/** A non-negative decimal number, as legacy fields are written (`5000`, `1.25`). */
+/** A non-negative decimal number, as legacy fields are written (`5000`, `1.25`); too many digits to hold is unreadable. */
 function number(value: string | undefined): number | undefined {
   if (value === undefined) return undefined
   const text = value.trim()
   if (!/^\d+(\.\d+)?$/.test(text)) return undefined
-  return Number(text)
+  const parsed = Number(text)
+  return Number.isFinite(parsed) ? parsed : undefined
 }
 
 /** The leading number of `100` or `100, 100;w=60`. */

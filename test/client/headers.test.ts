@@ -180,5 +180,10 @@ describe('reading announced limits', () => {
       assert.equal(read({ 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': reset }).quotas[0]?.resetAfterMs, undefined, reset)
     }
     assert.deepEqual(read({ RateLimit: '"a";r=0;t=20', Age: '30', 'Retry-After': '3' }), { quotas: [], retryAfterMs: 3000 })
+    // Digits past what a double holds are no number, not Infinity (which would make a unit of quota take no time).
+    const endless = '9'.repeat(400)
+    assert.deepEqual(read({ 'X-RateLimit-Limit': endless, 'X-RateLimit-Remaining': '5' }).quotas, [{ name: 'default', remaining: 5 }])
+    assert.deepEqual(read({ 'anthropic-ratelimit-requests-limit': endless, 'anthropic-ratelimit-requests-remaining': '5' }).quotas, [{ name: 'requests', windowMs: 60_000, remaining: 5 }])
+    assert.equal(read({ 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': endless }).quotas[0]?.resetAfterMs, undefined)
   })
 })
