@@ -51,6 +51,9 @@ export async function openStore(config: GatewayConfig, onWarning: (message: stri
   const nodes = (options.cluster as string[]).map((node) => hostPort(node.replace(/^rediss?:\/\//, '')))
   const client = new ioredis.Cluster(nodes, {
     enableOfflineQueue: false,
+    // A call that meets its slot half moved (resharding) is sent again in 10 ms, not ioredis's 100:
+    // a slot moves in milliseconds, and the limiter waits 250 ms for an answer.
+    retryDelayOnTryAgain: 10,
     redisOptions: { ...LIMITER_CLIENT_OPTIONS, ...password },
   })
   // Reported through failing decisions and the health probe, which name it.

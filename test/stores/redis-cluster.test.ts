@@ -7,10 +7,10 @@ import { join } from 'node:path'
 import type { AddressInfo } from 'node:net'
 import { Cluster } from 'ioredis'
 import { createCluster } from 'redis'
-import { MemoryStore, RedisStore, Limiter } from '../../src/index.ts'
+import { MemoryStore, RedisStore, Limiter, redisKey } from '../../src/index.ts'
 import { handWritten, randomTraces, replay, spanningKeys, withHashTag } from '../conformance/traces.ts'
 import { withRateLimit } from '../../src/http/adapters/node.ts'
-import { startCluster, type RedisCluster } from '../support/cluster.ts'
+import { moveSlot, startCluster, type RedisCluster } from '../support/cluster.ts'
 import { runCli } from '../support/gateway.ts'
 import { commandCalls, functionLibraries, scanKeys } from '../support/redis.ts'
 
@@ -198,6 +198,50 @@ routes:
     const perNode = await Promise.all(client.nodes('master').map(async (node) => (await scanKeys(node, 'spread:*')).length))
     assert.equal(perNode.reduce((a, b) => a + b, 0), 189)
     assert.ok(perNode.every((n) => n > 0), `keys per master: ${perNode.join(', ')}`)
+  })
+
+  it('a slot moved to another master while its keys are decided (resharding): Redis refuses half-moved calls (TRYAGAIN), the store sends them again, none is degraded, lost or charged twice (ioredis and node-redis)', async () => {
+    const tryAgains = async () => {
+      const counts = await Promise.all(cluster.nodes.map(async (node) => Number(/errorstat_TRYAGAIN:count=(\d+)/.exec(String(await node.client().info('errorstats')))?.[1] ?? 0)))
+      return counts.reduce((a, b) => a + b, 0)
+    }
+    for (const [label, redisClient] of [['io', client], ['nr', nodeRedis]] as const) {
+      const prefix = `reshard-${label}`
+      const limiter = new Limiter({
+        store: new RedisStore({ client: redisClient }),
+        prefix,
+        onStoreFailure: 'closed',
+        // Limits no call reaches, so every call is charged. A call's keys move one by one, and its
+        // block key exists on neither master: each makes a call Redis refuses until the slot has moved.
+        policies: [
+          { name: 'hour', algorithm: 'fixed-window', limit: 100_000, windowMs: 3_600_000 },
+          { name: 'bucket', algorithm: 'token-bucket', capacity: 100_000, refillTokens: 1, refillIntervalMs: 3_600_000, blockMs: 1000 },
+        ],
+      })
+      const keys = Array.from({ length: 40 }, (_, i) => `{moving-${label}}user-${i}`)
+      for (const key of keys) assert.equal((await limiter.limit(key)).allowed, true)
+      const refusedBefore = await tryAgains()
+      let moved = false
+      const outcomes: string[] = []
+      const callers = Array.from({ length: 16 }, async (_, caller) => {
+        for (let i = 0; i < 2000 && (!moved || i < 10); i++) {
+          const decision = await limiter.limit(keys[(caller * 7 + i) % keys.length] as string)
+          outcomes.push(decision.degraded ? `degraded: ${decision.reason}` : decision.allowed ? 'allowed' : 'refused')
+        }
+      })
+      const slot = Number(await client.cluster('KEYSLOT', redisKey(prefix, keys[0] as string, 'hour')))
+      const { to } = await moveSlot(cluster, slot)
+      moved = true
+      await Promise.all(callers)
+      assert.ok(await tryAgains() > refusedBefore, `${label}: no call met the slot half moved`)
+      assert.deepEqual([...new Set(outcomes)], ['allowed'], label)
+      // What Redis counted is what the callers were told: no call lost in the move, none charged twice.
+      let charged = 0
+      for (const key of keys) charged += 100_000 - (await limiter.peek(key)).remaining
+      assert.equal(charged, keys.length + outcomes.length, label)
+      const inSlot = await Promise.all(cluster.nodes.map(async (node) => Number(await node.client().cluster('COUNTKEYSINSLOT', slot))))
+      assert.deepEqual(inSlot, cluster.nodes.map((_, i) => (i === to ? keys.length * 2 : 0)), label)
+    }
   })
 
   it('functions: true loads the library on every master and decides by FCALL there, the same decisions (ioredis and node-redis)', async () => {

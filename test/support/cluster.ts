@@ -4,6 +4,7 @@
  */
 import { spawnSync } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
+import type { Redis } from 'ioredis'
 import { startRedis, type RedisServer } from './redis.ts'
 
 export interface RedisCluster {
@@ -31,4 +32,31 @@ export async function startCluster(masters = 3): Promise<RedisCluster> {
   }
   await stop()
   throw new Error('the cluster did not reach cluster_state:ok within 20 s')
+}
+
+/**
+ * Moves a slot to the next master, as `redis-cli --cluster reshard` does: the
+ * slot marked migrating and importing, its keys sent over a few at a time
+ * (with `pauseMs` between batches, so callers meet it half moved), then
+ * given to the new owner on every node. Returns the indices of both owners.
+ */
+export async function moveSlot(cluster: RedisCluster, slot: number, pauseMs = 2): Promise<{ from: number; to: number }> {
+  const nodes = cluster.nodes.map((node) => node.client())
+  const ids = await Promise.all(nodes.map(async (node) => String(await node.cluster('MYID'))))
+  const ranges = (await (nodes[0] as Redis).cluster('SLOTS')) as unknown as Array<[number, number, [string, number, string]]>
+  const owner = ranges.find(([first, last]) => first <= slot && slot <= last)?.[2][2]
+  const from = ids.indexOf(owner ?? '')
+  if (from === -1) throw new Error(`no master holds slot ${slot}`)
+  const to = (from + 1) % nodes.length
+  const [source, target] = [nodes[from] as Redis, nodes[to] as Redis]
+  await target.cluster('SETSLOT', slot, 'IMPORTING', ids[from] as string)
+  await source.cluster('SETSLOT', slot, 'MIGRATING', ids[to] as string)
+  for (let batch = 0; batch < 10_000; batch++) {
+    const keys = (await source.cluster('GETKEYSINSLOT', slot, 5)) as string[]
+    if (keys.length === 0) break
+    await source.migrate('127.0.0.1', (cluster.nodes[to] as RedisServer).port, '', 0, 5000, 'KEYS', ...keys)
+    await sleep(pauseMs)
+  }
+  for (const node of nodes) await node.cluster('SETSLOT', slot, 'NODE', ids[to] as string)
+  return { from, to }
 }

@@ -4,6 +4,7 @@
  * mirrors the TypeScript algorithms and writes every policy of the call or
  * none. "Now" is the Redis server's clock unless the limiter injects one.
  */
+import { setTimeout as sleep } from 'node:timers/promises'
 import { monotonicClock } from '../../core/clock.ts'
 import { warningTo } from '../../core/callbacks.ts'
 import { ArgumentError, SluiceError, StoreNotAppliedError } from '../../core/errors.ts'
@@ -65,6 +66,19 @@ const MAX_BATCH = 128
  * bench/redis.ts: 4 beat both 1 and 8 at 16, 64 and 256 calls in flight).
  */
 const BATCHES_IN_FLIGHT = 4
+/**
+ * A Cluster moving a hash slot to another master (resharding) refuses a
+ * script whose keys are some here, some there or not yet anywhere (a call's
+ * block key, a batch of many callers) with TRYAGAIN, until the slot's last
+ * key has moved: a few milliseconds per slot. Such a batch ran nothing, and is
+ * sent again after a pause that starts at TRY_AGAIN_FIRST_PAUSE_MS and
+ * doubles, for TRY_AGAIN_FOR_MS in all: less than the limiter's default store
+ * timeout (250 ms), so a caller that gets a degraded decision meanwhile is
+ * not charged by a later try. (ioredis retries TRYAGAIN itself, every
+ * `retryDelayOnTryAgain`, 100 ms by default; node-redis does not.)
+ */
+const TRY_AGAIN_FIRST_PAUSE_MS = 2
+const TRY_AGAIN_FOR_MS = 200
 
 /** How many calls go in each script invocation when `queued` calls wait together. */
 export function batchSize(queued: number): number {
@@ -244,13 +258,13 @@ export class RedisStore implements Store {
       await this.ready
       let reply: unknown
       try {
-        reply = await this.run(batch)
+        reply = await this.runUntilSlotSettles(batch)
       } catch (error) {
         const serverTime = batch.some((pending) => pending.call.now === undefined)
         if (!serverTime || this.clientTime || !String((error as Error)?.message).includes('SLUICE_NO_TIME')) throw error
         this.clientTime = true
         this.warn('sluice: this Redis refuses TIME inside scripts; deciding with this process\'s clock instead. Keep app servers\' clocks in sync (NTP), or windows split across servers.')
-        reply = await this.run(batch)
+        reply = await this.runUntilSlotSettles(batch)
       }
       const decisions = decode(reply, batch)
       batch.forEach((pending, i) => pending.resolve(decisions[i] as PolicyDecision[]))
@@ -288,6 +302,20 @@ export class RedisStore implements Store {
   /** The hash tag of a key's Redis keys: keys with the same one live in one slot, so one script can span them. */
   spanOf(key: string): string {
     return slotTag(key)
+  }
+
+  /** The batch's script, sent again while its slot is being moved (see TRY_AGAIN_FOR_MS). */
+  private async runUntilSlotSettles(batch: Pending[]): Promise<unknown> {
+    const giveUpAt = Date.now() + TRY_AGAIN_FOR_MS
+    for (let pauseMs = TRY_AGAIN_FIRST_PAUSE_MS; ; pauseMs *= 2) {
+      try {
+        return await this.run(batch)
+      } catch (error) {
+        const wait = Math.min(pauseMs, giveUpAt - Date.now())
+        if (!this.runner.cluster || !String((error as Error)?.message).startsWith('TRYAGAIN') || wait <= 0) throw error
+        await sleep(wait)
+      }
+    }
   }
 
   /** One script invocation for the batch (see lua/limit.lua for the layout). */
