@@ -317,6 +317,40 @@ describe('store failures under load (real redis-server)', () => {
     }
   })
 
+  it('a refund a full Redis refuses (OOM under noeviction) is owed, and given once it has room', async () => {
+    const node = await startRedis(['--maxmemory-policy', 'noeviction'])
+    const store = new RedisStore({ url: node.url })
+    const admin = node.client()
+    const limiter = new Limiter({
+      store,
+      prefix: 'full',
+      blockCache: false,
+      onStoreFailure: 'closed',
+      storeTimeoutMs: 1000,
+      circuit: { failures: 1, probeIntervalMs: PROBE_MS },
+      policies: { algorithm: 'token-bucket', name: 'jobs', capacity: 1, refillTokens: 1, refillIntervalMs: 600_000 },
+    })
+    try {
+      const job = await limiter.limit('tenant')
+      assert.equal(job.allowed, true)
+      // A maxmemory below what Redis already holds: every write that may grow it refused, as when it fills up.
+      // (A sliding log's refund only removes, which a full Redis allows.)
+      await admin.config('SET', 'maxmemory', '1')
+      await assert.rejects(limiter.refund('tenant', 1, job, 1000), /^SluiceError: refund to "tenant" failed \(store-error: OOM command not allowed when used memory > 'maxmemory'\..*\); given again once the store answers, until /)
+      assert.equal(limiter.refundsOwed, 1)
+      // PING is answered while writes are refused: the refund is tried again, refused again, and still owed.
+      await sleep(PROBE_MS * 3)
+      assert.equal(limiter.refundsOwed, 1)
+      await admin.config('SET', 'maxmemory', '0')
+      for (let i = 0; i < 100 && limiter.refundsOwed > 0; i++) await sleep(50)
+      assert.equal(limiter.refundsOwed, 0)
+      assert.deepEqual([(await limiter.limit('tenant')).allowed, (await limiter.limit('tenant')).allowed], [true, false])
+    } finally {
+      await store.close()
+      await node.stop()
+    }
+  })
+
   it('limiters given one fallbackStore count one local share together', async () => {
     const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
     const policy = { algorithm: 'fixed-window', limit: 3, windowMs: 60_000, name: 'api' } as const

@@ -168,10 +168,12 @@ const NEVER_SENT = ["Stream isn't writeable and enableOfflineQueue options is fa
 /**
  * Redis's refusals of a command it did not run: a replica's READONLY (a primary
  * demoted by a failover), LOADING, BUSY (another script running), MASTERDOWN,
- * CLUSTERDOWN, TRYAGAIN, MOVED, ASK, NOAUTH. The script writes only after all
- * its reads and checks, so a refused first write leaves nothing behind either.
+ * CLUSTERDOWN, TRYAGAIN, MOVED, ASK, NOAUTH, and OOM (a Redis past maxmemory
+ * under noeviction refuses a script's first write, and only its first: it
+ * never stops one halfway). The script writes only after all its reads and
+ * checks, so a refused first write leaves nothing behind either.
  */
-const REFUSED = /^(READONLY|LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|MOVED|ASK|NOAUTH) /
+const REFUSED = /^(READONLY|LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|MOVED|ASK|NOAUTH|OOM) /
 
 /**
  * The error a failed call rejects with: a `StoreNotAppliedError` where the
