@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { tmpdir } from 'node:os'
@@ -263,6 +264,89 @@ routes:
       const libraries = await functionLibraries(node)
       assert.equal(libraries.filter((name) => name.startsWith('sluice_limit_')).length, 1, `${node.options.port}: ${libraries.join(', ')}`)
       assert.ok(((await commandCalls(node)).fcall ?? 0) > 0, `${node.options.port}: no FCALL`)
+    }
+  })
+})
+
+describe('Cluster failover under load (a master killed, its replica promoted)', () => {
+  let cluster: RedisCluster
+  before(async () => {
+    cluster = await startCluster(3, { replicas: 1, nodeTimeoutMs: 1000 })
+  })
+  after(async () => {
+    await cluster.stop()
+  })
+
+  it('no crash, the failure policy during the gap, exact decisions again on the promoted replica (ioredis and node-redis)', async (t) => {
+    const seeds = cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port }))
+    const io = new Cluster(seeds, { enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false, commandTimeout: 1000 } })
+    io.on('error', () => {})
+    await new Promise((resolve) => io.once('ready', resolve))
+    const nr = createCluster({ rootNodes: seeds.map(({ port }) => ({ url: `redis://127.0.0.1:${port}` })) })
+    nr.on('error', () => {})
+    await nr.connect()
+    const storeTimeoutMs = 150
+    const limiters = Object.entries({ io, nr }).map(([label, client]) => ({
+      label,
+      client,
+      limiter: new Limiter({
+        store: new RedisStore({ client }),
+        prefix: `failover-${label}`,
+        policies: { algorithm: 'fixed-window', limit: 1_000_000, windowMs: 3_600_000, name: 'fw' },
+        storeTimeoutMs,
+        onStoreFailure: 'fallback',
+        circuit: { failures: 2, probeIntervalMs: 200 },
+      }),
+    }))
+    // The master to kill: the one holding the first user's keys.
+    const masterOf = async (key: string) => {
+      const slot = Number(await io.cluster('KEYSLOT', key))
+      const ranges = await io.cluster('SLOTS')
+      return ranges.find(([first, last]) => first <= slot && slot <= last)?.[2]?.[1]
+    }
+    const victimPort = await masterOf(redisKey('failover-io', 'user-0', 'fw'))
+    const victim = cluster.nodes.find((node) => node.port === victimPort) as (typeof cluster.nodes)[number]
+    try {
+      const origin = performance.now()
+      let killedAt = Infinity
+      const fault = (async () => {
+        await sleep(1000)
+        killedAt = performance.now() - origin
+        victim.signal('SIGKILL')
+      })()
+      const runs = await Promise.all(limiters.map(async ({ label, limiter }) => {
+        const samples: Array<{ at: number; ms: number; degraded: boolean }> = []
+        await Promise.all(Array.from({ length: 4 }, async () => {
+          // Until Redis decides again, half a second after the kill at the soonest (node-redis finds the new master
+          // a few seconds after ioredis), and 15 s at most.
+          for (let i = 0; i < 5000 && performance.now() - origin < 15_000; i++) {
+            const start = performance.now()
+            const decision = await limiter.limit('user-0')
+            samples.push({ at: start - origin, ms: performance.now() - start, degraded: decision.degraded })
+            if (start - origin > killedAt + 500 && !decision.degraded) break
+            await sleep(10)
+          }
+        }))
+        return { label, samples }
+      }))
+      await fault
+      for (const { label, samples } of runs) {
+        const longest = Math.max(...samples.map((sample) => sample.ms))
+        assert.ok(longest <= storeTimeoutMs + 150, `${label}: a call took ${longest.toFixed(0)} ms`)
+        assert.ok(samples.some((sample) => sample.degraded), `${label}: the outage was seen`)
+        const resumed = samples.filter((sample) => !sample.degraded && sample.at > killedAt)
+        assert.ok(resumed.length > 0, `${label}: exact decisions resumed on the new master`)
+        t.diagnostic(`${label}: ${samples.length} calls, ${samples.filter((sample) => sample.degraded).length} degraded, Redis decides again ${Math.round(Math.min(...resumed.map((sample) => sample.at)) - killedAt)} ms after the kill`)
+      }
+      // The replica holds the keys now, and decides exactly.
+      assert.notEqual(await masterOf(redisKey('failover-io', 'user-0', 'fw')), victimPort)
+      for (const { label, client } of limiters) {
+        const exact = new Limiter({ store: new RedisStore({ client }), prefix: `after-failover-${label}`, policies: { algorithm: 'fixed-window', limit: 2, windowMs: 3_600_000, name: 'fw' } })
+        assert.deepEqual([(await exact.limit('user-0')).allowed, (await exact.limit('user-0')).allowed, (await exact.limit('user-0')).allowed], [true, true, false], label)
+      }
+    } finally {
+      io.disconnect()
+      await nr.close().catch(() => {})
     }
   })
 })

@@ -12,26 +12,35 @@ export interface RedisCluster {
   stop(): Promise<void>
 }
 
-export async function startCluster(masters = 3): Promise<RedisCluster> {
-  const nodes = await Promise.all(Array.from({ length: masters }, () => startRedis(['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'])))
+/**
+ * `replicas` per master, each synced before this resolves (a replica that has
+ * not synced refuses to take over). `nodeTimeoutMs`: how long a node may be
+ * unreachable before the others fail it over.
+ */
+export async function startCluster(masters = 3, options: { replicas?: number; nodeTimeoutMs?: number } = {}): Promise<RedisCluster> {
+  const replicas = options.replicas ?? 0
+  const settings = ['--cluster-enabled', 'yes', '--cluster-node-timeout', String(options.nodeTimeoutMs ?? 2000), '--repl-diskless-sync-delay', '0']
+  const nodes = await Promise.all(Array.from({ length: masters * (1 + replicas) }, () => startRedis(settings)))
   const stop = async () => { await Promise.all(nodes.map((node) => node.stop())) }
   const create = spawnSync(
     'redis-cli',
-    ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'],
+    ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'],
     { encoding: 'utf8', timeout: 30_000 },
   )
   if (create.status !== 0) {
     await stop()
     throw new Error(`redis-cli --cluster create failed:\n${create.stdout}\n${create.stderr}`)
   }
+  const ask = (node: RedisServer, ...command: string[]) => spawnSync('redis-cli', ['-p', String(node.port), ...command], { encoding: 'utf8' }).stdout
   const deadline = Date.now() + 20_000
   while (Date.now() < deadline) {
-    const states = nodes.map((node) => spawnSync('redis-cli', ['-p', String(node.port), 'CLUSTER', 'INFO'], { encoding: 'utf8' }).stdout)
-    if (states.every((info) => info.includes('cluster_state:ok'))) return { nodes, stop }
+    const ready = nodes.every((node) => ask(node, 'CLUSTER', 'INFO').includes('cluster_state:ok')) &&
+      nodes.filter((node) => ask(node, 'INFO', 'replication').includes('master_link_status:up')).length === masters * replicas
+    if (ready) return { nodes, stop }
     await sleep(100)
   }
   await stop()
-  throw new Error('the cluster did not reach cluster_state:ok within 20 s')
+  throw new Error('the cluster did not reach cluster_state:ok, with every replica synced, within 20 s')
 }
 
 /**
