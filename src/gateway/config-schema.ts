@@ -367,6 +367,13 @@ const timeouts = z.strictObject({
   shutdownMs: milliseconds.default(10_000),
 })
 
+const connections = z.strictObject({
+  /** Connections open at once; one more is closed as it comes, unanswered. */
+  max: positiveInt().optional(),
+  /** Connections one client may have open at once, counted by the address its key is (an IPv6 client's network); a trusted proxy's are not counted. */
+  perClient: positiveInt().optional(),
+}).meta({ id: 'connections', description: 'Caps on open connections, as nginx\'s limit_conn: a client holding many idle connections would take the file descriptors every client needs. A connection over a cap is closed as it comes, unanswered. Applied to connections opened after a reload.' })
+
 export const configSchema = z.strictObject({
   server: z.strictObject({
     listen: listen.default({ host: '127.0.0.1', port: 8080 }),
@@ -377,6 +384,7 @@ export const configSchema = z.strictObject({
       http2: z.boolean().default(false),
     }).optional(),
     timeouts: timeouts.default(timeouts.parse({})),
+    connections: connections.optional(),
   }).default({ listen: { host: '127.0.0.1', port: 8080 }, timeouts: timeouts.parse({}) }),
   admin: z.strictObject({
     listen: listen.default({ host: '127.0.0.1', port: 9090 }),

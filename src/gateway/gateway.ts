@@ -23,6 +23,7 @@ import { authorityOf, boundUnreadBody, nodeRequest, responseOnSocket, waitTurn }
 import { createRateLimitPipelineInSlices, httpStatePrefix, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
+import { connectionClient } from '../http/client-ip.ts'
 import { candidatesFor, candidatesForInSlices, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
@@ -67,6 +68,8 @@ interface Runtime {
   decisionHeaders: ReadonlySet<string>
   /** The config's `cors`, compiled; undefined: CORS is the upstream's. */
   cors: Cors | undefined
+  /** The client a connection is counted under for server.connections.perClient; undefined: not counted (a trusted proxy). */
+  connectionClient: (remoteAddress: string | undefined) => string | undefined
 }
 
 export interface GatewayOptions {
@@ -105,6 +108,10 @@ export class Gateway {
   private readonly closing = new AbortController()
   private storeUp = true
   private storeError: string | undefined
+  /** Connections open per client, for server.connections.perClient (clients with none are not kept). */
+  private readonly connectionsByClient = new Map<string, number>()
+  /** Connections closed over a cap since the last warning, which comes at most every 10 s. */
+  private connectionsRefused = { max: 0, perClient: 0, warnedAt: 0 }
 
   private constructor(runtime: Runtime, logger: Logger, metrics: GatewayMetrics, private readonly storeCalls: StoreCallFailures, private readonly options: GatewayOptions) {
     this.metrics = metrics
@@ -131,6 +138,10 @@ export class Gateway {
     })
     // Read by node for HTTP/1.1 connections, on an HTTP/2 listener too.
     const http1 = this.server as Server
+    this.server.on('connection', (socket: Socket) => { this.admitConnection(socket) })
+    // Past maxConnections, node closes the connection itself, and says so.
+    this.server.on('drop', () => { this.connectionRefused('max') })
+    this.server.maxConnections = serverConfig.connections?.max ?? Infinity
     http1.headersTimeout = serverConfig.timeouts.headersMs
     http1.requestTimeout = serverConfig.timeouts.requestMs
     http1.keepAliveTimeout = serverConfig.timeouts.keepAliveMs
@@ -264,6 +275,38 @@ export class Gateway {
       result[key] = perPolicy
     }
     return result
+  }
+
+  /** Counts a new connection under its client, or closes it at once, unanswered, when the client already has server.connections.perClient open. */
+  private admitConnection(socket: Socket): void {
+    const cap = this.runtime.config.server.connections?.perClient
+    if (cap === undefined) return
+    const client = this.runtime.connectionClient(socket.remoteAddress)
+    if (client === undefined) return
+    const open = this.connectionsByClient.get(client) ?? 0
+    if (open >= cap) {
+      socket.destroy()
+      this.connectionRefused('perClient')
+      return
+    }
+    this.connectionsByClient.set(client, open + 1)
+    socket.once('close', () => {
+      const left = (this.connectionsByClient.get(client) ?? 1) - 1
+      if (left > 0) this.connectionsByClient.set(client, left)
+      else this.connectionsByClient.delete(client)
+    })
+  }
+
+  /** Counted in the metrics; logged with how many, at most every 10 s (a flood of connections is not a flood of lines). */
+  private connectionRefused(cap: 'max' | 'perClient'): void {
+    this.metrics.connectionRefused(cap)
+    const refused = this.connectionsRefused
+    refused[cap]++
+    const now = Date.now()
+    if (now - refused.warnedAt < 10_000) return
+    const { max, perClient } = this.runtime.config.server.connections ?? {}
+    this.logger.warn({ refused: { max: refused.max, perClient: refused.perClient }, caps: { max, perClient } }, 'connections closed unanswered: over server.connections')
+    this.connectionsRefused = { max: 0, perClient: 0, warnedAt: now }
   }
 
   private async listen(): Promise<void> {
@@ -478,7 +521,7 @@ export class Gateway {
     const tlsSwitch = (config.tls === undefined) !== (current.config.tls === undefined)
     const http2 = current.config.server.tls?.http2 ?? false
     const fixed = [
-      ...(changed({ ...config.server, tls: undefined }, { ...current.config.server, tls: undefined }) ? ['server'] : []),
+      ...(changed({ ...config.server, tls: undefined, connections: undefined }, { ...current.config.server, tls: undefined, connections: undefined }) ? ['server'] : []),
       ...(tlsSwitch ? ['server.tls'] : []),
       ...(!tlsSwitch && (config.server.tls?.http2 ?? false) !== http2 ? ['server.tls.http2'] : []),
       ...(changed(config.admin.listen, current.config.admin.listen) ? ['admin.listen'] : []),
@@ -518,8 +561,9 @@ export class Gateway {
     // Keep listeners and timeouts as they are: changing them needs a restart. The TLS pair is the renewed one, if any.
     const tlsFrom = renewTls ? config : current.config
     const tlsFiles = tlsFrom.server.tls === undefined ? undefined : { ...tlsFrom.server.tls, http2 }
-    next.config = { ...next.config, server: { ...current.config.server, tls: tlsFiles }, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: tlsFrom.tls }
+    next.config = { ...next.config, server: { ...current.config.server, tls: tlsFiles, connections: config.server.connections }, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: tlsFrom.tls }
     this.runtime = next
+    this.server.maxConnections = config.server.connections?.max ?? Infinity
     this.metrics.setDurationByRoute(config.admin.durationByRoute)
     // The level of a logger the gateway made follows the file; one passed in is its owner's to set.
     if (this.options.logger === undefined) this.logger.level = config.logging.level
@@ -710,7 +754,7 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
   })
   await letIoIn()
   const routesFor = await candidatesForInSlices(routes, (route) => route.config.match, config.caseSensitive)
-  return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors) }
+  return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors), connectionClient: connectionClient(clientIpOptions(config)) }
 }
 
 /**

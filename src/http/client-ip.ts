@@ -53,19 +53,7 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
     ? (header: HeaderReader) => entriesOf(header('forwarded'))
     : (header: HeaderReader) => entriesOf(header('x-forwarded-for'))
   const addressOf = forwardingHeader === 'forwarded' ? forwardedFor : parse
-  const trust = options.trustProxy ?? false
-  let trusted: (address: Address) => boolean = () => false
-  let hops = 0
-  if (typeof trust === 'number') {
-    if (!Number.isInteger(trust) || trust < 0) throw new ArgumentError('trustProxy', trust, 'must be a hop count (integer >= 0) or a list of CIDRs')
-    hops = trust
-  } else if (Array.isArray(trust)) {
-    const ranges = trust.map((cidr) => parseRange(cidr))
-    trusted = (address) => ranges.some(([range, bits]) => address.kind() === range.kind() && address.match(range, bits))
-  } else if (trust !== false) {
-    throw new ArgumentError('trustProxy', trust, 'must be false, a hop count, or a list of CIDRs')
-  }
-  const trustsAny = hops > 0 || (Array.isArray(trust) && trust.length > 0)
+  const { trusted, hops, trustsAny } = proxyTrust(options.trustProxy)
 
   // Peers repeat (one per connection): their keys are cached, in a map cleared when it fills up.
   const peerKeys = new Map<string, string | undefined>()
@@ -101,6 +89,35 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
       }
     }
     return { key: keyOf(client, prefix), ignoredForwarding: false }
+  }
+}
+
+/** Which peers are trusted proxies: those in the CIDRs, or with a hop count every peer. */
+function proxyTrust(trust: ClientIpOptions['trustProxy'] = false): { trusted: (address: Address) => boolean; hops: number; trustsAny: boolean } {
+  if (typeof trust === 'number') {
+    if (!Number.isInteger(trust) || trust < 0) throw new ArgumentError('trustProxy', trust, 'must be a hop count (integer >= 0) or a list of CIDRs')
+    return { trusted: () => false, hops: trust, trustsAny: trust > 0 }
+  }
+  if (Array.isArray(trust)) {
+    const ranges = trust.map((cidr) => parseRange(cidr))
+    return { trusted: (address) => ranges.some(([range, bits]) => address.kind() === range.kind() && address.match(range, bits)), hops: 0, trustsAny: ranges.length > 0 }
+  }
+  if (trust !== false) throw new ArgumentError('trustProxy', trust, 'must be false, a hop count, or a list of CIDRs')
+  return { trusted: () => false, hops: 0, trustsAny: false }
+}
+
+/**
+ * The client a connection comes from, as clientIpResolver keys it from the
+ * socket's peer (`ip:203.0.113.7`, an IPv6 peer by its network): undefined
+ * for a peer that is a trusted proxy, whose connections carry many clients'
+ * requests (with a hop count, every peer is one), or that is no address.
+ */
+export function connectionClient(options: ClientIpOptions = {}): (remoteAddress: string | undefined) => string | undefined {
+  const prefix = options.ipv6Prefix ?? 56
+  const { trusted, hops } = proxyTrust(options.trustProxy)
+  return (remoteAddress) => {
+    const peer = parse(remoteAddress)
+    return peer === undefined || hops > 0 || trusted(peer) ? undefined : keyOf(peer, prefix)
   }
 }
 

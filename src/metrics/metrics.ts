@@ -26,6 +26,7 @@ export class GatewayMetrics {
   private readonly configInfo: Gauge<'version'>
   private readonly tunnels: Gauge<'route'>
   private readonly upstreamHealthy: Gauge<'route' | 'upstream'>
+  private readonly connectionsRefused: Counter<'cap'>
   /** Requests by route and status. */
   private readonly requestCounts = new TwoLabelCounts<number>(1)
 
@@ -48,7 +49,12 @@ export class GatewayMetrics {
     this.configInfo = new Gauge({ name: 'sluice_config_info', help: 'The running config version (1 for the current one).', labelNames: ['version'], registers })
     this.tunnels = new Gauge({ name: 'sluice_tunnels_open', help: 'WebSocket connections joined to their upstream, open now.', labelNames: ['route'], registers })
     this.upstreamHealthy = new Gauge({ name: 'sluice_upstream_healthy', help: "1 while an upstream passes its route's health check, 0 while it fails it (routes with healthCheck only).", labelNames: ['route', 'upstream'], registers })
+    this.connectionsRefused = new Counter({ name: 'sluice_connections_refused_total', help: 'Connections closed unanswered as they came, over server.connections: max (all clients) or perClient (one client).', labelNames: ['cap'], registers })
     this.storeUp.set(1)
+  }
+
+  connectionRefused(cap: 'max' | 'perClient'): void {
+    this.connectionsRefused.inc({ cap })
   }
 
   /** What the limiters report that decisions do not carry. */
