@@ -294,9 +294,10 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   // Top-level `x-` fields are the file's own, a place for anchors (`x-policy: &policy {...}`), as in docker-compose.
   for (const field of Object.keys(data)) if (field.startsWith('x-')) delete (data as Record<string, unknown>)[field]
   const at = (path: readonly PropertyKey[]) => lineOf(nodeOffset(doc, path))
-  const report = (path: readonly PropertyKey[], message: string) => {
+  /** `shown`: the path as the problem names it, where the file's own words should not be repeated. */
+  const report = (path: readonly PropertyKey[], message: string, shown = path) => {
     const line = at(path)
-    problems.push({ line, text: `${formatPath(path)}: ${message}${line === undefined ? '' : ` (line ${line})`}` })
+    problems.push({ line, text: `${formatPath(shown)}: ${message}${line === undefined ? '' : ` (line ${line})`}` })
   }
   // Files the config names are found beside it, wherever the gateway was started from (systemd starts it in /).
   const beside = (path: string) => resolve(dirname(file), path)
@@ -308,6 +309,11 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
       faults.push(issue.path)
       if (issue.code === 'unrecognized_keys') {
         for (const key of issue.keys) {
+          if (!FIELD_LIKE.test(key)) {
+            // No one names a field so: the wrong file (a password file, a key), whose lines may be secrets bound for a CI log.
+            report([...issue.path, key], 'is not a known field: is it the right file?', [...issue.path, `<a name of ${key.length} characters, not shown>`])
+            continue
+          }
           const hint = didYouMean(key, fieldsAt(issue.path)) ?? misplacedHint(key, issue.path)
           report([...issue.path, key], withHint('is not a known field', hint))
         }
@@ -962,6 +968,9 @@ function nodeOffset(doc: Document, path: readonly PropertyKey[]): number | undef
 }
 
 /** `routes[2].limits[0].capacity` */
+/** What a field's name could be, misspelt or misplaced (`windowMS`, `rate_limit`, `x.y`); anything else is shown only by its length. */
+const FIELD_LIKE = /^[A-Za-z_$][\w$.-]{0,63}$/
+
 export function formatPath(path: readonly PropertyKey[]): string {
   if (path.length === 0) return '(file)'
   return path.map((part, i) => (typeof part === 'number' ? `[${part}]` : `${i === 0 ? '' : '.'}${String(part)}`)).join('')

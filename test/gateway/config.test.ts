@@ -302,6 +302,15 @@ routes:
     const [problem] = await problems('AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\nDB_PASSWORD=hunter2\n')
     assert.ok(!/wJalr|hunter2/.test(problem ?? ''), problem)
     assert.deepEqual(await problems('- sk_live_1\n- sk_live_2\n'), ["(file): expected the config's sections (server, store, identity, limits, routes, ...), got a list of 2 items: is it the right file?"])
+    // A password file's lines end in `:`: YAML reads each as a field, named by the whole line, hash and all.
+    const hash = '$6$Kx8mRsalt$Zq0w9PqY1bT7hashedpasswordhashedpasswordhashedpassword'
+    assert.deepEqual(await problems(`root:${hash}:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n`), [
+      'routes: is required (line 1)',
+      `<a name of ${`root:${hash}:19000:0:99999:7::`.length} characters, not shown>: is not a known field: is it the right file? (line 1)`,
+      '<a name of 26 characters, not shown>: is not a known field: is it the right file? (line 2)',
+    ])
+    // A misspelt field is still named, with what it may have meant.
+    assert.deepEqual(await problems('routs: []\n'), ['routes: is required (line 1)', 'routs: is not a known field; did you mean "routes"? (line 1)'])
   })
 
   it('sluice check-config answers for a large wrong file (one long line) rather than hang: masking credentials takes linear time', async () => {
