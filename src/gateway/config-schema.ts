@@ -57,8 +57,10 @@ function tokenBucketHint(rate: unknown): string | undefined {
 const milliseconds = positiveInt('a positive number of milliseconds').max(2 ** 31 - 1, { error: (issue) => `expected at most 2147483647 ms, got ${show(issue.input)}` })
 const nonEmpty = z.string({ error: (issue) => `expected a non-empty string, got ${show(issue.input)}` }).min(1, { error: 'expected a non-empty string' })
 const stringOrList = z.union([nonEmpty, z.array(nonEmpty).min(1)], { error: (issue) => `expected a string or a list of strings, got ${show(issue.input)}` })
-const name = z.string({ error: (issue) => `expected a name, got ${show(issue.input)}` })
+/** A route's or a limit's name. */
+export const nameSchema = z.string({ error: (issue) => `expected a name, got ${show(issue.input)}` })
   .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, { error: (issue) => `expected 1 to 64 letters, digits, ".", "_" or "-", got ${show(issue.input)}` })
+const name = nameSchema
 
 /** `host:port`, `[::1]:port`, or a port (on 127.0.0.1). Port 0 picks a free one. */
 const listen = z.union([z.string(), z.number()], { error: (issue) => `expected "host:port" or a port number, got ${show(issue.input)}` })

@@ -24,7 +24,7 @@ import { apiKey, jwtVerifier, type JwtVerifierOptions } from '../http/identity.t
 import { bareHost, compileMatch, excludesAll, matchCovers, matchesMeet, NODE_METHODS, unknownMethods, type MatchOptions } from '../http/match.ts'
 import { partitionKeyProblem } from '../http/headers.ts'
 import { substituteEnv } from './config-env.ts'
-import { configSchema, defaultMessage, fieldsAt, placesOf, policyName, quoteHint, takesOnlyText, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
+import { configSchema, defaultMessage, fieldsAt, nameSchema, placesOf, policyName, quoteHint, takesOnlyText, SCG_FIELDS, show, type LimitConfig, type RawConfig } from './config-schema.ts'
 
 /** A file that cannot be used: `problems` lists each, with its YAML path and line. */
 export class ConfigError extends SluiceError {
@@ -325,14 +325,16 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
       }
     }
   }
+  // Read from the file as written: a route with problems of its own, left out of the checks below, still has its name.
+  const duplicateRoutes = duplicateRouteNames((data as Record<string, unknown>).routes, report)
   if (!parsed.success || problems.length > 0) {
     // The rest of the file is checked too, so that one run lists every problem, not those of one stage at a time.
     const rest = withoutFaults(data as Record<string, unknown>, faults, report)
-    if (rest !== undefined) checkMeaning(rest.config, rest.reportFor, beside, rest.partial)
+    if (rest !== undefined) checkMeaning(rest.config, rest.reportFor, beside, rest.partial, duplicateRoutes)
     throw new ConfigError(file, inFileOrder())
   }
   const config = parsed.data
-  const { limitsResolved, tls, jwtPublicKey, apiKeys, keyTiers, apiKeyTiers, watch } = checkMeaning(config, () => report, beside, false)
+  const { limitsResolved, tls, jwtPublicKey, apiKeys, keyTiers, apiKeyTiers, watch } = checkMeaning(config, () => report, beside, false, duplicateRoutes)
   if (problems.length > 0) throw new ConfigError(file, inFileOrder())
   // Files the config names are part of it: a changed key file is a new version (and a reload takes it).
   const version = createHash('sha256').update(text).update(JSON.stringify([jwtPublicKey ?? null, apiKeys ?? null, keyTiers.map(({ key, tier }) => [key, tier]), tls?.cert.toString('base64') ?? null, tls?.key.toString('base64') ?? null])).digest('hex').slice(0, 12)
@@ -359,8 +361,8 @@ interface Meaning {
  * problems of their own), so what only the whole file can show (that no route
  * takes a limit's requests, that no limit gives a tier) is not said.
  */
-function checkMeaning(config: RawConfig, reportFor: ReportFor, beside: (path: string) => string, partial: boolean): Meaning {
-  const limitsResolved = resolveLimits(config, reportFor(['routes', 'limits', 'tiers']))
+function checkMeaning(config: RawConfig, reportFor: ReportFor, beside: (path: string) => string, partial: boolean, duplicateRoutes: ReadonlySet<string>): Meaning {
+  const limitsResolved = resolveLimits(config, reportFor(['routes', 'limits', 'tiers']), duplicateRoutes)
   let tls: GatewayConfig['tls']
   if (config.server.tls !== undefined) {
     const report = reportFor(['server'])
@@ -463,6 +465,23 @@ function withoutFaults(data: Record<string, unknown>, faults: readonly (readonly
     reportFor: (sections) => (sections.some((section) => faultySections.has(section)) ? quiet : mapped),
     partial: routes.length < (Array.isArray(data.routes) ? data.routes.length : 0) || limits.length < (Array.isArray(data.limits) ? data.limits.length : 0),
   }
+}
+
+/** The route names the file gives more than one route (each named where it comes again); names that are no name are the schema's to report. */
+function duplicateRouteNames(routes: unknown, report: Report): Set<string> {
+  const seen = new Set<string>()
+  const duplicates = new Set<string>()
+  if (!Array.isArray(routes)) return duplicates
+  routes.forEach((route: unknown, i) => {
+    const name = typeof route === 'object' && route !== null ? (route as { name?: unknown }).name : undefined
+    if (typeof name !== 'string' || !nameSchema.safeParse(name).success) return
+    if (seen.has(name)) {
+      report(['routes', i, 'name'], `${show(name)} names two routes`)
+      duplicates.add(name)
+    }
+    seen.add(name)
+  })
+  return duplicates
 }
 
 /** An API key listed with its tier, and where: its YAML path, and for a keys file its file and line. */
@@ -642,20 +661,15 @@ export function configWarnings(config: GatewayConfig): string[] {
   return warnings
 }
 
-/** Names every limit and policy, spells out Spring Cloud Gateway limits, and checks what spans limits. */
-function resolveLimits(config: RawConfig, report: Report): ResolvedLimit[] {
+/**
+ * Names every limit and policy, spells out Spring Cloud Gateway limits, and
+ * checks what spans limits. `duplicateRoutes`: names of two routes, reported
+ * already (see duplicateRouteNames), and not again for each of their limits.
+ */
+function resolveLimits(config: RawConfig, report: Report, duplicateRoutes: ReadonlySet<string>): ResolvedLimit[] {
   const resolved: ResolvedLimit[] = []
   const policyNames = new Map<string, string>()
   const limitNames = new Set<string>()
-  const routeNames = new Set<string>()
-  const duplicateRoutes = new Set<string>()
-  config.routes.forEach((route, i) => {
-    if (routeNames.has(route.name)) {
-      report(['routes', i, 'name'], `${show(route.name)} names two routes`)
-      duplicateRoutes.add(route.name)
-    }
-    routeNames.add(route.name)
-  })
   const sources: Array<{ owner: string; route: string | undefined; limits: LimitConfig[]; path: PropertyKey[] }> = [
     { owner: 'global', route: undefined, limits: config.limits, path: ['limits'] },
     ...config.routes.map((route, i) => ({ owner: route.name, route: route.name, limits: route.limits, path: ['routes', i, 'limits'] })),

@@ -196,6 +196,13 @@ routes:
     assert.equal(withBadJwt.length, 9)
     assert.ok(withBadJwt.includes("admin.listen: is server.listen's port (8080): give the admin listener one of its own (line 2)"))
     assert.ok(withBadJwt.includes('routes[2].name: "b" names two routes (line 18)'))
+    // A route left out of the checks across the file for a problem of its own still has its name: a second route of that name is told.
+    const withBadFirstB = await problems(text.replace('match: { path: /b }\n    upstream: http://127.0.0.1:1', 'match: { path: /b }\n    upstream: ftp://127.0.0.1:2'))
+    assert.deepEqual(withBadFirstB.filter((problem) => problem.startsWith('routes[1]') || problem.startsWith('routes[2]')), [
+      'routes[1].upstream: expected an http:// or https:// URL, got "ftp://127.0.0.1:2" (line 16)',
+      'routes[2].name: "b" names two routes (line 17)',
+      'routes[2].match.path: must be path patterns starting with "/" (got "api") (line 18)',
+    ])
   })
 
   it('an unknown field says which known one it most likely is, from the fields the schema allows where it stands', async () => {
