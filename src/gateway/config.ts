@@ -981,10 +981,10 @@ function nodeOffset(doc: Document, path: readonly PropertyKey[]): number | undef
   return undefined
 }
 
-/** `routes[2].limits[0].capacity` */
 /** What a field's name could be, misspelt or misplaced (`windowMS`, `rate_limit`, `x.y`); anything else is shown only by its length. */
 const FIELD_LIKE = /^[A-Za-z_$][\w$.-]{0,63}$/
 
+/** `routes[2].limits[0].capacity` */
 export function formatPath(path: readonly PropertyKey[]): string {
   if (path.length === 0) return '(file)'
   return path.map((part, i) => (typeof part === 'number' ? `[${part}]` : `${i === 0 ? '' : '.'}${String(part)}`)).join('')
