@@ -230,10 +230,20 @@ routes:
           outcomes.push(decision.degraded ? `degraded: ${decision.reason}` : decision.allowed ? 'allowed' : 'refused')
         }
       })
+      // Resets of keys in the slot meanwhile (a DEL of several keys: ioredis retries its TRYAGAIN, node-redis sends one DEL a key).
+      const resets: string[] = []
+      const resetters = Array.from({ length: 4 }, async (_, resetter) => {
+        for (let i = 0; i < 2000 && (!moved || i < 5); i++) {
+          const key = `{moving-${label}}reset-${resetter}`
+          await limiter.limit(key)
+          resets.push(await limiter.reset(key).then(() => 'reset', (error: Error) => error.message))
+        }
+      })
       const slot = Number(await client.cluster('KEYSLOT', redisKey(prefix, keys[0] as string, 'hour')))
       const { to } = await moveSlot(cluster, slot)
       moved = true
-      await Promise.all(callers)
+      await Promise.all([...callers, ...resetters])
+      assert.deepEqual([...new Set(resets)], ['reset'], label)
       assert.ok(await tryAgains() > refusedBefore, `${label}: no call met the slot half moved`)
       assert.deepEqual([...new Set(outcomes)], ['allowed'], label)
       // What Redis counted is what the callers were told: no call lost in the move, none charged twice.
