@@ -11,7 +11,7 @@ import { createSecureContext } from 'node:tls'
 import { isUtf8 } from 'node:buffer'
 import { deserialize, getHeapStatistics, serialize } from 'node:v8'
 import { Worker } from 'node:worker_threads'
-import { isAlias, isCollection, isPair, isScalar, LineCounter, parseDocument, visit, type Document } from 'yaml'
+import { isAlias, isCollection, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type YAMLMap } from 'yaml'
 import { REFUNDABLE } from '../algorithms/index.ts'
 import { ArgumentError, maskCredentials, PolicyError, SluiceError } from '../core/errors.ts'
 import { readFileBounded } from '../core/files.ts'
@@ -293,11 +293,14 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   }
   // Top-level `x-` fields are the file's own, a place for anchors (`x-policy: &policy {...}`), as in docker-compose.
   for (const field of Object.keys(data)) if (field.startsWith('x-')) delete (data as Record<string, unknown>)[field]
-  const at = (path: readonly PropertyKey[]) => lineOf(nodeOffset(doc, path))
   /** `shown`: the path as the problem names it, where the file's own words should not be repeated. */
   const report = (path: readonly PropertyKey[], message: string, shown = path) => {
-    const line = at(path)
-    problems.push({ line, text: `${formatPath(shown)}: ${message}${line === undefined ? '' : ` (line ${line})`}` })
+    const { offset, via } = nodeWhere(doc, path)
+    const line = lineOf(offset)
+    // Brought by an alias: the anchor's line, where to change it, and the alias's, where the path is (the order the problems go in).
+    const viaLine = via === undefined ? undefined : lineOf(via.offset)
+    const where = line === undefined ? '' : viaLine === undefined || viaLine === line ? ` (line ${line})` : ` (line ${line}, through *${via?.anchor} at line ${viaLine})`
+    problems.push({ line: viaLine ?? line, text: `${formatPath(shown)}: ${message}${where}` })
   }
   // Files the config names are found beside it, wherever the gateway was started from (systemd starts it in /).
   const beside = (path: string) => resolve(dirname(file), path)
@@ -971,14 +974,43 @@ function valueAt(data: unknown, path: readonly PropertyKey[]): unknown {
   return path.reduce<unknown>((value, key) => (typeof value === 'object' && value !== null ? (value as Record<PropertyKey, unknown>)[key] : undefined), data)
 }
 
-/** The offset of the deepest node on `path` that exists (a missing field points at its parent). */
-function nodeOffset(doc: Document, path: readonly PropertyKey[]): number | undefined {
-  for (let length = path.length; length >= 0; length--) {
-    const node = length === 0 ? doc.contents : doc.getIn(path.slice(0, length), true)
-    const range = (node as { range?: [number, number, number] } | undefined)?.range
-    if (range !== undefined) return range[0]
+/**
+ * Where the value at `path` is written (the deepest node on it that exists: a
+ * missing field points at its parent), following aliases and merges
+ * (`<<: *policy`) to their anchors; and `via`, the first alias on the way, the
+ * place the path itself is written (a route's `*policy`), with its anchor's name.
+ */
+function nodeWhere(doc: Document, path: readonly PropertyKey[]): { offset: number | undefined; via: { offset: number; anchor: string } | undefined } {
+  let via: { offset: number; anchor: string } | undefined
+  const start = (node: unknown) => (node as { range?: [number, number, number] } | undefined)?.range?.[0]
+  const followed = (node: unknown, alias: unknown = node): unknown => {
+    if (!isAlias(alias)) return node
+    const offset = start(alias)
+    if (via === undefined && offset !== undefined) via = { offset, anchor: alias.source }
+    return alias.resolve(doc)
   }
-  return undefined
+  let node = followed(doc.contents)
+  let offset = start(node)
+  for (const part of path) {
+    let child: unknown
+    if (isSeq(node) && typeof part === 'number') child = node.get(part, true)
+    else if (isMap(node)) {
+      child = node.get(part, true)
+      // Not a field of its own: the first merged anchor that has it (a map's own fields come before merged ones).
+      for (const pair of child === undefined ? node.items : []) {
+        if (!isScalar(pair.key) || pair.key.source !== '<<') continue
+        const sources = isSeq(pair.value) ? pair.value.items : [pair.value]
+        const source = sources.find((alias) => { const merged = isAlias(alias) ? alias.resolve(doc) : undefined; return isMap(merged) && merged.has(part) })
+        if (source === undefined) continue
+        child = (followed(source, source) as YAMLMap).get(part, true)
+        break
+      }
+    }
+    if (child === undefined) break
+    node = followed(child)
+    offset = start(node) ?? offset
+  }
+  return { offset, via }
 }
 
 /** What a field's name could be, misspelt or misplaced (`windowMS`, `rate_limit`, `x.y`); anything else is shown only by its length. */

@@ -1140,6 +1140,11 @@ routes:
     assert.equal(config.routes[0]?.upstream, 'http://127.0.0.1:9')
     // What the merged block brings is checked where it is merged.
     assert.deepEqual(await problems(text.replace('capacity: 50', 'capacity: -50')), ['routes[0].limits[0].policies[1].capacity: must be a positive integer (got -50) (line 17)'])
+    // A wrong value the anchor brings is named at the anchor, where to change it, and at each alias or merge that brought it, in their order.
+    assert.deepEqual(await problems(text.replace('capacity: 10', 'capacity: 0').replace('&upstream http://127.0.0.1:9', '&upstream http//127.0.0.1:9')), [
+      'routes[0].upstream: expected an http:// or https:// URL, got "http//127.0.0.1:9", which is not a valid URL (a port from 1 to 65535, a host without spaces) (line 7, through *upstream at line 10)',
+      'routes[0].limits[0].policies[0].capacity: must be a positive integer (got 0) (line 3, through *policy at line 13)',
+    ])
     // An unset variable in the anchor is its problem, at the anchor, once: not again where the block is merged or aliased.
     const unsetCapacity = text.replace('capacity: 10', 'capacity: ${CAP}').replace('upstream: &upstream http://127.0.0.1:9', 'upstream: &upstream ${UPSTREAM}')
     assert.deepEqual(await problems(unsetCapacity), [
