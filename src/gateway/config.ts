@@ -983,11 +983,12 @@ function valueAt(data: unknown, path: readonly PropertyKey[]): unknown {
 function nodeWhere(doc: Document, path: readonly PropertyKey[]): { offset: number | undefined; via: { offset: number; anchor: string } | undefined } {
   let via: { offset: number; anchor: string } | undefined
   const start = (node: unknown) => (node as { range?: [number, number, number] } | undefined)?.range?.[0]
-  const followed = (node: unknown, alias: unknown = node): unknown => {
-    if (!isAlias(alias)) return node
-    const offset = start(alias)
-    if (via === undefined && offset !== undefined) via = { offset, anchor: alias.source }
-    return alias.resolve(doc)
+  // An alias is followed to its anchor's node; the first on the way is where the path is written.
+  const followed = (node: unknown): unknown => {
+    if (!isAlias(node)) return node
+    const offset = start(node)
+    if (via === undefined && offset !== undefined) via = { offset, anchor: node.source }
+    return node.resolve(doc)
   }
   let node = followed(doc.contents)
   let offset = start(node)
@@ -1002,7 +1003,7 @@ function nodeWhere(doc: Document, path: readonly PropertyKey[]): { offset: numbe
         const sources = isSeq(pair.value) ? pair.value.items : [pair.value]
         const source = sources.find((alias) => { const merged = isAlias(alias) ? alias.resolve(doc) : undefined; return isMap(merged) && merged.has(part) })
         if (source === undefined) continue
-        child = (followed(source, source) as YAMLMap).get(part, true)
+        child = (followed(source) as YAMLMap).get(part, true)
         break
       }
     }
