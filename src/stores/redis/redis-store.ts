@@ -68,14 +68,15 @@ const MAX_BATCH = 128
 const BATCHES_IN_FLIGHT = 4
 /**
  * A Cluster moving a hash slot to another master (resharding) refuses a
- * script whose keys are some here, some there or not yet anywhere (a call's
- * block key, a batch of many callers) with TRYAGAIN, until the slot's last
- * key has moved: a few milliseconds per slot. Such a batch ran nothing, and is
- * sent again after a pause that starts at TRY_AGAIN_FIRST_PAUSE_MS and
- * doubles, for TRY_AGAIN_FOR_MS in all: less than the limiter's default store
- * timeout (250 ms), so a caller that gets a degraded decision meanwhile is
- * not charged by a later try. (ioredis retries TRYAGAIN itself, every
- * `retryDelayOnTryAgain`, 100 ms by default; node-redis does not.)
+ * script (or a reset's DEL) whose keys are some here, some there or not yet
+ * anywhere (a call's block key, a batch of many callers) with TRYAGAIN, until
+ * the slot's last key has moved: a few milliseconds per slot. Such a command
+ * ran nothing, and is sent again after a pause that starts at
+ * TRY_AGAIN_FIRST_PAUSE_MS and doubles, for TRY_AGAIN_FOR_MS in all: less
+ * than the limiter's default store timeout (250 ms), so a caller that gets a
+ * degraded decision meanwhile is not charged by a later try. (ioredis retries
+ * TRYAGAIN itself, every `retryDelayOnTryAgain`, 100 ms by default;
+ * node-redis does not.)
  */
 const TRY_AGAIN_FIRST_PAUSE_MS = 2
 const TRY_AGAIN_FOR_MS = 200
@@ -225,10 +226,11 @@ export class RedisStore implements Store {
     // Calls queued before the reset reach Redis before it (one connection keeps order).
     this.flush()
     await this.ready
-    await this.runner.del(policies.flatMap((policy) => [
+    const keys = policies.flatMap((policy) => [
       redisKey(prefix, key, policy.name),
       ...(policy.blockMs === undefined ? [] : [blockKey(prefix, key, policy.name)]),
-    ]))
+    ])
+    await this.untilSlotSettles(() => this.runner.del(keys))
   }
 
   private flush(): void {
@@ -258,13 +260,13 @@ export class RedisStore implements Store {
       await this.ready
       let reply: unknown
       try {
-        reply = await this.runUntilSlotSettles(batch)
+        reply = await this.untilSlotSettles(() => this.run(batch))
       } catch (error) {
         const serverTime = batch.some((pending) => pending.call.now === undefined)
         if (!serverTime || this.clientTime || !String((error as Error)?.message).includes('SLUICE_NO_TIME')) throw error
         this.clientTime = true
         this.warn('sluice: this Redis refuses TIME inside scripts; deciding with this process\'s clock instead. Keep app servers\' clocks in sync (NTP), or windows split across servers.')
-        reply = await this.runUntilSlotSettles(batch)
+        reply = await this.untilSlotSettles(() => this.run(batch))
       }
       const decisions = decode(reply, batch)
       batch.forEach((pending, i) => pending.resolve(decisions[i] as PolicyDecision[]))
@@ -304,12 +306,12 @@ export class RedisStore implements Store {
     return slotTag(key)
   }
 
-  /** The batch's script, sent again while its slot is being moved (see TRY_AGAIN_FOR_MS). */
-  private async runUntilSlotSettles(batch: Pending[]): Promise<unknown> {
+  /** `send` (a batch's script, a reset's DEL), sent again while its slot is being moved (see TRY_AGAIN_FOR_MS). */
+  private async untilSlotSettles<T>(send: () => Promise<T>): Promise<T> {
     const giveUpAt = Date.now() + TRY_AGAIN_FOR_MS
     for (let pauseMs = TRY_AGAIN_FIRST_PAUSE_MS; ; pauseMs *= 2) {
       try {
-        return await this.run(batch)
+        return await send()
       } catch (error) {
         const wait = Math.min(pauseMs, giveUpAt - Date.now())
         if (!this.runner.cluster || !String((error as Error)?.message).startsWith('TRYAGAIN') || wait <= 0) throw error
