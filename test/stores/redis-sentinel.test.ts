@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { createSentinel } from 'redis'
 import { Limiter, MemoryStore, RedisStore } from '../../src/index.ts'
 import { handWritten, replay, spanningKeys } from '../conformance/traces.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { startSentinel, type Sentinel } from '../support/sentinel.ts'
+import { decideThroughFailover, decidesExactly } from '../support/failover.ts'
 
 describe('RedisStore through Redis Sentinel (ioredis)', () => {
   let master: RedisServer
@@ -84,60 +84,13 @@ describe('Sentinel failover under load (master killed, replica promoted)', () =>
     const nr = createSentinel({ name: 'failover-master', sentinelRootNodes: [{ host: '127.0.0.1', port: sentinel.port }] })
     nr.on('error', () => {})
     await nr.connect()
-    const storeTimeoutMs = 150
-    const clients = Object.entries({ io, nr }).map(([label, client]) => ({
-      label,
-      client,
-      limiter: new Limiter({
-        store: new RedisStore({ client }),
-        prefix: `failover-${label}`,
-        policies: { algorithm: 'fixed-window', limit: 1_000_000, windowMs: 3_600_000, name: 'fw' },
-        storeTimeoutMs,
-        onStoreFailure: 'fallback',
-        circuit: { failures: 2, probeIntervalMs: 200 },
-      }),
-    }))
     try {
-      const origin = performance.now()
-      let killedAt = Infinity
-      const fault = (async () => {
-        await sleep(1000)
-        killedAt = performance.now() - origin
-        master.signal('SIGKILL')
-      })()
-      const runs = await Promise.all(clients.map(async ({ label, limiter }) => {
-        const samples: Array<{ at: number; ms: number; degraded: boolean; reason: string | undefined }> = []
-        await Promise.all(Array.from({ length: 4 }, async (_, caller) => {
-          // Until Redis decides again, half a second after the kill at the soonest, and 10 s at most.
-          for (let i = 0; i < 3000 && performance.now() - origin < 10_000; i++) {
-            const start = performance.now()
-            const d = await limiter.limit(`user-${caller}`)
-            samples.push({ at: start - origin, ms: performance.now() - start, degraded: d.degraded, reason: d.reason })
-            if (start - origin > killedAt + 500 && !d.degraded) break
-            await sleep(10)
-          }
-        }))
-        return { label, samples }
-      }))
-      await fault
-      for (const { label, samples } of runs) {
-        const longest = Math.max(...samples.map((s) => s.ms))
-        assert.ok(longest <= storeTimeoutMs + 150, `${label}: a call took ${longest.toFixed(0)} ms`)
-        const gap = samples.filter((s) => s.degraded)
-        assert.ok(gap.length > 0, `${label}: the outage was seen`)
-        const resumed = samples.filter((s) => !s.degraded && s.at > killedAt)
-        assert.ok(resumed.length > 0, `${label}: exact decisions resumed on the new master`)
-        const firstResumed = Math.min(...resumed.map((s) => s.at))
-        t.diagnostic(`${label} failover: ${JSON.stringify({ calls: samples.length, degraded: gap.length, byReason: Object.fromEntries(['timeout', 'store-error', 'circuit-open'].map((r) => [r, gap.filter((s) => s.reason === r).length])), longestMs: Math.round(longest), exactAgainAfterKillMs: Math.round(firstResumed - killedAt) })}`)
-      }
+      await decideThroughFailover(t, { io, nr }, { prefix: 'failover', key: (caller) => `user-${caller}`, kill: () => master.signal('SIGKILL'), forMs: 10_000 })
       const promoted = (await sentinel.ask('get-master-addr-by-name', 'failover-master')) as string[]
       assert.equal(Number(promoted[1]), replica.port, 'Sentinel promoted the replica')
       // The state lives on the promoted replica now, and it decides exactly.
-      for (const { label, client } of clients) {
-        const exact = new Limiter({ store: new RedisStore({ client }), prefix: `after-failover-${label}`, policies: { algorithm: 'fixed-window', limit: 2, windowMs: 3_600_000, name: 'fw' } })
-        assert.deepEqual([(await exact.limit('k')).allowed, (await exact.limit('k')).allowed, (await exact.limit('k')).allowed], [true, true, false], label)
-        assert.equal(await replica.client().exists(`after-failover-${label}:{k}:fw`), 1, label)
-      }
+      await decidesExactly({ io, nr }, 'after-failover', 'k')
+      for (const label of ['io', 'nr']) assert.equal(await replica.client().exists(`after-failover-${label}:{k}:fw`), 1, label)
     } finally {
       io.disconnect()
       await nr.close().catch(() => {})
