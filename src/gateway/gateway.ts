@@ -142,6 +142,7 @@ export class Gateway {
     // Past maxConnections, node closes the connection itself, and says so.
     this.server.on('drop', () => { this.connectionRefused('max') })
     this.server.maxConnections = serverConfig.connections?.max ?? Infinity
+    metrics.countConnections(() => new Promise((resolve) => { this.server.getConnections((error, count) => resolve(error === null ? count : 0)) }))
     http1.headersTimeout = serverConfig.timeouts.headersMs
     http1.requestTimeout = serverConfig.timeouts.requestMs
     http1.keepAliveTimeout = serverConfig.timeouts.keepAliveMs

@@ -27,6 +27,8 @@ export class GatewayMetrics {
   private readonly tunnels: Gauge<'route'>
   private readonly upstreamHealthy: Gauge<'route' | 'upstream'>
   private readonly connectionsRefused: Counter<'cap'>
+  /** Reads how many client connections are open (the gateway's listener says, when scraped). */
+  private openConnections: () => Promise<number> = () => Promise.resolve(0)
   /** Requests by route and status. */
   private readonly requestCounts = new TwoLabelCounts<number>(1)
 
@@ -50,7 +52,21 @@ export class GatewayMetrics {
     this.tunnels = new Gauge({ name: 'sluice_tunnels_open', help: 'WebSocket connections joined to their upstream, open now.', labelNames: ['route'], registers })
     this.upstreamHealthy = new Gauge({ name: 'sluice_upstream_healthy', help: "1 while an upstream passes its route's health check, 0 while it fails it (routes with healthCheck only).", labelNames: ['route', 'upstream'], registers })
     this.connectionsRefused = new Counter({ name: 'sluice_connections_refused_total', help: 'Connections closed unanswered as they came, over server.connections: max (all clients) or perClient (one client).', labelNames: ['cap'], registers })
+    const openConnections = () => this.openConnections()
+    new Gauge({
+      name: 'sluice_connections_open',
+      help: 'Client connections open now (kept alive, or carrying requests; the admin listener\'s are not counted).',
+      registers,
+      async collect() {
+        this.set(await openConnections())
+      },
+    })
     this.storeUp.set(1)
+  }
+
+  /** Where sluice_connections_open is read from when scraped. */
+  countConnections(read: () => Promise<number>): void {
+    this.openConnections = read
   }
 
   connectionRefused(cap: 'max' | 'perClient'): void {

@@ -48,10 +48,14 @@ async function openConnection(gatewayUrl: string, from: string): Promise<{ socke
   return { socket, answered: /^HTTP\/1\.1 200 /.test(received) }
 }
 
-async function refused(gateway: RunningGateway): Promise<Record<string, number>> {
-  const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
-  const family = (parsePrometheus(text) as Family[]).find((found) => found.name === 'sluice_connections_refused_total')
-  return Object.fromEntries((family?.metrics ?? []).map((metric) => [metric.labels?.cap, Number(metric.value)]))
+/** sluice_connections_refused_total by cap, and sluice_connections_open. */
+async function connectionMetrics(gateway: RunningGateway): Promise<{ refused: Record<string, number>; open: number }> {
+  const families = parsePrometheus(await (await fetch(`${gateway.adminUrl}/metrics`)).text()) as Family[]
+  const family = (name: string) => families.find((found) => found.name === name)?.metrics ?? []
+  return {
+    refused: Object.fromEntries(family('sluice_connections_refused_total').map((metric) => [metric.labels?.cap, Number(metric.value)])),
+    open: Number(family('sluice_connections_open')[0]?.value),
+  }
 }
 
 describe('gateway: server.connections', () => {
@@ -81,7 +85,7 @@ describe('gateway: server.connections', () => {
     for (let i = 0; i < 3; i++) assert.equal((await from('127.0.0.2')).answered, true, `proxy connection ${i + 1}`)
     const seventh = await from('127.0.0.3')
     assert.deepEqual([seventh.answered, seventh.socket.destroyed], [false, true])
-    assert.deepEqual(await refused(gateway), { max: 1, perClient: 1 })
+    assert.deepEqual(await connectionMetrics(gateway), { refused: { max: 1, perClient: 1 }, open: 6 })
     const warning = await gateway.waitForLog((line) => line.msg === 'connections closed unanswered: over server.connections')
     assert.deepEqual(warning.caps, { max: 6, perClient: 3 })
     assert.equal(JSON.stringify(warning).includes('127.0.0'), false, 'no client address in the log')
