@@ -306,7 +306,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
   const beside = (path: string) => resolve(dirname(file), path)
   const parsed = configSchema.safeParse(data, { reportInput: true, error: defaultMessage })
   // An empty value an alias or a merge brought where a variable is unset: that variable's problem, said at its anchor.
-  const emptiedByUnsetAnchor = (path: readonly PropertyKey[]) => unset.size > 0 && valueAt(data, path) === '' && !writtenAt(doc, path)
+  const emptiedByUnsetAnchor = (path: readonly PropertyKey[]) => unset.size > 0 && valueAt(data, path) === '' && nodeWhere(doc, path).via !== undefined
   if (!parsed.success) {
     for (const issue of parsed.error.issues) {
       faults.push(issue.path)
@@ -961,12 +961,6 @@ export function jwtOptions(config: RawConfig, publicKey: string | undefined): Jw
     ...(jwt.issuer !== undefined ? { issuer: jwt.issuer } : {}),
     ...(jwt.audience !== undefined ? { audience: jwt.audience } : {}),
   }
-}
-
-/** Whether the value at `path` is written there in the file, not brought by an alias or a merge (`<<: *policy`). */
-function writtenAt(doc: Document, path: readonly PropertyKey[]): boolean {
-  const node: unknown = doc.getIn(path, true)
-  return node !== undefined && !isAlias(node)
 }
 
 /** The value at `path` in the data read from the file (a policy's issues carry none of their own). */
