@@ -263,6 +263,11 @@ export interface ForwardOptions {
   timeouts: UpstreamTimeouts
   /** `http` or `https`: how the client reached the gateway. */
   protocol: string
+  /**
+   * The client's address as the gateway keys it (through the trusted proxies),
+   * sent as X-Real-IP in place of any the client wrote; undefined: none is sent.
+   */
+  clientAddress?: string | undefined
   /** Headers to add to the response (rate-limit fields, and CORS ones under `cors`). */
   extraHeaders: ReadonlyArray<[string, string]>
   /** The gateway answers CORS itself: the upstream's Access-Control-* response fields are not passed on. */
@@ -582,6 +587,10 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   const forwarded = req.headers.forwarded
   const ownElement = forwardedElement(client, options.protocol, clientHost)
   headers.forwarded = forwarded === undefined || forwarded === '' ? ownElement : `${forwarded}, ${ownElement}`
+  // Upstreams that read X-Real-IP (Go's chi and echo, nginx's realip module) believe it outright: one a
+  // client wrote would name any address it liked, so it is the gateway's, as Traefik and ingress-nginx send it.
+  if (options.clientAddress === undefined) delete headers['x-real-ip']
+  else headers['x-real-ip'] = options.clientAddress
   headers['x-forwarded-proto'] = options.protocol
   if (clientHost !== undefined) headers['x-forwarded-host'] = clientHost
   // What Spring Cloud Gateway and Traefik send for a stripped prefix, so the upstream can build its links under it.

@@ -46,14 +46,9 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
   if (!Number.isInteger(prefix) || prefix < 1 || prefix > 128) {
     throw new ArgumentError('ipv6Prefix', options.ipv6Prefix, 'must be an integer from 1 to 128')
   }
-  const forwardingHeader = options.header ?? 'x-forwarded-for'
-  checkChoice('header', forwardingHeader, ['x-forwarded-for', 'forwarded'])
-  // Entries are read as addresses only as far as the walk goes: a header can hold thousands a client wrote.
-  const forwardedEntries = forwardingHeader === 'forwarded'
-    ? (header: HeaderReader) => entriesOf(header('forwarded'))
-    : (header: HeaderReader) => entriesOf(header('x-forwarded-for'))
-  const addressOf = forwardingHeader === 'forwarded' ? forwardedFor : parse
-  const { trusted, hops, trustsAny } = proxyTrust(options.trustProxy)
+  checkChoice('header', options.header ?? 'x-forwarded-for', ['x-forwarded-for', 'forwarded'])
+  const { trustsAny } = proxyTrust(options.trustProxy)
+  const clientBehind = forwardingWalk(options)
 
   // Peers repeat (one per connection): their keys are cached, in a map cleared when it fills up.
   const peerKeys = new Map<string, string | undefined>()
@@ -73,8 +68,23 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
     const hasForwarding = header('x-forwarded-for') !== undefined || header('forwarded') !== undefined
     if (!hasForwarding) return { key: peerKey(remoteAddress), ignoredForwarding: false }
     if (!trustsAny) return { key: peerKey(remoteAddress), ignoredForwarding: true }
+    const client = clientBehind(remoteAddress, header)
+    return { key: client === undefined ? undefined : keyOf(client, prefix), ignoredForwarding: false }
+  }
+}
+
+/** The walk of clientIpResolver, from the socket's peer through the trusted proxies' header, to the client's address. */
+function forwardingWalk(options: ClientIpOptions): (remoteAddress: string | undefined, header: HeaderReader) => Address | undefined {
+  const forwardingHeader = options.header ?? 'x-forwarded-for'
+  // Entries are read as addresses only as far as the walk goes: a header can hold thousands a client wrote.
+  const forwardedEntries = forwardingHeader === 'forwarded'
+    ? (header: HeaderReader) => entriesOf(header('forwarded'))
+    : (header: HeaderReader) => entriesOf(header('x-forwarded-for'))
+  const addressOf = forwardingHeader === 'forwarded' ? forwardedFor : parse
+  const { trusted, hops } = proxyTrust(options.trustProxy)
+  return (remoteAddress, header) => {
     const peer = parse(remoteAddress)
-    if (peer === undefined) return { key: undefined, ignoredForwarding: false }
+    if (peer === undefined) return undefined
     // The chain as the last proxy saw it: the forwarded entries, then the peer.
     const entries = forwardedEntries(header)
     let client: Address = peer
@@ -88,8 +98,19 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
         if (!trusted(address)) break
       }
     }
-    return { key: keyOf(client, prefix), ignoredForwarding: false }
+    return client
   }
+}
+
+/**
+ * The client's address as clientIpResolver finds it, written out
+ * (`203.0.113.7`, `2001:db8::1`; IPv4-mapped IPv6 as IPv4), not grouped into
+ * a network: what a proxy tells its upstream in `X-Real-IP`. Undefined when
+ * the peer is no address.
+ */
+export function clientAddressResolver(options: ClientIpOptions = {}): (remoteAddress: string | undefined, header: HeaderReader) => string | undefined {
+  const walk = forwardingWalk(options)
+  return (remoteAddress, header) => walk(remoteAddress, header)?.toString()
 }
 
 /** Which peers are trusted proxies: those in the CIDRs, or with a hop count every peer. */

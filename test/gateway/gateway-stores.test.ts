@@ -366,6 +366,34 @@ routes:
     }
   })
 
+  it('tells the upstream the client it keys in X-Real-IP, the address behind the trusted proxies, never one a client wrote', async () => {
+    const viaHops = (trustProxy: string) => startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+identity: { clientIp: { trustProxy: ${trustProxy} } }
+routes:
+  - { name: api, upstream: ${upstream.url} }
+`)
+    const listed = await viaHops('[127.0.0.1, 10.0.0.0/8]')
+    const counted = await viaHops('2')
+    try {
+      const realIp = async (url: string, headers: Record<string, string>) => (await (await fetch(`${url}/headers`, { headers })).json() as Record<string, string>)['x-real-ip']
+      // The walk from the right through trusted proxies (10.0.0.7), as the key is found; the client's own X-Real-IP is replaced.
+      assert.equal(await realIp(listed.url, { 'x-forwarded-for': '6.6.6.6, 203.0.113.9, 10.0.0.7', 'x-real-ip': '6.6.6.6' }), '203.0.113.9')
+      // Not grouped into its /56 as the key is: the upstream is told the address.
+      assert.equal(await realIp(listed.url, { 'x-forwarded-for': '2001:db8::1' }), '2001:db8::1')
+      assert.equal(await realIp(listed.url, { 'x-forwarded-for': '::ffff:198.51.100.4' }), '198.51.100.4')
+      // No forwarding header: the peer, the trusted proxy itself.
+      assert.equal(await realIp(listed.url, { 'x-real-ip': '6.6.6.6' }), '127.0.0.1')
+      // Two proxies, the peer and the one it names last (10.0.0.7): the client is the entry before.
+      assert.equal(await realIp(counted.url, { 'x-forwarded-for': '6.6.6.6, 203.0.113.9, 10.0.0.7', 'x-real-ip': '6.6.6.6' }), '203.0.113.9')
+      assert.equal(await realIp(counted.url, { 'x-forwarded-for': '6.6.6.6, 198.51.100.1, 203.0.113.9' }), '198.51.100.1')
+    } finally {
+      await listed.stop()
+      await counted.stop()
+    }
+  })
+
   it('shadow limits decide and count but never refuse; a route limit may be shadowed alone', async () => {
     const gateway = await startGateway(`
 server: { listen: 127.0.0.1:0 }

@@ -182,6 +182,8 @@ describe('gateway (child process, real upstream)', () => {
     const spoofed = await seen({ forwarded: 'for=7.7.7.7;proto=https', 'x-forwarded-for': '6.6.6.6' })
     assert.equal(spoofed.forwarded, `for=7.7.7.7;proto=https, ${hop}`)
     assert.equal(spoofed['x-forwarded-for'], '6.6.6.6, 127.0.0.1')
+    // X-Real-IP is read by upstreams as the client's address outright: the gateway's, whatever the client wrote.
+    assert.equal((await seen({ 'x-real-ip': '6.6.6.6' }))['x-real-ip'], '127.0.0.1')
   })
 
   it('tells the upstream the prefix it stripped (X-Forwarded-Prefix), and gives a redirect to the upstream\'s own URL back as the client\'s path', async () => {
