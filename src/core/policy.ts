@@ -181,7 +181,35 @@ function unknownFields(raw: Record<string, unknown>, algorithm: AlgorithmName): 
   const known = POLICY_FIELDS[algorithm]
   return Object.keys(raw)
     .filter((field) => field !== 'algorithm' && field !== 'name' && !known.includes(field) && raw[field] !== undefined)
-    .map((field) => new PolicyError(field, raw[field], `is not a field of a ${algorithm} policy (fields: ${known.join(', ')}, name)`, nameHint(raw), didYouMean(field, [...known, 'name'])))
+    .map((field) => new PolicyError(field, raw[field], `is not a field of a ${algorithm} policy (fields: ${known.join(', ')}, name)`, nameHint(raw), didYouMean(field, [...known, 'name']) ?? peerHint(field, known)))
+}
+
+/**
+ * Fields as other limiters name them, and the field of ours that says the
+ * same (the first of `ours` that the algorithm has), for a policy written
+ * from another library's docs. `as` is what to know in moving it over.
+ */
+const PEER_FIELDS: Readonly<Record<string, { ours: readonly string[]; theirs: string; as?: string }>> = {
+  points: { ours: ['limit', 'capacity'], theirs: "rate-limiter-flexible's points" },
+  duration: { ours: ['windowMs'], theirs: "rate-limiter-flexible's duration", as: 'in milliseconds, where duration is seconds' },
+  blockDuration: { ours: ['blockMs'], theirs: "rate-limiter-flexible's blockDuration", as: 'in milliseconds, where blockDuration is seconds' },
+  max: { ours: ['limit', 'capacity'], theirs: "express-rate-limit's and @fastify/rate-limit's max" },
+  timeWindow: { ours: ['windowMs'], theirs: "@fastify/rate-limit's timeWindow", as: 'in milliseconds' },
+  burst: { ours: ['capacity'], theirs: 'a burst' },
+  burstCapacity: { ours: ['capacity'], theirs: "Spring Cloud Gateway's burstCapacity" },
+  replenishRate: { ours: ['refillTokens'], theirs: "Spring Cloud Gateway's replenishRate", as: 'and a second is refillIntervalMs: 1000' },
+  rate: { ours: ['refillTokens', 'leakTokens'], theirs: 'a rate' },
+  limit: { ours: ['capacity'], theirs: "a bucket's limit" },
+  capacity: { ours: ['limit'], theirs: "a window's capacity" },
+}
+
+/** `rate-limiter-flexible's points is limit here`, where `field` is another library's name for one of `known`. */
+function peerHint(field: string, known: readonly string[]): string | undefined {
+  const peer = Object.hasOwn(PEER_FIELDS, field) ? PEER_FIELDS[field] : undefined
+  const ours = peer?.ours.find((name) => known.includes(name))
+  if (peer === undefined || ours === undefined) return undefined
+  const per = ours === 'refillTokens' ? ' per refillIntervalMs' : ours === 'leakTokens' ? ' per leakIntervalMs' : ''
+  return `${peer.theirs} is ${ours}${per} here${peer.as === undefined ? '' : `, ${peer.as}`}`
 }
 
 function blockMsOf(raw: Record<string, unknown>, hint: string | undefined): number {

@@ -317,7 +317,7 @@ export async function parseConfig(text: string, file: string, env: NodeJS.Proces
             report([...issue.path, key], 'is not a known field: is it the right file?', [...issue.path, `<a name of ${key.length} characters, not shown>`])
             continue
           }
-          const hint = didYouMean(key, fieldsAt(issue.path)) ?? misplacedHint(key, issue.path)
+          const hint = didYouMean(key, fieldsAt(issue.path)) ?? peerFieldHint(key, issue.path) ?? misplacedHint(key, issue.path)
           report([...issue.path, key], withHint('is not a known field', hint))
         }
       } else if (!unset.has(formatPath(issue.path)) && !emptiedByUnsetAnchor(issue.path)) {
@@ -1032,7 +1032,7 @@ interface ZodIssueLike {
 
 /** For a field known at another level of the config: where it goes (`admin is a field of the top level`). Undefined where it is known nowhere, or in too many places to point at one. */
 function misplacedHint(field: string, path: readonly PropertyKey[]): string | undefined {
-  const here = path.map((part) => (typeof part === 'number' ? '[]' : `.${String(part)}`)).join('').replace(/^\./, '')
+  const here = placeOf(path)
   const elsewhere = placesOf(field).filter((place) => place !== here)
   // The nearest places below this one first (`algorithm` in a limit goes in its policies), then anywhere.
   const below = elsewhere.filter((place) => here === '' || place.startsWith(`${here}.`) || place.startsWith(`${here}[]`))
@@ -1040,6 +1040,24 @@ function misplacedHint(field: string, path: readonly PropertyKey[]): string | un
   const places = nearest.length > 0 && nearest.length <= 3 ? nearest : elsewhere
   if (places.length === 0 || places.length > 3) return undefined
   return `${field} is a field of ${places.map((place) => (place === '' ? 'the top level' : place)).join(' or ')}`
+}
+
+/** A path as placesOf names places: `routes[].limits[]`, `server.connections`. */
+function placeOf(path: readonly PropertyKey[]): string {
+  return path.map((part) => (typeof part === 'number' ? '[]' : `.${String(part)}`)).join('').replace(/^\./, '')
+}
+
+/** By place, fields as other gateways and proxies name them, and ours. */
+const PEER_FIELDS: Readonly<Record<string, Readonly<Record<string, string>>>> = {
+  'routes[]': { uri: 'upstream', url: 'upstream', target: 'upstream', proxy_pass: 'upstream', backend: 'upstream', service: 'upstream' },
+  'server.connections': { perIp: 'perClient', perAddress: 'perClient', perHost: 'perClient', limit_conn: 'perClient', maxConnections: 'max' },
+}
+
+/** `did you mean "upstream"?` for a field another gateway names so (Spring Cloud Gateway's `uri`, nginx's `proxy_pass`). */
+function peerFieldHint(field: string, path: readonly PropertyKey[]): string | undefined {
+  const names = PEER_FIELDS[placeOf(path)]
+  const ours = names !== undefined && Object.hasOwn(names, field) ? names[field] : undefined
+  return ours === undefined ? undefined : `did you mean "${ours}"?`
 }
 
 /** How deep a place of placesOf is: its fields and array levels. */

@@ -41,6 +41,23 @@ describe('policy validation', () => {
     policyError('fixed-window', 'policy', /must be an object/)
   })
 
+  it('names the field of ours for another library\'s name, with its unit where the units differ', () => {
+    const messageOf = (raw: Record<string, unknown>) => {
+      try { resolvePolicy(raw) } catch (error) { return (error as Error).message.split('; ').slice(1).join('; ') }
+      return undefined
+    }
+    assert.equal(messageOf({ algorithm: 'fixed-window', points: 10, windowMs: 1000 }), "rate-limiter-flexible's points is limit here")
+    assert.equal(messageOf({ algorithm: 'token-bucket', points: 10, refillTokens: 1, refillIntervalMs: 1000 }), "rate-limiter-flexible's points is capacity here")
+    assert.equal(messageOf({ algorithm: 'sliding-log', limit: 10, duration: 60 }), "rate-limiter-flexible's duration is windowMs here, in milliseconds, where duration is seconds")
+    assert.equal(messageOf({ algorithm: 'sliding-window', max: 10, windowMs: 1000 }), "express-rate-limit's and @fastify/rate-limit's max is limit here")
+    assert.equal(messageOf({ algorithm: 'leaky-bucket', capacity: 3, rate: 5, leakIntervalMs: 1000 }), 'a rate is leakTokens per leakIntervalMs here')
+    assert.equal(messageOf({ algorithm: 'token-bucket', burstCapacity: 10, refillTokens: 1, refillIntervalMs: 1000 }), "Spring Cloud Gateway's burstCapacity is capacity here")
+    assert.equal(messageOf({ algorithm: 'fixed-window', capacity: 10, windowMs: 1000 }), "a window's capacity is limit here")
+    // A slip of one of ours is still the hint; a name no library uses has none.
+    assert.equal(messageOf({ algorithm: 'fixed-window', limt: 10, windowMs: 1000 }), 'did you mean "limit"?')
+    assert.equal(messageOf({ algorithm: 'fixed-window', limit: 10, windowMs: 1000, constructor: 1 }), '')
+  })
+
   it('refuses numbers too large for exact integer arithmetic', () => {
     policyError({ algorithm: 'token-bucket', capacity: 2 ** 40, refillTokens: 1, refillIntervalMs: 2 ** 20 }, 'capacity', /below 2\^53/)
     policyError({ algorithm: 'fixed-window', limit: 2 ** 60, windowMs: 1000 }, 'limit', /at most/)

@@ -238,6 +238,25 @@ routes:
     ])
   })
 
+  it('a field named as another gateway or limiter names it says which of ours it is', async () => {
+    const text = `
+server:
+  listen: 127.0.0.1:0
+  connections: { perIp: 100 }
+routes:
+  - name: api
+    uri: http://127.0.0.1:8081
+    limits:
+      - policies: { algorithm: fixed-window, points: 5, duration: 60 }
+`
+    assert.deepEqual((await problems(text)).filter((problem) => !problem.includes('required') && !problem.includes('got nothing')), [
+      'server.connections.perIp: is not a known field; did you mean "perClient"? (line 4)',
+      'routes[0].uri: is not a known field; did you mean "upstream"? (line 7)',
+      "routes[0].limits[0].policies.points: is not a field of a fixed-window policy (fields: limit, windowMs, blockMs, name) (got 5); rate-limiter-flexible's points is limit here (line 9)",
+      "routes[0].limits[0].policies.duration: is not a field of a fixed-window policy (fields: limit, windowMs, blockMs, name) (got 60); rate-limiter-flexible's duration is windowMs here, in milliseconds, where duration is seconds (line 9)",
+    ])
+  })
+
   it('a field written at another level than its own says where it goes', async () => {
     const text = `
 server:
