@@ -6,6 +6,9 @@
  * to Redis once it answers again.
  */
 import assert from 'node:assert/strict'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { after, before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Limiter, MemoryStore, RedisStore, type Decision, type Policy, type Store } from '../../src/index.ts'
@@ -289,10 +292,12 @@ describe('store failures under load (real redis-server)', () => {
    * A refund Redis refuses unrun (`refuse` makes it so, `allow` undoes it) is owed: still owed while Redis
    * answers PING and goes on refusing, and given once it takes writes again, freeing the unit.
    */
-  const owedWhileRefused = async (options: { serverArgs?: string[]; policy: Policy; refuse: (admin: Redis) => Promise<unknown>; allow: (admin: Redis) => Promise<unknown>; refusal: string }) => {
+  const owedWhileRefused = async (options: { serverArgs?: string[]; user?: string; policy: Policy; refuse: (admin: Redis) => Promise<unknown>; allow: (admin: Redis) => Promise<unknown>; refusal: string }) => {
     const node = await startRedis(options.serverArgs)
-    const store = new RedisStore({ url: node.url })
     const admin = node.client()
+    // The limiter as an ACL user of its own, who may do all, until refuse() says otherwise.
+    if (options.user !== undefined) await admin.call('ACL', 'SETUSER', options.user, 'on', '>secret', '~*', '&*', '+@all')
+    const store = new RedisStore({ url: options.user === undefined ? node.url : node.url.replace('//', `//${options.user}:secret@`) })
     const limiter = new Limiter({ store, prefix: 'refused', blockCache: false, onStoreFailure: 'closed', storeTimeoutMs: 1000, circuit: { failures: 1, probeIntervalMs: PROBE_MS }, policies: options.policy })
     try {
       const job = await limiter.limit('tenant')
@@ -332,6 +337,43 @@ describe('store failures under load (real redis-server)', () => {
       refuse: (admin) => admin.config('SET', 'maxmemory', '1'),
       allow: (admin) => admin.config('SET', 'maxmemory', '0'),
       refusal: "OOM command not allowed when used memory > 'maxmemory'.",
+    })
+  })
+
+  it('a refund Redis refuses for want of replicas (NOREPLICAS under min-replicas-to-write) is owed, and given once they are back', async () => {
+    await owedWhileRefused({
+      policy: { algorithm: 'token-bucket', name: 'jobs', capacity: 1, refillTokens: 1, refillIntervalMs: 600_000 },
+      refuse: (admin) => admin.config('SET', 'min-replicas-to-write', '1'),
+      allow: (admin) => admin.config('SET', 'min-replicas-to-write', '0'),
+      refusal: 'NOREPLICAS Not enough good replicas to write.',
+    })
+  })
+
+  it('a refund Redis refuses after a failed snapshot (MISCONF) is owed, and given once writes are allowed again', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-misconf-'))
+    await owedWhileRefused({
+      serverArgs: ['--enable-protected-configs', 'yes'],
+      policy: { algorithm: 'token-bucket', name: 'jobs', capacity: 1, refillTokens: 1, refillIntervalMs: 600_000 },
+      // A snapshot into a directory gone (a disk lost or full): Redis then refuses every write, as it does by default.
+      refuse: async (admin) => {
+        await admin.config('SET', 'dir', dir)
+        await admin.config('SET', 'save', '3600 1')
+        rmSync(dir, { recursive: true, force: true })
+        await admin.bgsave()
+        for (let i = 0; i < 100 && !(await admin.info('persistence')).includes('rdb_last_bgsave_status:err'); i++) await sleep(20)
+      },
+      allow: (admin) => admin.config('SET', 'stop-writes-on-bgsave-error', 'no'),
+      refusal: 'MISCONF Redis is configured to save RDB snapshots',
+    })
+  })
+
+  it('a refund an ACL refuses (NOPERM, checked before the script runs) is owed, and given once the user may again', async () => {
+    await owedWhileRefused({
+      user: 'limiter',
+      policy: { algorithm: 'token-bucket', name: 'jobs', capacity: 1, refillTokens: 1, refillIntervalMs: 600_000 },
+      refuse: (admin) => admin.call('ACL', 'SETUSER', 'limiter', '-@scripting'),
+      allow: (admin) => admin.call('ACL', 'SETUSER', 'limiter', '+@scripting'),
+      refusal: 'NOPERM this user has no permissions to run the',
     })
   })
 

@@ -168,12 +168,15 @@ const NEVER_SENT = ["Stream isn't writeable and enableOfflineQueue options is fa
 /**
  * Redis's refusals of a command it did not run: a replica's READONLY (a primary
  * demoted by a failover), LOADING, BUSY (another script running), MASTERDOWN,
- * CLUSTERDOWN, TRYAGAIN, MOVED, ASK, NOAUTH, and OOM (a Redis past maxmemory
- * under noeviction refuses a script's first write, and only its first: it
- * never stops one halfway). The script writes only after all its reads and
- * checks, so a refused first write leaves nothing behind either.
+ * CLUSTERDOWN, TRYAGAIN, MOVED, ASK, NOAUTH, NOPERM (an ACL that does not
+ * allow the script, or its keys, checked before it runs), and the refusals of
+ * a script's first write, and only its first, since a script is never stopped
+ * halfway: OOM (past maxmemory under noeviction), MISCONF (a snapshot that
+ * failed, under stop-writes-on-bgsave-error) and NOREPLICAS (fewer replicas
+ * than min-replicas-to-write). The script writes only after all its reads
+ * and checks, so a refused first write leaves nothing behind either.
  */
-const REFUSED = /^(READONLY|LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|MOVED|ASK|NOAUTH|OOM) /
+const REFUSED = /^(READONLY|LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|MOVED|ASK|NOAUTH|NOPERM|OOM|MISCONF|NOREPLICAS) /
 
 /**
  * The error a failed call rejects with: a `StoreNotAppliedError` where the
