@@ -1,8 +1,10 @@
 /**
  * Guards every call to a store that can fail (Redis): a timeout no decision
  * outlives, and a circuit that stops calling a broken store, probes it in the
- * background, and closes again when it answers. Nothing here keeps a timer
- * beyond one call, and no caller ever waits on a probe.
+ * background, lets calls try the store again when the probe answers (the
+ * first that fails opens it again), and counts the store back when one of
+ * them succeeds. Nothing here keeps a timer beyond one call, and no caller
+ * ever waits on a probe.
  */
 import type { Clock } from '../core/clock.ts'
 
@@ -23,6 +25,8 @@ export class Circuit {
   /** Epoch ms until which the store is not called; 0 while closed. */
   private openUntil = 0
   private probing = false
+  /** Opened since the store last answered: the next answer is a recovery. */
+  private recovering = false
   private readonly failureLimit: number
   private readonly probeIntervalMs: number
 
@@ -32,7 +36,11 @@ export class Circuit {
     private readonly clock: Clock,
     /** Checks the store (cheaply); resolves when it answers. */
     private readonly probe: () => Promise<unknown>,
-    /** Called once each time the circuit closes after being open. */
+    /**
+     * Called once each time the store answers a call again after the circuit
+     * opened: not when a probe answers, since a store can answer a probe (a
+     * PING) and still refuse every call (a Redis refusing writes).
+     */
     private readonly onRecovery: () => void,
   ) {
     this.failureLimit = options.failures ?? 3
@@ -49,13 +57,19 @@ export class Circuit {
       return { ok: false, reason: 'circuit-open' }
     }
     const outcome = await withTimeout(operation, this.timeoutMs)
-    if (outcome.ok) this.consecutiveFailures = 0
-    else if (++this.consecutiveFailures >= this.failureLimit) this.open()
+    if (outcome.ok) {
+      this.consecutiveFailures = 0
+      if (this.recovering) {
+        this.recovering = false
+        this.onRecovery()
+      }
+    } else if (++this.consecutiveFailures >= this.failureLimit) this.open()
     return outcome
   }
 
   private open(): void {
     this.openUntil = this.clock() + this.probeIntervalMs
+    this.recovering = true
   }
 
   /** One probe at a time, in the background: the call that triggered it does not wait. */
@@ -68,9 +82,9 @@ export class Circuit {
         this.open()
         return
       }
+      // Half open: calls go to the store again, and the first that fails opens the circuit again.
       this.openUntil = 0
-      this.consecutiveFailures = 0
-      this.onRecovery()
+      this.consecutiveFailures = this.failureLimit - 1
     })
   }
 }

@@ -377,6 +377,41 @@ describe('store failures under load (real redis-server)', () => {
     })
   })
 
+  it("a Redis that answers the probe but refuses every call keeps the fallback's counts: the store is back when a call succeeds, not when PING does", async () => {
+    const node = await startRedis()
+    const store = new RedisStore({ url: node.url })
+    const admin = node.client()
+    const probeIntervalMs = 40
+    const limiter = new Limiter({ store, prefix: 'refusing', onStoreFailure: 'fallback', circuit: { failures: 3, probeIntervalMs }, policies: { algorithm: 'fixed-window', name: 'hourly', limit: 4, windowMs: 3_600_000 } })
+    try {
+      // Writes refused (as under MISCONF or OOM too), while PING, the probe, answers.
+      await admin.config('SET', 'min-replicas-to-write', '1')
+      const decisions: Decision[] = []
+      const until = Date.now() + probeIntervalMs * 15
+      while (Date.now() < until && decisions.length < 500) {
+        decisions.push(await limiter.limit('tenant'))
+        await sleep(5)
+      }
+      assert.ok(decisions.every((d) => d.degraded))
+      // Before, each answered probe counted as the store back and emptied the fallback: 4 more a probe.
+      assert.equal(decisions.filter((d) => d.allowed).length, 4)
+      // Each answered probe lets one call try the store, whose failure opens the circuit again at once.
+      const tried = decisions.filter((d) => d.reason === 'store-error').length
+      assert.ok(tried > 3 && tried <= 3 + 16, `${tried} calls went to the store`)
+      await admin.config('SET', 'min-replicas-to-write', '0')
+      let back: Decision | undefined
+      for (let i = 0; i < 100 && (back === undefined || back.degraded); i++) {
+        await sleep(10)
+        back = await limiter.limit('tenant')
+      }
+      // Redis decides again, from its own count (nothing was written during the refusals).
+      assert.deepEqual([back?.degraded, back?.allowed, back?.remaining], [false, true, 3])
+    } finally {
+      await store.close()
+      await node.stop()
+    }
+  })
+
   it('limiters given one fallbackStore count one local share together', async () => {
     const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
     const policy = { algorithm: 'fixed-window', limit: 3, windowMs: 60_000, name: 'api' } as const
