@@ -247,11 +247,10 @@ export class Limiter {
       { failures, probeIntervalMs: this.probeIntervalMs },
       () => this.localNow(),
       () => (this.store.ping ? this.store.ping() : this.store.consume(this.peekCall('sluice-probe'))),
-      // Back on the store: what was counted locally during the outage is dropped, and what it was owed is given.
-      () => {
-        this.fallbackStore.clear()
-        this.payOwed()
-      },
+      // Back on the store: what it is owed is given. The fallback keeps its counts until they expire: a
+      // store that comes and goes (or answers for some keys only, a Cluster with a master down) would
+      // otherwise hand each key a fresh local share at each return.
+      () => this.payOwed(),
     )
     const cache = options.blockCache ?? true
     if (cache !== true && cache !== false && !(typeof cache === 'object' && cache !== null && Number.isSafeInteger(cache.maxKeys) && cache.maxKeys >= 2)) {
@@ -428,7 +427,7 @@ export class Limiter {
   }
 
   private refundLocally(call: StoreCall): Decision {
-    // Given back to a key the fallback state may have dropped since (the store came back): a bucket stays full, a log empty.
+    // Given back to a key the fallback may have dropped since (expired, or evicted): a bucket stays full, a log empty.
     return { ...combine(this.fallbackStore.consumeSync({ ...call, policies: this.fallbackPolicies, now: call.now ?? this.localNow() })), degraded: true }
   }
 

@@ -412,6 +412,28 @@ describe('store failures under load (real redis-server)', () => {
     }
   })
 
+  it("the fallback's counts outlive the store's returns: a store that decides some keys and not others (a Cluster with a master down) gives no key a fresh local share", async () => {
+    const memory = new MemoryStore()
+    // The keys of one master fail; the rest, and the probe, are answered.
+    const halfDown: Store = {
+      consume: (call) => (call.key.startsWith('down') ? Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:7002')) : memory.consume(call)),
+      reset: (prefix, key, policies) => memory.reset(prefix, key, policies),
+    }
+    let now = 90_000
+    const limiter = new Limiter({ store: halfDown, clock: () => now, onStoreFailure: 'fallback', circuit: { failures: 1, probeIntervalMs: 10 }, policies: { algorithm: 'fixed-window', name: 'hourly', limit: 3, windowMs: 3_600_000 } })
+    const allowed = { down: 0, up: 0 }
+    for (let i = 0; i < 40; i++) {
+      now += 20 // past each probe interval: the circuit is probed, found answering, and opened again by the next failure
+      if ((await limiter.limit('down-tenant')).allowed) allowed.down++
+      await sleep(1) // the probe, in the background
+      if ((await limiter.limit('up-tenant')).allowed) allowed.up++
+    }
+    // Before, each return of the store emptied the whole fallback: the failing key took 3 more each time.
+    assert.equal(allowed.down, 3)
+    // The answered key, degraded while the circuit was open: the limit on the store, and the fallback's share once, however often the circuit opened.
+    assert.equal(allowed.up, 3 + 3)
+  })
+
   it('limiters given one fallbackStore count one local share together', async () => {
     const down: Store = { consume: () => Promise.reject(new Error('connection refused')), reset: () => Promise.resolve() }
     const policy = { algorithm: 'fixed-window', limit: 3, windowMs: 60_000, name: 'api' } as const
