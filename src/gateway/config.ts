@@ -1048,14 +1048,14 @@ function placeOf(path: readonly PropertyKey[]): string {
 }
 
 /** By place, fields as other gateways and proxies name them, and ours. */
-const PEER_FIELDS: Readonly<Record<string, Readonly<Record<string, string>>>> = {
+const PEER_CONFIG_FIELDS: Readonly<Record<string, Readonly<Record<string, string>>>> = {
   'routes[]': { uri: 'upstream', url: 'upstream', target: 'upstream', proxy_pass: 'upstream', backend: 'upstream', service: 'upstream' },
   'server.connections': { perIp: 'perClient', perAddress: 'perClient', perHost: 'perClient', limit_conn: 'perClient', maxConnections: 'max' },
 }
 
 /** `did you mean "upstream"?` for a field another gateway names so (Spring Cloud Gateway's `uri`, nginx's `proxy_pass`). */
 function peerFieldHint(field: string, path: readonly PropertyKey[]): string | undefined {
-  const names = PEER_FIELDS[placeOf(path)]
+  const names = PEER_CONFIG_FIELDS[placeOf(path)]
   const ours = names !== undefined && Object.hasOwn(names, field) ? names[field] : undefined
   return ours === undefined ? undefined : `did you mean "${ours}"?`
 }

@@ -50,18 +50,10 @@ export function clientIpResolver(options: ClientIpOptions = {}): (remoteAddress:
   const { trustsAny } = proxyTrust(options.trustProxy)
   const clientBehind = forwardingWalk(options)
 
-  // Peers repeat (one per connection): their keys are cached, in a map cleared when it fills up.
-  const peerKeys = new Map<string, string | undefined>()
-  const peerKey = (remoteAddress: string): string | undefined => {
-    let key = peerKeys.get(remoteAddress)
-    if (key === undefined && !peerKeys.has(remoteAddress)) {
-      const peer = parse(remoteAddress)
-      key = peer === undefined ? undefined : keyOf(peer, prefix)
-      if (peerKeys.size >= 10_000) peerKeys.clear()
-      peerKeys.set(remoteAddress, key)
-    }
-    return key
-  }
+  const peerKey = perPeer((remoteAddress) => {
+    const peer = parse(remoteAddress)
+    return peer === undefined ? undefined : keyOf(peer, prefix)
+  })
 
   return (remoteAddress, header) => {
     if (remoteAddress === undefined) return { key: undefined, ignoredForwarding: false }
@@ -110,7 +102,31 @@ function forwardingWalk(options: ClientIpOptions): (remoteAddress: string | unde
  */
 export function clientAddressResolver(options: ClientIpOptions = {}): (remoteAddress: string | undefined, header: HeaderReader) => string | undefined {
   const walk = forwardingWalk(options)
-  return (remoteAddress, header) => walk(remoteAddress, header)?.toString()
+  const { trustsAny } = proxyTrust(options.trustProxy)
+  const forwardingHeader = options.header ?? 'x-forwarded-for'
+  const peerAddress = perPeer((remoteAddress) => parse(remoteAddress)?.toString())
+  return (remoteAddress, header) => {
+    if (remoteAddress === undefined) return undefined
+    return trustsAny && header(forwardingHeader) !== undefined ? walk(remoteAddress, header)?.toString() : peerAddress(remoteAddress)
+  }
+}
+
+/**
+ * `compute`, remembered per socket peer: peers repeat (one per connection),
+ * and most requests are answered from the peer alone. The map is cleared when
+ * it fills up.
+ */
+function perPeer(compute: (remoteAddress: string) => string | undefined): (remoteAddress: string) => string | undefined {
+  const known = new Map<string, string | undefined>()
+  return (remoteAddress) => {
+    let value = known.get(remoteAddress)
+    if (value === undefined && !known.has(remoteAddress)) {
+      value = compute(remoteAddress)
+      if (known.size >= 10_000) known.clear()
+      known.set(remoteAddress, value)
+    }
+    return value
+  }
 }
 
 /** Which peers are trusted proxies: those in the CIDRs, or with a hop count every peer. */
