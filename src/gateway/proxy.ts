@@ -22,6 +22,15 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set(['connection', 'keep-aliv
 
 const NONE: ReadonlySet<string> = new Set()
 
+/**
+ * Request fields a client writes that upstreams believe of the gateway's
+ * hop: `X-Original-URL` and `X-Rewrite-URL` (IIS, older Symfony and Zend)
+ * name a path to serve in place of the one the gateway routed and limited;
+ * `X-Forwarded-Port` overrides the port of the `X-Forwarded-Host` the gateway
+ * sets (Spring's ForwardedHeaderFilter takes it for the links it builds).
+ */
+const NOT_PASSED_ON: ReadonlySet<string> = new Set(['x-original-url', 'x-rewrite-url', 'x-forwarded-port'])
+
 export interface UpstreamTimeouts {
   /** Longest wait for the response headers. */
   headersMs: number
@@ -574,7 +583,7 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   const dropped = connectionTokens(req.headers.connection)
   for (const [name, value] of Object.entries(req.headers)) {
     // HTTP/2's pseudo-header fields (`:path`, `:authority`) belong to its framing: the request line and Host say them.
-    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || name === 'host' || name === 'expect' || name.startsWith(':')) continue
+    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || NOT_PASSED_ON.has(name) || name === 'host' || name === 'expect' || name.startsWith(':')) continue
     headers[name] = value
   }
   const clientHost = req.headers.host ?? authorityOf(req)
