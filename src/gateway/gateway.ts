@@ -23,7 +23,7 @@ import { authorityOf, boundUnreadBody, nodeRequest, responseOnSocket, waitTurn }
 import { createRateLimitPipelineInSlices, httpStatePrefix, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
-import { clientAddressResolver, connectionClient, type HeaderReader } from '../http/client-ip.ts'
+import { clientAddressResolver, connectionClient, trustedProxyPeer, type HeaderReader } from '../http/client-ip.ts'
 import { candidatesFor, candidatesForInSlices, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
 import { GatewayMetrics } from '../metrics/metrics.ts'
@@ -72,6 +72,8 @@ interface Runtime {
   connectionClient: (remoteAddress: string | undefined) => string | undefined
   /** The client's address, through the trusted proxies, for the upstream's X-Real-IP. */
   clientAddress: (remoteAddress: string | undefined, header: HeaderReader) => string | undefined
+  /** Whether a connection's peer is a trusted proxy, whose X-Forwarded-Proto, -Host and -Port are passed on. */
+  fromTrustedProxy: (remoteAddress: string | undefined) => boolean
 }
 
 export interface GatewayOptions {
@@ -461,6 +463,7 @@ export class Gateway {
         timeouts: { headersMs: route.config.timeoutMs ?? runtime.config.server.timeouts.upstreamMs, bodyMs: runtime.config.server.timeouts.upstreamBodyMs },
         protocol: runtime.config.tls !== undefined ? 'https' : 'http',
         clientAddress: runtime.clientAddress(request.remoteAddress, request.header),
+        fromTrustedProxy: runtime.fromTrustedProxy(request.remoteAddress),
         extraHeaders: corsFields.length === 0 ? outcome?.headers ?? [] : [...outcome?.headers ?? [], ...corsFields],
         replacesCors: runtime.cors !== undefined,
         // Noted before the client is answered, so that the access log line, written as the response closes, carries it.
@@ -758,7 +761,7 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
   })
   await letIoIn()
   const routesFor = await candidatesForInSlices(routes, (route) => route.config.match, config.caseSensitive)
-  return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors), connectionClient: connectionClient(clientIpOptions(config)), clientAddress: clientAddressResolver(clientIpOptions(config)) }
+  return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors), connectionClient: connectionClient(clientIpOptions(config)), clientAddress: clientAddressResolver(clientIpOptions(config)), fromTrustedProxy: trustedProxyPeer(clientIpOptions(config)) }
 }
 
 /**

@@ -23,13 +23,11 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set(['connection', 'keep-aliv
 const NONE: ReadonlySet<string> = new Set()
 
 /**
- * Request fields a client writes that upstreams believe of the gateway's
- * hop: `X-Original-URL` and `X-Rewrite-URL` (IIS, older Symfony and Zend)
- * name a path to serve in place of the one the gateway routed and limited;
- * `X-Forwarded-Port` overrides the port of the `X-Forwarded-Host` the gateway
- * sets (Spring's ForwardedHeaderFilter takes it for the links it builds).
+ * Request fields a client writes that upstreams believe: `X-Original-URL`
+ * and `X-Rewrite-URL` (IIS, older Symfony and Zend) name a path to serve in
+ * place of the one the gateway routed and limited.
  */
-const NOT_PASSED_ON: ReadonlySet<string> = new Set(['x-original-url', 'x-rewrite-url', 'x-forwarded-port'])
+const NOT_PASSED_ON: ReadonlySet<string> = new Set(['x-original-url', 'x-rewrite-url'])
 
 export interface UpstreamTimeouts {
   /** Longest wait for the response headers. */
@@ -277,6 +275,11 @@ export interface ForwardOptions {
    * sent as X-Real-IP in place of any the client wrote; undefined: none is sent.
    */
   clientAddress?: string | undefined
+  /**
+   * The socket's peer is a trusted proxy (`identity.clientIp.trustProxy`): the
+   * X-Forwarded-Proto, -Host and -Port it sent are passed on as they came.
+   */
+  fromTrustedProxy?: boolean
   /** Headers to add to the response (rate-limit fields, and CORS ones under `cors`). */
   extraHeaders: ReadonlyArray<[string, string]>
   /** The gateway answers CORS itself: the upstream's Access-Control-* response fields are not passed on. */
@@ -586,6 +589,13 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
     if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || NOT_PASSED_ON.has(name) || name === 'host' || name === 'expect' || name.startsWith(':')) continue
     headers[name] = value
   }
+  // What the client reached the gateway by: a trusted proxy's word for its own hop (a load balancer that
+  // ended TLS says https), else the gateway's. An upstream that redirects plain http to https would
+  // otherwise send, behind such a proxy, every request round again. A client's port would override the
+  // port of the X-Forwarded-Host the gateway sets (Spring's ForwardedHeaderFilter builds its links with it).
+  const fromProxy = options.fromTrustedProxy === true
+  if (!fromProxy) delete headers['x-forwarded-port']
+  const saidByProxy = (name: string) => fromProxy && typeof req.headers[name] === 'string' && req.headers[name] !== ''
   const clientHost = req.headers.host ?? authorityOf(req)
   const client = req.socket.remoteAddress ?? ''
   const forwardedFor = req.headers['x-forwarded-for']
@@ -600,8 +610,8 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   // client wrote would name any address it liked, so it is the gateway's, as Traefik and ingress-nginx send it.
   if (options.clientAddress === undefined) delete headers['x-real-ip']
   else headers['x-real-ip'] = options.clientAddress
-  headers['x-forwarded-proto'] = options.protocol
-  if (clientHost !== undefined) headers['x-forwarded-host'] = clientHost
+  if (!saidByProxy('x-forwarded-proto')) headers['x-forwarded-proto'] = options.protocol
+  if (clientHost !== undefined && !saidByProxy('x-forwarded-host')) headers['x-forwarded-host'] = clientHost
   // What Spring Cloud Gateway and Traefik send for a stripped prefix, so the upstream can build its links under it.
   if (strippedPrefix !== undefined) headers['x-forwarded-prefix'] = strippedPrefix
   headers.host = options.preserveHost && clientHost !== undefined ? clientHost : upstreamHost

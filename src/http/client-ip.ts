@@ -158,6 +158,17 @@ export function connectionClient(options: ClientIpOptions = {}): (remoteAddress:
   }
 }
 
+/** Whether the socket's peer is a trusted proxy (with a hop count, every peer is one), whose forwarding headers say what the client reached it by. */
+export function trustedProxyPeer(options: ClientIpOptions = {}): (remoteAddress: string | undefined) => boolean {
+  const { trusted, hops, trustsAny } = proxyTrust(options.trustProxy)
+  if (!trustsAny) return () => false
+  const isTrusted = perPeer((remoteAddress) => {
+    const peer = parse(remoteAddress)
+    return peer !== undefined && (hops > 0 || trusted(peer)) ? 'yes' : undefined
+  })
+  return (remoteAddress) => remoteAddress !== undefined && isTrusted(remoteAddress) === 'yes'
+}
+
 /** `ip:<address>`; IPv4-mapped IPv6 as IPv4; IPv6 as its /prefix network. */
 function keyOf(address: Address, prefix: number): string {
   if (address.kind() === 'ipv4') return `ip:${address.toString()}`

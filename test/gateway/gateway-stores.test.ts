@@ -366,7 +366,7 @@ routes:
     }
   })
 
-  it('tells the upstream the client it keys in X-Real-IP, the address behind the trusted proxies, never one a client wrote', async () => {
+  it('tells the upstream the client it keys in X-Real-IP, the address behind the trusted proxies, never one a client wrote; passes on what a trusted proxy says of its hop (X-Forwarded-Proto, -Host, -Port)', async () => {
     const viaHops = (trustProxy: string) => startGateway(`
 server: { listen: 127.0.0.1:0 }
 admin: { listen: 127.0.0.1:0 }
@@ -388,6 +388,15 @@ routes:
       // Two proxies, the peer and the one it names last (10.0.0.7): the client is the entry before.
       assert.equal(await realIp(counted.url, { 'x-forwarded-for': '6.6.6.6, 203.0.113.9, 10.0.0.7', 'x-real-ip': '6.6.6.6' }), '203.0.113.9')
       assert.equal(await realIp(counted.url, { 'x-forwarded-for': '6.6.6.6, 198.51.100.1, 203.0.113.9' }), '198.51.100.1')
+      // What the client reached the proxy in front by (a load balancer that ended TLS) is the proxy's to say, and passed on.
+      const said = { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com', 'x-forwarded-port': '443' }
+      for (const url of [listed.url, counted.url]) {
+        const seen = await (await fetch(`${url}/headers`, { headers: said })).json() as Record<string, string>
+        assert.deepEqual([seen['x-forwarded-proto'], seen['x-forwarded-host'], seen['x-forwarded-port']], ['https', 'api.example.com', '443'])
+      }
+      // Where the proxy says nothing, the gateway's own.
+      const unsaid = await (await fetch(`${listed.url}/headers`)).json() as Record<string, string>
+      assert.deepEqual([unsaid['x-forwarded-proto'], unsaid['x-forwarded-host'], unsaid['x-forwarded-port']], ['http', new URL(listed.url).host, undefined])
     } finally {
       await listed.stop()
       await counted.stop()

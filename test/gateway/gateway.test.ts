@@ -184,9 +184,10 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal(spoofed['x-forwarded-for'], '6.6.6.6, 127.0.0.1')
     // X-Real-IP is read by upstreams as the client's address outright: the gateway's, whatever the client wrote.
     assert.equal((await seen({ 'x-real-ip': '6.6.6.6' }))['x-real-ip'], '127.0.0.1')
-    // A path in place of the one routed and limited, and a port in place of the Host's, are not passed on.
-    const overrides = await seen({ 'x-original-url': '/admin', 'x-rewrite-url': '/admin', 'x-forwarded-port': '1', 'x-kept': 'yes' })
-    assert.deepEqual(pick(overrides, ['x-original-url', 'x-rewrite-url', 'x-forwarded-port', 'x-kept']), { 'x-original-url': undefined, 'x-rewrite-url': undefined, 'x-forwarded-port': undefined, 'x-kept': 'yes' })
+    // A path in place of the one routed and limited, and a port in place of the Host's, are not passed on;
+    // from a client (no trusted proxy here) the protocol and host are the gateway's.
+    const overrides = await seen({ 'x-original-url': '/admin', 'x-rewrite-url': '/admin', 'x-forwarded-port': '1', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'evil.example', 'x-kept': 'yes' })
+    assert.deepEqual(pick(overrides, ['x-original-url', 'x-rewrite-url', 'x-forwarded-port', 'x-forwarded-proto', 'x-forwarded-host', 'x-kept']), { 'x-original-url': undefined, 'x-rewrite-url': undefined, 'x-forwarded-port': undefined, 'x-forwarded-proto': 'http', 'x-forwarded-host': new URL(gateway.url).host, 'x-kept': 'yes' })
   })
 
   it('tells the upstream the prefix it stripped (X-Forwarded-Prefix), and gives a redirect to the upstream\'s own URL back as the client\'s path', async () => {
