@@ -72,7 +72,7 @@ interface Runtime {
   connectionClient: (remoteAddress: string | undefined) => string | undefined
   /** The client's address, through the trusted proxies, for the upstream's X-Real-IP. */
   clientAddress: (remoteAddress: string | undefined, header: HeaderReader) => string | undefined
-  /** Whether a connection's peer is a trusted proxy, whose X-Forwarded-Proto, -Host and -Port are passed on. */
+  /** Whether a connection's peer is a trusted proxy, whose X-Forwarded-Proto, -Host, -Port and -Prefix are passed on. */
   fromTrustedProxy: (remoteAddress: string | undefined) => boolean
 }
 

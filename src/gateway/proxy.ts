@@ -25,9 +25,18 @@ const NONE: ReadonlySet<string> = new Set()
 /**
  * Request fields a client writes that upstreams believe: `X-Original-URL`
  * and `X-Rewrite-URL` (IIS, older Symfony and Zend) name a path to serve in
- * place of the one the gateway routed and limited.
+ * place of the one the gateway routed and limited; `X-Real-IP` is the
+ * gateway's to write.
  */
-const NOT_PASSED_ON: ReadonlySet<string> = new Set(['x-original-url', 'x-rewrite-url'])
+const NOT_PASSED_ON: ReadonlySet<string> = new Set(['x-original-url', 'x-rewrite-url', 'x-real-ip'])
+
+/**
+ * Fields a proxy writes of the hop the client made to it, passed on from a
+ * trusted proxy only (as Traefik does): the port, a path prefix to build
+ * links under, and the other ways frameworks read the scheme (Rack reads
+ * `X-Forwarded-Ssl: on` as https before it reads X-Forwarded-Proto).
+ */
+const FROM_PROXIES_ONLY: ReadonlySet<string> = new Set(['x-forwarded-port', 'x-forwarded-prefix', 'x-forwarded-ssl', 'x-forwarded-scheme', 'x-url-scheme', 'front-end-https'])
 
 export interface UpstreamTimeouts {
   /** Longest wait for the response headers. */
@@ -277,7 +286,7 @@ export interface ForwardOptions {
   clientAddress?: string | undefined
   /**
    * The socket's peer is a trusted proxy (`identity.clientIp.trustProxy`): the
-   * X-Forwarded-Proto, -Host and -Port it sent are passed on as they came.
+   * X-Forwarded-Proto, -Host, -Port and -Prefix it sent are passed on as they came.
    */
   fromTrustedProxy?: boolean
   /** Headers to add to the response (rate-limit fields, and CORS ones under `cors`). */
@@ -582,19 +591,19 @@ function mergeWithUpstream(upstream: Readonly<Record<string, string | string[] |
 }
 
 function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamHost: string, strippedPrefix: string | undefined): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {}
-  const dropped = connectionTokens(req.headers.connection)
-  for (const [name, value] of Object.entries(req.headers)) {
-    // HTTP/2's pseudo-header fields (`:path`, `:authority`) belong to its framing: the request line and Host say them.
-    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || NOT_PASSED_ON.has(name) || name === 'host' || name === 'expect' || name.startsWith(':')) continue
-    headers[name] = value
-  }
   // What the client reached the gateway by: a trusted proxy's word for its own hop (a load balancer that
   // ended TLS says https), else the gateway's. An upstream that redirects plain http to https would
   // otherwise send, behind such a proxy, every request round again. A client's port would override the
   // port of the X-Forwarded-Host the gateway sets (Spring's ForwardedHeaderFilter builds its links with it).
   const fromProxy = options.fromTrustedProxy === true
-  if (!fromProxy) delete headers['x-forwarded-port']
+  const headers: Record<string, string | string[]> = {}
+  const dropped = connectionTokens(req.headers.connection)
+  for (const [name, value] of Object.entries(req.headers)) {
+    // HTTP/2's pseudo-header fields (`:path`, `:authority`) belong to its framing: the request line and Host say them.
+    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || NOT_PASSED_ON.has(name) || name === 'host' || name === 'expect' || name.startsWith(':')) continue
+    if (!fromProxy && FROM_PROXIES_ONLY.has(name)) continue
+    headers[name] = value
+  }
   const saidByProxy = (name: string) => fromProxy && typeof req.headers[name] === 'string' && req.headers[name] !== ''
   const clientHost = req.headers.host ?? authorityOf(req)
   const client = req.socket.remoteAddress ?? ''
@@ -608,8 +617,7 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   headers.forwarded = forwarded === undefined || forwarded === '' ? ownElement : `${forwarded}, ${ownElement}`
   // Upstreams that read X-Real-IP (Go's chi and echo, nginx's realip module) believe it outright: one a
   // client wrote would name any address it liked, so it is the gateway's, as Traefik and ingress-nginx send it.
-  if (options.clientAddress === undefined) delete headers['x-real-ip']
-  else headers['x-real-ip'] = options.clientAddress
+  if (options.clientAddress !== undefined) headers['x-real-ip'] = options.clientAddress
   if (!saidByProxy('x-forwarded-proto')) headers['x-forwarded-proto'] = options.protocol
   if (clientHost !== undefined && !saidByProxy('x-forwarded-host')) headers['x-forwarded-host'] = clientHost
   // What Spring Cloud Gateway and Traefik send for a stripped prefix, so the upstream can build its links under it.

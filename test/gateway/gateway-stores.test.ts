@@ -389,10 +389,10 @@ routes:
       assert.equal(await realIp(counted.url, { 'x-forwarded-for': '6.6.6.6, 203.0.113.9, 10.0.0.7', 'x-real-ip': '6.6.6.6' }), '203.0.113.9')
       assert.equal(await realIp(counted.url, { 'x-forwarded-for': '6.6.6.6, 198.51.100.1, 203.0.113.9' }), '198.51.100.1')
       // What the client reached the proxy in front by (a load balancer that ended TLS) is the proxy's to say, and passed on.
-      const said = { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com', 'x-forwarded-port': '443' }
+      const said = { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com', 'x-forwarded-port': '443', 'x-forwarded-prefix': '/shop' }
       for (const url of [listed.url, counted.url]) {
         const seen = await (await fetch(`${url}/headers`, { headers: said })).json() as Record<string, string>
-        assert.deepEqual([seen['x-forwarded-proto'], seen['x-forwarded-host'], seen['x-forwarded-port']], ['https', 'api.example.com', '443'])
+        assert.deepEqual([seen['x-forwarded-proto'], seen['x-forwarded-host'], seen['x-forwarded-port'], seen['x-forwarded-prefix']], ['https', 'api.example.com', '443', '/shop'])
       }
       // Where the proxy says nothing, the gateway's own.
       const unsaid = await (await fetch(`${listed.url}/headers`)).json() as Record<string, string>

@@ -186,15 +186,15 @@ describe('gateway (child process, real upstream)', () => {
     assert.equal((await seen({ 'x-real-ip': '6.6.6.6' }))['x-real-ip'], '127.0.0.1')
     // A path in place of the one routed and limited, and a port in place of the Host's, are not passed on;
     // from a client (no trusted proxy here) the protocol and host are the gateway's.
-    const overrides = await seen({ 'x-original-url': '/admin', 'x-rewrite-url': '/admin', 'x-forwarded-port': '1', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'evil.example', 'x-kept': 'yes' })
-    assert.deepEqual(pick(overrides, ['x-original-url', 'x-rewrite-url', 'x-forwarded-port', 'x-forwarded-proto', 'x-forwarded-host', 'x-kept']), { 'x-original-url': undefined, 'x-rewrite-url': undefined, 'x-forwarded-port': undefined, 'x-forwarded-proto': 'http', 'x-forwarded-host': new URL(gateway.url).host, 'x-kept': 'yes' })
+    const overrides = await seen({ 'x-original-url': '/admin', 'x-rewrite-url': '/admin', 'x-forwarded-port': '1', 'x-forwarded-proto': 'https', 'x-forwarded-ssl': 'on', 'x-forwarded-host': 'evil.example', 'x-kept': 'yes' })
+    assert.deepEqual(pick(overrides, ['x-original-url', 'x-rewrite-url', 'x-forwarded-port', 'x-forwarded-proto', 'x-forwarded-ssl', 'x-forwarded-host', 'x-kept']), { 'x-original-url': undefined, 'x-rewrite-url': undefined, 'x-forwarded-port': undefined, 'x-forwarded-proto': 'http', 'x-forwarded-ssl': undefined, 'x-forwarded-host': new URL(gateway.url).host, 'x-kept': 'yes' })
   })
 
   it('tells the upstream the prefix it stripped (X-Forwarded-Prefix), and gives a redirect to the upstream\'s own URL back as the client\'s path', async () => {
     const hello = async (path: string, headers: Record<string, string> = {}) => JSON.parse((await rawRequest(gateway.url, path, { headers: { 'x-api-key': 'prefix', ...headers } })).body) as Record<string, string>
     assert.deepEqual(pick(await hello('/API/hello', { 'x-forwarded-prefix': '/made-up' }), ['path', 'forwardedPrefix']), { path: '/hello', forwardedPrefix: '/API' })
-    // A route that strips nothing passes a client's X-Forwarded-Prefix on as it came.
-    assert.equal(((await get(`${gateway.url}/headers`, { 'x-forwarded-prefix': '/outer' })).body.includes('"x-forwarded-prefix":"/outer"')), true)
+    // A route that strips nothing passes on no client's X-Forwarded-Prefix (a trusted proxy's, yes: gateway-stores.test.ts).
+    assert.equal(((await get(`${gateway.url}/headers`, { 'x-forwarded-prefix': '/outer' })).body.includes('x-forwarded-prefix')), false)
     const redirect = async (path: string) => {
       const response = await fetch(`${gateway.url}${path}`, { redirect: 'manual', headers: { 'x-api-key': 'redirects' } })
       await response.arrayBuffer()
