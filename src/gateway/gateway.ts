@@ -18,9 +18,10 @@ import type { Agent } from 'undici'
 import { isPromise } from '../core/callbacks.ts'
 import type { Policy } from '../core/types.ts'
 import { ITEMS_PER_SLICE, letIoIn, mapInSlices } from '../core/turn.ts'
-import { Limiter } from '../limiter/limiter.ts'
+import { FALLBACK_KEYS, Limiter } from '../limiter/limiter.ts'
 import { authorityOf, boundUnreadBody, nodeRequest, responseOnSocket, waitTurn } from '../http/adapters/node.ts'
 import { createRateLimitPipelineInSlices, httpStatePrefix, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
+import { MemoryStore } from '../stores/memory/memory-store.ts'
 import type { HeaderList } from '../http/headers.ts'
 import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
 import { clientAddressResolver, connectionClient, trustedProxyPeer, type HeaderReader } from '../http/client-ip.ts'
@@ -76,6 +77,14 @@ interface Runtime {
   fromTrustedProxy: (remoteAddress: string | undefined) => boolean
 }
 
+/** What the runtimes of successive configs share. */
+interface AcrossReloads {
+  /** Failing store calls, reported once per failure while it lasts, across a reload too. */
+  storeCalls: StoreCallFailures
+  /** The counts of `store.onFailure: fallback`: a reload during an outage gives no client a fresh local share. */
+  fallbackStore: MemoryStore
+}
+
 export interface GatewayOptions {
   /** Where log lines go. Default: pino to stdout at the config's level. */
   logger?: Logger
@@ -117,7 +126,7 @@ export class Gateway {
   /** Connections closed over a cap since the last warning, which comes at most every 10 s. */
   private connectionsRefused = { max: 0, perClient: 0, warnedAt: 0 }
 
-  private constructor(runtime: Runtime, logger: Logger, metrics: GatewayMetrics, private readonly storeCalls: StoreCallFailures, private readonly options: GatewayOptions) {
+  private constructor(runtime: Runtime, logger: Logger, metrics: GatewayMetrics, private readonly kept: AcrossReloads, private readonly options: GatewayOptions) {
     this.metrics = metrics
     this.runtime = runtime
     this.logger = logger
@@ -165,10 +174,13 @@ export class Gateway {
     const logger = options.logger ?? pino({ level: config.logging.level, base: null })
     const metrics = new GatewayMetrics()
     const store = await openStore(config, (message) => logger.warn(message))
-    const storeCalls = new StoreCallFailures((failure) => logger.warn(failure, 'store call failed; the failure policy decides'))
+    const kept: AcrossReloads = {
+      storeCalls: new StoreCallFailures((failure) => logger.warn(failure, 'store call failed; the failure policy decides')),
+      fallbackStore: new MemoryStore({ maxKeys: FALLBACK_KEYS }),
+    }
     let gateway: Gateway
     try {
-      gateway = new Gateway(await buildRuntime(config, store, metrics, logger, storeCalls), logger, metrics, storeCalls, options)
+      gateway = new Gateway(await buildRuntime(config, store, metrics, logger, kept), logger, metrics, kept, options)
     } catch (error) {
       await store.close()
       throw error
@@ -203,7 +215,7 @@ export class Gateway {
    * could not take; their units stay held until it can.
    */
   get store(): { type: string; up: boolean; error: string | undefined; failing: LatestStoreFailure | undefined; refundsOwed: number } {
-    return { type: this.runtime.store.description, up: this.storeUp, error: this.storeError, failing: this.storeCalls.current, refundsOwed: this.metrics.refundsOwed }
+    return { type: this.runtime.store.description, up: this.storeUp, error: this.storeError, failing: this.kept.storeCalls.current, refundsOwed: this.metrics.refundsOwed }
   }
 
   /**
@@ -545,7 +557,7 @@ export class Gateway {
     }
     let next: Runtime
     try {
-      next = await buildRuntime(config, store, this.metrics, this.logger, this.storeCalls)
+      next = await buildRuntime(config, store, this.metrics, this.logger, this.kept)
     } catch (error) {
       if (!sameStore) await store.close()
       refuse({ problems: [(error as Error).message] })
@@ -692,7 +704,7 @@ export class Gateway {
  * are let in between its steps: on reload the old runtime serves them
  * meanwhile, and with thousands of routes each step takes tens of milliseconds.
  */
-async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger, storeCalls: StoreCallFailures): Promise<Runtime> {
+async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger, kept: AcrossReloads): Promise<Runtime> {
   const identity = config.identity
   const jwt = jwtOptions(config, config.jwtPublicKey)
   const verified = jwt === undefined ? undefined : jwtVerifier(jwt)
@@ -755,7 +767,8 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
     },
     onWarning: (message) => logger.warn(message),
   }, {
-    storeFailures: storeCalls,
+    storeFailures: kept.storeCalls,
+    fallbackStore: kept.fallbackStore,
     rulesFor,
     ...(routeHeaders.size === 0 ? {} : { headersFor: (request: HttpRequest) => routeHeaders.get((request as GatewayRequest).route) }),
   })

@@ -12,7 +12,7 @@ import type { Decision, Policy, PolicyDecision, ResolvedPolicy } from '../core/t
 import { checkBoolean, checkChoice, checkOptions, elsewhere, rejectUnknown } from '../core/options.ts'
 import { checkMaxWait, limitOf, POLICY_FIELD_NAMES } from '../core/policy.ts'
 import { REFUNDABLE } from '../algorithms/index.ts'
-import { checkObserver, checkPrefix, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
+import { checkObserver, checkPrefix, FALLBACK_KEYS, Limiter, MAX_PREFIX_LENGTH, type LimiterObserver, type LimiterOptions } from '../limiter/limiter.ts'
 import { combine } from '../limiter/decision.ts'
 import { StoreCallFailures } from '../limiter/store-failures.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
@@ -343,6 +343,12 @@ export interface PipelineExtras {
    * those its path and host can reach (see candidatesFor).
    */
   rulesFor?: (request: HttpRequest) => readonly number[]
+  /**
+   * The local store `onStoreFailure: 'fallback'` counts in while the store is
+   * out (the gateway's, kept across reloads: a reload during an outage would
+   * otherwise give every client a fresh local share). Default: a new one.
+   */
+  fallbackStore?: MemoryStore
 }
 
 /** The pipeline as adapters run it: see createRateLimitPipeline. */
@@ -434,7 +440,7 @@ function* buildPipeline(options: RateLimitOptions, extras: PipelineExtras): Gene
   // limiter over all their policies, which must see the state each rule's own limiter wrote.
   const store = options.store ?? new MemoryStore()
   // And one fallback, for the same reason, where a remote store is out.
-  const fallbackStore = new MemoryStore({ maxKeys: 100_000 })
+  const fallbackStore = extras.fallbackStore ?? new MemoryStore({ maxKeys: FALLBACK_KEYS })
   // An in-process store decides at once: no promise to await per request.
   const synchronous = isSyncStore(store)
   // A store that fails says why, once per failure while it lasts: the decisions only say 'store-error'.

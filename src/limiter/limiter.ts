@@ -164,6 +164,9 @@ const REFUND_OPTIONS = new Set(['charged', 'heldMs', 'keys'])
 /** Keys longer than this are replaced by their SHA-256, so no key can blow up memory. */
 export const MAX_KEY_LENGTH = 256
 
+/** Keys a fallback store holds unless one is given (`fallbackStore`). */
+export const FALLBACK_KEYS = 100_000
+
 export class Limiter {
   readonly policies: readonly ResolvedPolicy[]
   /** Each policy's place in `policies`, by name (a call's `keys` name them). */
@@ -230,7 +233,7 @@ export class Limiter {
     if (options.fallbackStore !== undefined && !(options.fallbackStore instanceof MemoryStore)) {
       throw new ArgumentError('fallbackStore', options.fallbackStore, 'must be a MemoryStore')
     }
-    this.fallbackStore = options.fallbackStore ?? new MemoryStore({ maxKeys: 100_000 })
+    this.fallbackStore = options.fallbackStore ?? new MemoryStore({ maxKeys: FALLBACK_KEYS })
     // A call keeps one entry per policy: a store holding fewer would evict the call's own state as it wrote it, and never refuse.
     for (const [name, memory] of [['store', store], ['fallbackStore', this.fallbackStore]] as const) {
       if (memory instanceof MemoryStore && memory.maxKeys < this.policies.length) {

@@ -268,6 +268,38 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     }
   })
 
+  it('with onFailure: fallback, a reload while the store is out keeps the local counts: no client gets a fresh share', async () => {
+    const yaml = (timeoutMs: number) => `
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+store: { type: redis, url: "redis://127.0.0.1:${deadPort}", onFailure: fallback }
+logging: { level: info, access: false }
+routes:
+  - name: api
+    upstream: ${upstream.url}
+    timeoutMs: ${timeoutMs}
+    limits:
+      - policies: { algorithm: fixed-window, name: hourly, limit: 3, windowMs: 3600000 }
+`
+    const deadPort = await freePort()
+    const gateway = await startGateway(yaml(5000))
+    try {
+      const statuses = async (count: number) => {
+        const seen = []
+        for (let i = 0; i < count; i++) seen.push((await fetch(`${gateway.url}/hello`)).status)
+        return seen
+      }
+      assert.deepEqual(await statuses(2), [200, 200])
+      gateway.writeConfig(yaml(6000))
+      gateway.child.kill('SIGHUP')
+      await gateway.waitForLog((line) => line.msg === 'config reloaded')
+      // Before, the new config's limiters counted in a fallback of their own, from nothing: 200, 200.
+      assert.deepEqual(await statuses(2), [200, 429])
+    } finally {
+      await gateway.stop()
+    }
+  })
+
   it('with onFailure: closed, a dead store refuses requests and /readyz says so', async () => {
     const gateway = gateways[0] as RunningGateway
     const carol = await token('carol')
