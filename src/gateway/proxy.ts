@@ -593,8 +593,9 @@ function mergeWithUpstream(upstream: Readonly<Record<string, string | string[] |
 function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamHost: string, strippedPrefix: string | undefined): Record<string, string | string[]> {
   // What the client reached the gateway by: a trusted proxy's word for its own hop (a load balancer that
   // ended TLS says https), else the gateway's. An upstream that redirects plain http to https would
-  // otherwise send, behind such a proxy, every request round again. A client's port would override the
-  // port of the X-Forwarded-Host the gateway sets (Spring's ForwardedHeaderFilter builds its links with it).
+  // otherwise send, behind such a proxy, every request round again. From a client, FROM_PROXIES_ONLY
+  // are not passed on: its port would override the port of the X-Forwarded-Host the gateway sets
+  // (Spring's ForwardedHeaderFilter builds its links with it), its prefix the links' path.
   const fromProxy = options.fromTrustedProxy === true
   const headers: Record<string, string | string[]> = {}
   const dropped = connectionTokens(req.headers.connection)

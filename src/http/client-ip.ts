@@ -116,8 +116,8 @@ export function clientAddressResolver(options: ClientIpOptions = {}): (remoteAdd
  * and most requests are answered from the peer alone. The map is cleared when
  * it fills up.
  */
-function perPeer(compute: (remoteAddress: string) => string | undefined): (remoteAddress: string) => string | undefined {
-  const known = new Map<string, string | undefined>()
+function perPeer<T>(compute: (remoteAddress: string) => T): (remoteAddress: string) => T | undefined {
+  const known = new Map<string, T>()
   return (remoteAddress) => {
     let value = known.get(remoteAddress)
     if (value === undefined && !known.has(remoteAddress)) {
@@ -164,9 +164,9 @@ export function trustedProxyPeer(options: ClientIpOptions = {}): (remoteAddress:
   if (!trustsAny) return () => false
   const isTrusted = perPeer((remoteAddress) => {
     const peer = parse(remoteAddress)
-    return peer !== undefined && (hops > 0 || trusted(peer)) ? 'yes' : undefined
+    return peer !== undefined && (hops > 0 || trusted(peer))
   })
-  return (remoteAddress) => remoteAddress !== undefined && isTrusted(remoteAddress) === 'yes'
+  return (remoteAddress) => remoteAddress !== undefined && isTrusted(remoteAddress) === true
 }
 
 /** `ip:<address>`; IPv4-mapped IPv6 as IPv4; IPv6 as its /prefix network. */
