@@ -565,6 +565,25 @@ describe('RedisStore on a URL it cannot use', () => {
     }
   })
 
+  it('says why Redis closed a connection as it opened (its maxclients), where the client alone says only EPIPE', async () => {
+    const crowded = await startRedis(['--maxclients', '1'])
+    const hog = crowded.client()
+    await hog.ping()
+    const store = new RedisStore({ url: crowded.url })
+    try {
+      // Redis sends "ERR max number of clients reached" and closes; the client, writing its first command, sees EPIPE.
+      await assert.rejects(store.ping(), /the connection's last error: (write EPIPE|read ECONNRESET) \(Redis closed the connection as it opened, before answering: it does so to a client over its maxclients \(see INFO clients\)/)
+      hog.disconnect()
+      // Once there is room, the connection comes up and the words go with it.
+      let answered = false
+      for (let i = 0; i < 60 && !answered; i++) answered = await store.ping().then(() => true, async () => { await new Promise((resolve) => setTimeout(resolve, 50)); return false })
+      assert.equal(answered, true)
+    } finally {
+      await store.close()
+      await crowded.stop()
+    }
+  })
+
   it('fails every call on a database the server does not have, rather than counting in database 0', async () => {
     // ioredis reports the refused SELECT and goes on, on database 0: a limiter sharing those counts with another's.
     const store = new RedisStore({ url: `redis://:right-password@127.0.0.1:${redis.port}/16` })

@@ -62,8 +62,16 @@ export function runnerFor(client: unknown, options: RunnerOptions): ScriptRunner
 
 interface ConnectionEvents {
   on(event: 'error', listener: (error: Error) => void): unknown
-  on(event: 'ready', listener: () => void): unknown
+  on(event: 'ready' | 'connect' | 'close', listener: () => void): unknown
 }
+
+/**
+ * Said of a connection Redis closed between opening and answering: the words
+ * it sent, if any, are lost to the client, which was writing its first
+ * command (`write EPIPE`, `read ECONNRESET`).
+ */
+const CLOSED_AS_OPENED = 'Redis closed the connection as it opened, before answering: it does so to a client over its maxclients (see INFO clients), to a client from elsewhere while in protected mode, and on a TLS port to a client that does not speak TLS'
+
 
 /** For the connections sluice opens itself: the last error each reported since it was last ready. */
 const connectionErrors = new WeakMap<object, () => string | undefined>()
@@ -78,15 +86,21 @@ const connectionErrors = new WeakMap<object, () => string | undefined>()
 export function trackConnectionErrors(client: ConnectionEvents, options: { tls?: boolean } = {}): void {
   let last: string | undefined
   let notRedis = false
+  // Connected, and not yet ready: Redis has not answered the first command.
+  let opening = false
+  client.on('connect', () => { opening = true })
+  client.on('close', () => { opening = false })
   client.on('error', (error: Error) => {
     // A server of another protocol also resets the connection it could not read: keep saying what it is.
     if (notRedis && /EPIPE|ECONNRESET/.test(String(error?.message))) return
     last = connectionErrorMessage(error, options)
     notRedis = isNotRedis(last)
+    if (opening && !notRedis && /^(write EPIPE|read ECONNRESET)$/.test(last)) last = `${last} (${CLOSED_AS_OPENED})`
   })
   client.on('ready', () => {
     last = undefined
     notRedis = false
+    opening = false
   })
   connectionErrors.set(client, () => last)
 }
