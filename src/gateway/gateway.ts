@@ -706,6 +706,7 @@ export class Gateway {
  */
 async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: GatewayMetrics, logger: Logger, kept: AcrossReloads): Promise<Runtime> {
   const identity = config.identity
+  const clientIp = clientIpOptions(config)
   const jwt = jwtOptions(config, config.jwtPublicKey)
   const verified = jwt === undefined ? undefined : jwtVerifier(jwt)
   const claim = identity.jwt?.claim ?? 'sub'
@@ -715,7 +716,7 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
       return value === undefined ? undefined : `user:${value}`
     },
     apiKey: identity.apiKey === undefined ? undefined : apiKey(identity.apiKey.header, config.apiKeys === undefined ? {} : { keys: config.apiKeys }),
-    ip: clientIpKey(clientIpOptions(config)),
+    ip: clientIpKey(clientIp),
     // One client that every request is: a limit keyed so is one quota all clients share (what the upstream can take).
     everyone: () => EVERYONE,
   }
@@ -774,7 +775,7 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
   })
   await letIoIn()
   const routesFor = await candidatesForInSlices(routes, (route) => route.config.match, config.caseSensitive)
-  return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors), connectionClient: connectionClient(clientIpOptions(config)), clientAddress: clientAddressResolver(clientIpOptions(config)), fromTrustedProxy: trustedProxyPeer(clientIpOptions(config)) }
+  return { config, routes, routesFor, decide, store, decisionHeaders: decisionHeaders(config), cors: config.cors === undefined ? undefined : compileCors(config.cors), connectionClient: connectionClient(clientIp), clientAddress: clientAddressResolver(clientIp), fromTrustedProxy: trustedProxyPeer(clientIp) }
 }
 
 /**

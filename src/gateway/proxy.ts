@@ -605,7 +605,6 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
     if (!fromProxy && FROM_PROXIES_ONLY.has(name)) continue
     headers[name] = value
   }
-  const saidByProxy = (name: string) => fromProxy && typeof req.headers[name] === 'string' && req.headers[name] !== ''
   const clientHost = req.headers.host ?? authorityOf(req)
   const client = req.socket.remoteAddress ?? ''
   const forwardedFor = req.headers['x-forwarded-for']
@@ -619,8 +618,9 @@ function requestHeaders(req: IncomingMessage, options: ForwardOptions, upstreamH
   // Upstreams that read X-Real-IP (Go's chi and echo, nginx's realip module) believe it outright: one a
   // client wrote would name any address it liked, so it is the gateway's, as Traefik and ingress-nginx send it.
   if (options.clientAddress !== undefined) headers['x-real-ip'] = options.clientAddress
-  if (!saidByProxy('x-forwarded-proto')) headers['x-forwarded-proto'] = options.protocol
-  if (clientHost !== undefined && !saidByProxy('x-forwarded-host')) headers['x-forwarded-host'] = clientHost
+  // A trusted proxy's own, copied above, stays; a client's is replaced.
+  if (!fromProxy || !headers['x-forwarded-proto']) headers['x-forwarded-proto'] = options.protocol
+  if (clientHost !== undefined && (!fromProxy || !headers['x-forwarded-host'])) headers['x-forwarded-host'] = clientHost
   // What Spring Cloud Gateway and Traefik send for a stripped prefix, so the upstream can build its links under it.
   if (strippedPrefix !== undefined) headers['x-forwarded-prefix'] = strippedPrefix
   headers.host = options.preserveHost && clientHost !== undefined ? clientHost : upstreamHost

@@ -129,18 +129,22 @@ function perPeer<T>(compute: (remoteAddress: string) => T): (remoteAddress: stri
   }
 }
 
-/** Which peers are trusted proxies: those in the CIDRs, or with a hop count every peer. */
-function proxyTrust(trust: ClientIpOptions['trustProxy'] = false): { trusted: (address: Address) => boolean; hops: number; trustsAny: boolean } {
+/**
+ * Which peers are trusted proxies: `trusted`, those in the CIDRs; `isProxy`,
+ * a socket peer that is one (with a hop count, every peer is).
+ */
+function proxyTrust(trust: ClientIpOptions['trustProxy'] = false): { trusted: (address: Address) => boolean; hops: number; trustsAny: boolean; isProxy: (peer: Address) => boolean } {
   if (typeof trust === 'number') {
     if (!Number.isInteger(trust) || trust < 0) throw new ArgumentError('trustProxy', trust, 'must be a hop count (integer >= 0) or a list of CIDRs')
-    return { trusted: () => false, hops: trust, trustsAny: trust > 0 }
+    return { trusted: () => false, hops: trust, trustsAny: trust > 0, isProxy: () => trust > 0 }
   }
   if (Array.isArray(trust)) {
     const ranges = trust.map((cidr) => parseRange(cidr))
-    return { trusted: (address) => ranges.some(([range, bits]) => address.kind() === range.kind() && address.match(range, bits)), hops: 0, trustsAny: ranges.length > 0 }
+    const trusted = (address: Address) => ranges.some(([range, bits]) => address.kind() === range.kind() && address.match(range, bits))
+    return { trusted, hops: 0, trustsAny: ranges.length > 0, isProxy: trusted }
   }
   if (trust !== false) throw new ArgumentError('trustProxy', trust, 'must be false, a hop count, or a list of CIDRs')
-  return { trusted: () => false, hops: 0, trustsAny: false }
+  return { trusted: () => false, hops: 0, trustsAny: false, isProxy: () => false }
 }
 
 /**
@@ -151,20 +155,20 @@ function proxyTrust(trust: ClientIpOptions['trustProxy'] = false): { trusted: (a
  */
 export function connectionClient(options: ClientIpOptions = {}): (remoteAddress: string | undefined) => string | undefined {
   const prefix = options.ipv6Prefix ?? 56
-  const { trusted, hops } = proxyTrust(options.trustProxy)
+  const { isProxy } = proxyTrust(options.trustProxy)
   return (remoteAddress) => {
     const peer = parse(remoteAddress)
-    return peer === undefined || hops > 0 || trusted(peer) ? undefined : keyOf(peer, prefix)
+    return peer === undefined || isProxy(peer) ? undefined : keyOf(peer, prefix)
   }
 }
 
 /** Whether the socket's peer is a trusted proxy (with a hop count, every peer is one), whose forwarding headers say what the client reached it by. */
 export function trustedProxyPeer(options: ClientIpOptions = {}): (remoteAddress: string | undefined) => boolean {
-  const { trusted, hops, trustsAny } = proxyTrust(options.trustProxy)
+  const { trustsAny, isProxy } = proxyTrust(options.trustProxy)
   if (!trustsAny) return () => false
   const isTrusted = perPeer((remoteAddress) => {
     const peer = parse(remoteAddress)
-    return peer !== undefined && (hops > 0 || trusted(peer))
+    return peer !== undefined && isProxy(peer)
   })
   return (remoteAddress) => remoteAddress !== undefined && isTrusted(remoteAddress) === true
 }
