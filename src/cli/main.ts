@@ -20,7 +20,7 @@ import { Gateway, partsCountingUnder } from '../gateway/gateway.ts'
 import { httpStatePrefix, type HttpRequest } from '../http/handler.ts'
 import { compileMatch } from '../http/match.ts'
 import { LIMITER_CLIENT_OPTIONS, RedisStore, redisKey } from '../stores/redis/redis-store.ts'
-import { connectionErrorMessage, isNotRedis, notRedisMessage, selectRefusal } from '../stores/redis/clients.ts'
+import { connectionErrorMessage, isNotRedis, isRefusedSignIn, notRedisMessage, selectRefusal } from '../stores/redis/clients.ts'
 import { redisUrlProblem } from '../stores/redis/url.ts'
 import { simulateCommand, SIMULATE_USAGE } from '../simulate/command.ts'
 
@@ -299,7 +299,8 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     // A server of another protocol closes on the client's first commands, whose writes then fail
     // before its answer is read: ask it once more, to say what it is.
     if (cause === undefined || /EPIPE|ECONNRESET/.test(cause)) cause = (await notRedisAt(url)) ?? cause
-    err(`sluice inspect: cannot reach ${maskCredentials(url)}: ${cause ?? connectionErrorMessage(error)}`)
+    const why = cause ?? connectionErrorMessage(error)
+    err(`sluice inspect: ${isRefusedSignIn(why) ? 'cannot sign in to' : 'cannot reach'} ${maskCredentials(url)}: ${why}`)
     client.disconnect()
     return 3
   }

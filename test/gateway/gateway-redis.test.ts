@@ -145,7 +145,7 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     // The password of a URL that cannot connect stays off the terminal and the CI log.
     const wrongPassword = await runCli(['inspect', '--redis', `redis://admin:hunter2@127.0.0.1:${redis.port}`, 'user:bob'])
     assert.equal(wrongPassword.code, 3)
-    assert.match(wrongPassword.stderr, /cannot reach redis:\/\/\*\*\*@127\.0\.0\.1:\d+: WRONGPASS/)
+    assert.match(wrongPassword.stderr, /cannot sign in to redis:\/\/\*\*\*@127\.0\.0\.1:\d+: WRONGPASS/)
     assert.doesNotMatch(wrongPassword.stderr, /hunter2/)
     assert.equal((await runCli(['inspect', 'user:bob'])).code, 2)
     // A URL of the wrong scheme is refused the same way, its password masked too.

@@ -539,12 +539,15 @@ describe('RedisStore on a URL it cannot use', () => {
   it('says why its connection is down: a wrong password, nobody listening', async () => {
     const observed: string[] = []
     const wrongPassword = new RedisStore({ url: `redis://:wrong-password@127.0.0.1:${redis.port}` })
+    const noPassword = new RedisStore({ url: redis.url })
     const nobody = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })
     const refusing = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })
     try {
       const limiter = new Limiter({ store: wrongPassword, onStoreFailure: 'closed', policies: { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, error) => observed.push(error?.message ?? '') } })
       // ioredis alone says "Stream isn't writeable and enableOfflineQueue options is false".
       await assert.rejects(wrongPassword.ping(), /WRONGPASS/)
+      // Redis 7 tells a client that gave no password about HELLO, which the user never sent: the cause is named.
+      await assert.rejects(noPassword.ping(), /NOAUTH .*\(this Redis asks for a password, by requirepass or an ACL user, and the client gave none: put it in the URL, redis:\/\/:PASSWORD@host:port/)
       const decision = await limiter.limit('k')
       assert.equal(decision.allowed, false)
       assert.equal(decision.reason, 'store-error')
@@ -560,6 +563,7 @@ describe('RedisStore on a URL it cannot use', () => {
       await assert.rejects(nobody.ping(), /ECONNREFUSED/)
     } finally {
       await wrongPassword.close()
+      await noPassword.close()
       await nobody.close()
       await refusing.close()
     }

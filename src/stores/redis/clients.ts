@@ -139,9 +139,16 @@ export function connectionErrorMessage(error: unknown, options: { tls?: boolean 
   if (options.tls === true && /^connect ETIMEDOUT/.test(message)) return `${message} (over TLS, as rediss:// asks: a server that does not speak TLS never completes the handshake; is this port the server's TLS port?)`
   const nodeError = (error as { lastNodeError?: unknown } | undefined)?.lastNodeError
   if (nodeError instanceof Error) return `${message} (the last node's error: ${connectionErrorMessage(nodeError)})`
+  // Redis 7 answers a client that sent no password in words about HELLO, the command ioredis opens with.
+  if (/^NOAUTH\b/.test(message)) return `${message} (${NO_PASSWORD_GIVEN})`
   const notResp = NOT_RESP.exec(message)
   return (notResp === null ? undefined : notRedisMessage((notResp[1] ?? notResp[2]) as string)) ?? message
 }
+
+const NO_PASSWORD_GIVEN = 'this Redis asks for a password, by requirepass or an ACL user, and the client gave none: put it in the URL, redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port, or in the client\'s password option'
+
+/** Whether a connection error says Redis refused the client's credentials, or wanted some: reached, and not let in. */
+export const isRefusedSignIn = (message: string): boolean => /^(NOAUTH|WRONGPASS)\b/.test(message)
 
 /** RESP2's and RESP3's reply types: the first byte of anything a Redis server sends. */
 const RESP_TYPES = '+-:$*_#,(!=%~>|'
