@@ -589,12 +589,14 @@ export class Gateway {
     for (const route of current.routes) route.upstreams.stop()
     this.checkUpstreams(next, current)
     this.metrics.configLoaded(config.version, current.config.version)
-    this.logger.info({ version: config.version, previous: current.config.version, ...(fixed.length > 0 ? { needsRestart: fixed } : {}) }, 'config reloaded')
     if (!sameStore) {
       // Requests in flight may still be deciding on the old store: close it once they are done.
       const old = current.store
       setTimeout(() => { void old.close() }, current.config.server.timeouts.shutdownMs).unref()
+      // /readyz, /status and sluice_store_up speak of the new store from now, not at the next probe.
+      await this.probeStore()
     }
+    this.logger.info({ version: config.version, previous: current.config.version, ...(fixed.length > 0 ? { needsRestart: fixed } : {}) }, 'config reloaded')
   }
 
   /**
@@ -677,23 +679,27 @@ export class Gateway {
 
   private async probeStore(): Promise<void> {
     const { store } = this.runtime
-    if (store.store.ping === undefined) return
     let timer: NodeJS.Timeout | undefined
+    let error: string | undefined
     try {
-      await Promise.race([
-        store.store.ping(),
-        new Promise((_resolve, reject) => { timer = setTimeout(() => reject(new Error('no answer within 1000 ms')), 1000) }),
-      ])
-      if (!this.storeUp) this.logger.info('store reachable again')
-      this.storeUp = true
-      this.storeError = undefined
-    } catch (error) {
-      if (this.storeUp) this.logger.warn({ error: (error as Error).message }, 'store unreachable')
-      this.storeUp = false
-      this.storeError = (error as Error).message
+      // The memory store is this process: up, whatever the store it replaced last said.
+      if (store.store.ping !== undefined) {
+        await Promise.race([
+          store.store.ping(),
+          new Promise((_resolve, reject) => { timer = setTimeout(() => reject(new Error('no answer within 1000 ms')), 1000) }),
+        ])
+      }
+    } catch (failure) {
+      error = (failure as Error).message
     } finally {
       clearTimeout(timer)
     }
+    // A reload switched stores while this one was asked: what it answered says nothing of the store in use.
+    if (this.runtime.store !== store) return
+    if (error === undefined && !this.storeUp) this.logger.info('store reachable again')
+    if (error !== undefined && this.storeUp) this.logger.warn({ error }, 'store unreachable')
+    this.storeUp = error === undefined
+    this.storeError = error
     this.metrics.storeHealth(this.storeUp)
   }
 }

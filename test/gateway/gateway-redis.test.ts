@@ -300,6 +300,46 @@ routes:
     }
   })
 
+  it('a reload that switches stores: /readyz, /status and sluice_store_up speak of the new store as soon as it is in use', async () => {
+    const deadPort = await freePort()
+    const yaml = (store: string) => `
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+store: ${store}
+logging: { level: info, access: false }
+routes:
+  - name: api
+    upstream: ${upstream.url}
+    limits:
+      - policies: { algorithm: fixed-window, name: hourly, limit: 3, windowMs: 3600000 }
+`
+    const gateway = await startGateway(yaml(`{ type: redis, url: "redis://127.0.0.1:${deadPort}", onFailure: closed }`))
+    const health = async () => {
+      const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { store: { type: string; up: boolean; error?: string } }
+      const metrics = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
+      return { ready: (await fetch(`${gateway.adminUrl}/readyz`)).status, type: status.store.type, up: status.store.up, error: status.store.error, gauge: /^sluice_store_up (\d)$/m.exec(metrics)?.[1] }
+    }
+    const reload = async (store: string) => {
+      const reloads = gateway.logs.filter((line) => line.msg === 'config reloaded').length
+      gateway.writeConfig(yaml(store))
+      gateway.child.kill('SIGHUP')
+      await gateway.waitForLog((line) => line.msg === 'config reloaded' && gateway.logs.filter((l) => l.msg === 'config reloaded').length > reloads)
+    }
+    try {
+      assert.deepEqual(await health(), { ready: 503, type: `redis 127.0.0.1:${deadPort}`, up: false, error: (await health()).error, gauge: '0' })
+      // Before, the memory store (it has no PING) inherited the dead Redis's word for good: up false, the gauge at 0.
+      await reload('{ type: memory }')
+      assert.deepEqual(await health(), { ready: 200, type: 'memory', up: true, error: undefined, gauge: '1' })
+      assert.equal((await fetch(`${gateway.url}/hello`)).status, 200)
+      await reload(`{ type: redis, url: "redis://127.0.0.1:${deadPort}", onFailure: closed }`)
+      const down = await health()
+      assert.deepEqual([down.ready, down.up, down.gauge], [503, false, '0'])
+      assert.match(down.error ?? '', /ECONNREFUSED/)
+    } finally {
+      await gateway.stop()
+    }
+  })
+
   it('with onFailure: closed, a dead store refuses requests and /readyz says so', async () => {
     const gateway = gateways[0] as RunningGateway
     const carol = await token('carol')
