@@ -23,7 +23,7 @@ import { authorityOf, boundUnreadBody, nodeRequest, responseOnSocket, waitTurn }
 import { createRateLimitPipelineInSlices, httpStatePrefix, problem, type HttpOutcome, type HttpRequest, type KeyResolver, type RuleOptions } from '../http/handler.ts'
 import { MemoryStore } from '../stores/memory/memory-store.ts'
 import type { HeaderList } from '../http/headers.ts'
-import { apiKey, claimOf, clientIpKey, firstOf, jwtVerifier } from '../http/identity.ts'
+import { apiKey, claimOf, clientIpKey, firstOf, jwksKeys, jwtVerifier, type JwksKeys } from '../http/identity.ts'
 import { clientAddressResolver, connectionClient, trustedProxyPeer, type HeaderReader } from '../http/client-ip.ts'
 import { candidatesFor, candidatesForInSlices, compileMatch, methodReadings, overridesMethod, pathReadings, readsDifferently, type RequestMatch } from '../http/match.ts'
 import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-failures.ts'
@@ -83,6 +83,8 @@ interface AcrossReloads {
   storeCalls: StoreCallFailures
   /** The counts of `store.onFailure: fallback`: a reload during an outage gives no client a fresh local share. */
   fallbackStore: MemoryStore
+  /** `identity.jwt.jwksUrl`'s keys: a reload while the endpoint is down keeps verifying tokens with them. */
+  jwks?: JwksKeys
 }
 
 export interface GatewayOptions {
@@ -714,7 +716,8 @@ async function buildRuntime(config: GatewayConfig, store: OpenedStore, metrics: 
   const identity = config.identity
   const clientIp = clientIpOptions(config)
   const jwt = jwtOptions(config, config.jwtPublicKey)
-  const verified = jwt === undefined ? undefined : jwtVerifier(jwt)
+  if (jwt?.jwksUrl !== undefined && kept.jwks?.url !== jwt.jwksUrl) kept.jwks = jwksKeys(jwt.jwksUrl, (message) => logger.warn(message))
+  const verified = jwt === undefined ? undefined : jwtVerifier(jwt, { jwks: kept.jwks })
   const claim = identity.jwt?.claim ?? 'sub'
   const resolvers: Record<IdentityKind, KeyResolver | undefined> = {
     jwt: verified === undefined ? undefined : async (request) => {

@@ -7,7 +7,8 @@
  */
 import { createPublicKey, type KeyObject } from 'node:crypto'
 import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose'
-import { ArgumentError } from '../core/errors.ts'
+import { warningTo } from '../core/callbacks.ts'
+import { ArgumentError, messageOf } from '../core/errors.ts'
 import { checkOptions } from '../core/options.ts'
 import { choiceHint } from '../core/suggest.ts'
 import { checkPrefix } from '../limiter/limiter.ts'
@@ -88,12 +89,18 @@ export interface JwtClaimOptions {
   jwksUrl?: string
   issuer?: string | string[]
   audience?: string | string[]
+  /**
+   * Told when the JWKS endpoint fails (tokens then verify with the keys it
+   * gave last, or, before it ever answered, are no identity) and when it
+   * answers again. Default: a process warning (code SLUICE_JWKS).
+   */
+  onWarning?: (message: string) => void
 }
 
 export type JwtVerifierOptions = Omit<JwtClaimOptions, 'claim' | 'prefix'>
 
 /** jwtClaim's options: it hands them all to jwtVerifier, which checks them. */
-const JWT_OPTIONS = new Set(['claim', 'prefix', 'algorithms', 'secret', 'publicKey', 'jwksUrl', 'issuer', 'audience'])
+const JWT_OPTIONS = new Set(['claim', 'prefix', 'algorithms', 'secret', 'publicKey', 'jwksUrl', 'issuer', 'audience', 'onWarning'])
 
 /**
  * The claim of a verified `Authorization: Bearer <jwt>`, as `<prefix>:<claim>`.
@@ -123,7 +130,7 @@ export function claimOf(payload: JWTPayload | undefined, claim: string): string 
  * request's token is verified once, however many resolvers ask (an identity
  * and a tier, say).
  */
-export function jwtVerifier(options: JwtVerifierOptions): (request: HttpRequest) => Promise<JWTPayload | undefined> {
+export function jwtVerifier(options: JwtVerifierOptions, shared: { jwks?: JwksKeys | undefined } = {}): (request: HttpRequest) => Promise<JWTPayload | undefined> {
   checkOptions('options', 'a jwtClaim option', options, JWT_OPTIONS)
   if (!Array.isArray(options.algorithms) || options.algorithms.length === 0 || options.algorithms.some((a) => typeof a !== 'string' || a.toLowerCase() === 'none')) {
     throw new ArgumentError('algorithms', options.algorithms, "must list the accepted algorithms (e.g. ['HS256']); 'none' is never accepted")
@@ -137,7 +144,8 @@ export function jwtVerifier(options: JwtVerifierOptions): (request: HttpRequest)
       throw new ArgumentError(name, value, 'must be a non-empty string or a non-empty list of them')
     }
   }
-  const key = verificationKey(options)
+  if (options.onWarning !== undefined && typeof options.onWarning !== 'function') throw new ArgumentError('onWarning', options.onWarning, 'must be a function of the message')
+  const key = verificationKey(options, shared.jwks)
   const verifyOptions = {
     algorithms: options.algorithms,
     ...(options.issuer !== undefined ? { issuer: options.issuer } : {}),
@@ -239,7 +247,7 @@ const CURVE_NAMES: Record<string, string> = { prime256v1: 'P-256', secp384r1: 'P
  * that cannot verify them would otherwise make every token "no identity",
  * silently, from the first request on.
  */
-function verificationKey(options: JwtVerifierOptions): Uint8Array | KeyObject | JWTVerifyGetKey {
+function verificationKey(options: JwtVerifierOptions, jwks: JwksKeys | undefined): Uint8Array | KeyObject | JWTVerifyGetKey {
   const unknown = options.algorithms.filter((a) => !HMAC_ALGORITHMS.includes(a) && PUBLIC_KEY_ALGORITHMS[a] === undefined)
   if (unknown.length > 0) {
     const known = [...HMAC_ALGORITHMS, ...Object.keys(PUBLIC_KEY_ALGORITHMS)]
@@ -262,7 +270,7 @@ function verificationKey(options: JwtVerifierOptions): Uint8Array | KeyObject | 
     if (typeof options.jwksUrl !== 'string' || !URL.canParse(options.jwksUrl) || !/^https?:$/.test(new URL(options.jwksUrl).protocol)) {
       throw new ArgumentError('jwksUrl', options.jwksUrl, 'must be an http:// or https:// URL')
     }
-    return outageTolerantJwks(new URL(options.jwksUrl))
+    return (jwks?.url === options.jwksUrl ? jwks : jwksKeys(options.jwksUrl, options.onWarning)).key
   }
   let key: KeyObject
   try {
@@ -290,6 +298,17 @@ function verificationKey(options: JwtVerifierOptions): Uint8Array | KeyObject | 
 /** After a failed fetch, how long requests use the last keys before one tries the endpoint again. */
 const JWKS_RETRY_MS = 30_000
 
+/** A JWKS endpoint's keys, as one verifier after another may share them (the gateway's, across reloads). */
+export interface JwksKeys {
+  readonly url: string
+  readonly key: JWTVerifyGetKey
+}
+
+/** The keys of the JWKS endpoint at `url`, fetched when first asked for; its outages and recoveries go to `onWarning`. */
+export function jwksKeys(url: string, onWarning?: (message: string) => void): JwksKeys {
+  return { url, key: outageTolerantJwks(new URL(url), warningTo(onWarning, 'SLUICE_JWKS')) }
+}
+
 /**
  * A JWKS endpoint's keys that outlive the endpoint's outages. jose refetches a
  * set older than 10 minutes before it verifies anything, and when the fetch
@@ -301,19 +320,35 @@ const JWKS_RETRY_MS = 30_000
  * (jose's rotation path), make a request wait; after a failed first fetch,
  * tokens are no identity without waiting until the retry is due.
  */
-function outageTolerantJwks(url: URL): JWTVerifyGetKey {
+function outageTolerantJwks(url: URL, warn: (message: string) => void): JWTVerifyGetKey {
   const remote = createRemoteJWKSet(url)
   let known: JSONWebKeySet | undefined
   let lastKeys: JWTVerifyGetKey | undefined
+  let fetchedAt = 0
   let failedAt = Number.NEGATIVE_INFINITY
+  // Said once when an outage begins and once when it ends, not at each retry.
+  let failing = false
   const remember = () => {
     const keys = remote.jwks()
+    // A set other than the last is a fetch that succeeded; the same one came from jose's cache.
     if (keys !== undefined && keys !== known) {
       known = keys
       lastKeys = createLocalJWKSet(keys)
+      fetchedAt = Date.now()
+      if (failing) warn(`sluice: the JWKS endpoint ${url.href} answers again; bearer tokens verify with the keys it gave now`)
+      failing = false
     }
   }
-  const failed = () => { failedAt = Date.now() }
+  const failed = (error: unknown) => {
+    failedAt = Date.now()
+    if (failing) return
+    failing = true
+    const cause = (error as { cause?: unknown } | undefined)?.cause
+    const why = `${messageOf(error)}${cause instanceof Error && !messageOf(error).includes(cause.message) ? ` (${cause.message})` : ''}`
+    warn(lastKeys === undefined
+      ? `sluice: the JWKS endpoint ${url.href} failed: ${why}. No keys yet, so bearer tokens are no identity (the next resolver, such as the client IP, keys the request) until it answers; tried again every ${JWKS_RETRY_MS / 1000} s`
+      : `sluice: the JWKS endpoint ${url.href} failed: ${why}. Bearer tokens go on verifying with the keys it gave ${Math.round((failedAt - fetchedAt) / 60_000)} min ago; tried again every ${JWKS_RETRY_MS / 1000} s`)
+  }
   return async function jwksKey(header, token) {
     // Never fetched, and the last try failed: no request waits on the endpoint until the retry is due.
     if (lastKeys === undefined && Date.now() - failedAt < JWKS_RETRY_MS) throw new joseErrors.JWKSTimeout('the JWKS endpoint failed less than 30 s ago')
@@ -328,7 +363,7 @@ function outageTolerantJwks(url: URL): JWTVerifyGetKey {
     } catch (error) {
       // The token's own faults (no such key id, an algorithm the key does not allow) are not the endpoint's.
       if (error instanceof joseErrors.JWKSNoMatchingKey || error instanceof joseErrors.JWKSMultipleMatchingKeys || error instanceof joseErrors.JOSENotSupported) throw error
-      failed()
+      failed(error)
       if (lastKeys === undefined) throw error
       return lastKeys(header, token)
     }

@@ -6,14 +6,15 @@ import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
-import { request as httpRequest, type Server } from 'node:http'
-import { connect, type Socket } from 'node:net'
+import { createServer, request as httpRequest, type Server } from 'node:http'
+import { connect, type AddressInfo, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { Readable } from 'node:stream'
 import { gunzipSync } from 'node:zlib'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { exportJWK, generateKeyPair, SignJWT } from 'jose'
 import parsePrometheus from 'parse-prometheus-text-format'
 import { startDemoUpstream } from '../../src/gateway/demo-upstream.ts'
 import { startGateway, type RunningGateway } from '../support/gateway.ts'
@@ -653,6 +654,65 @@ describe('gateway reload and shutdown', () => {
       assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'after-refusal' })).status, 200)
     } finally {
       assert.equal(await gateway.stop(), 0)
+    }
+  })
+
+  it('says in its log when the JWKS endpoint is down, and a reload while it is keeps verifying tokens with the keys it gave', async () => {
+    const signing = await generateKeyPair('ES256')
+    const jwk = { ...(await exportJWK(signing.publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' }
+    const token = (sub: string) => new SignJWT({ sub }).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).setExpirationTime('1h').sign(signing.privateKey)
+    let serving = false
+    const endpoint = createServer((_req, res) => {
+      if (!serving) return void res.destroy()
+      res.setHeader('content-type', 'application/json')
+      res.end(JSON.stringify({ keys: [jwk] }))
+    })
+    await new Promise<void>((resolve) => endpoint.listen(0, '127.0.0.1', resolve))
+    const jwksUrl = `http://127.0.0.1:${(endpoint.address() as AddressInfo).port}/jwks.json`
+    const yaml = (limit: number) => `
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+identity:
+  jwt: { algorithms: [ES256], jwksUrl: "${jwksUrl}" }
+  order: [jwt, ip]
+logging: { level: info, access: true }
+routes:
+  - name: api
+    upstream: ${upstream.url}
+    limits:
+      - policies: { algorithm: fixed-window, name: hourly, limit: ${limit}, windowMs: 3600000 }
+`
+    const keyKindOf = async (gateway: RunningGateway, sub: string) => {
+      const seen = gateway.logs.filter((line) => line.msg === 'request').length
+      assert.equal((await get(`${gateway.url}/hello`, { authorization: `Bearer ${await token(sub)}` })).status, 200)
+      return (await gateway.waitForLog((line) => line.msg === 'request' && gateway.logs.filter((l) => l.msg === 'request').length > seen)).keyKind
+    }
+    try {
+      // Down from the start: every caller is keyed by its IP, and the log says why.
+      const early = await startGateway(yaml(100))
+      try {
+        assert.equal(await keyKindOf(early, 'alice'), 'ip')
+        const warning = early.logs.find((line) => line.level === 40 && /JWKS/.test(String(line.msg)))
+        assert.match(String(warning?.msg), /^sluice: the JWKS endpoint http:\/\/127\.0\.0\.1:\d+\/jwks\.json failed: .+\. No keys yet, so bearer tokens are no identity/)
+      } finally {
+        await early.stop()
+      }
+      serving = true
+      const gateway = await startGateway(yaml(100))
+      try {
+        assert.equal(await keyKindOf(gateway, 'alice'), 'user')
+        serving = false
+        gateway.writeConfig(yaml(200))
+        gateway.child.kill('SIGHUP')
+        await gateway.waitForLog((line) => line.msg === 'config reloaded')
+        // Before, the new config's verifier started with no keys and fetched them from a dead endpoint: 'ip'.
+        assert.equal(await keyKindOf(gateway, 'bob'), 'user')
+      } finally {
+        await gateway.stop()
+      }
+    } finally {
+      endpoint.closeAllConnections()
+      endpoint.close()
     }
   })
 

@@ -148,19 +148,58 @@ describe('identity', () => {
     }
   })
 
+  it('says when the JWKS endpoint fails and when it answers again, once each, not at every retry', async (t) => {
+    const endpoint = await jwksEndpoint()
+    const warnings: string[] = []
+    const settled = async (done: () => boolean) => {
+      for (let i = 0; i < 200 && !done(); i++) await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    try {
+      t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
+      const resolver = jwtClaim({ jwksUrl: endpoint.url, algorithms: ['ES256'], onWarning: (message) => warnings.push(message) })
+      assert.equal(await resolver(request(bearer(await endpoint.token('u-1')))), 'user:u-1')
+      // Past jose's cache age, the endpoint resetting: the refresh behind the request fails.
+      endpoint.mode = 'reset'
+      t.mock.timers.tick(11 * 60_000)
+      assert.equal(await resolver(request(bearer(await endpoint.token('u-2')))), 'user:u-2')
+      await settled(() => warnings.length > 0)
+      assert.equal(endpoint.fetches, 2)
+      assert.equal(warnings.length, 1)
+      assert.match(warnings[0] ?? '', new RegExp(`^sluice: the JWKS endpoint ${endpoint.url.replace(/[.]/g, '\\.')} failed: .+\\. Bearer tokens go on verifying with the keys it gave 11 min ago; tried again every 30 s$`))
+      // Still down at the next try: nothing more is said.
+      t.mock.timers.tick(31_000)
+      assert.equal(await resolver(request(bearer(await endpoint.token('u-3')))), 'user:u-3')
+      await settled(() => endpoint.fetches > 2)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      assert.deepEqual([endpoint.fetches, warnings.length], [3, 1])
+      endpoint.mode = 'serve'
+      t.mock.timers.tick(31_000)
+      assert.equal(await resolver(request(bearer(await endpoint.token('u-4')))), 'user:u-4')
+      await settled(() => warnings.length > 1)
+      assert.deepEqual(warnings.slice(1), [`sluice: the JWKS endpoint ${endpoint.url} answers again; bearer tokens verify with the keys it gave now`])
+    } finally {
+      endpoint.close()
+    }
+  })
+
   it('a JWKS endpoint down at start: tokens are no identity, and it is tried again after 30 s, not on every request', async (t) => {
     const endpoint = await jwksEndpoint()
     try {
       endpoint.mode = 'reset'
       t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
-      const resolver = jwtClaim({ jwksUrl: endpoint.url, algorithms: ['ES256'] })
+      const warnings: string[] = []
+      const resolver = jwtClaim({ jwksUrl: endpoint.url, algorithms: ['ES256'], onWarning: (message) => warnings.push(message) })
       const good = await endpoint.token('u-1')
       assert.deepEqual([await resolver(request(bearer(good))), await resolver(request(bearer(good)))], [undefined, undefined])
       assert.equal(endpoint.fetches, 1)
+      // Said, once: every caller is keyed by the next resolver (its IP), which nothing else would tell.
+      assert.equal(warnings.length, 1)
+      assert.match(warnings[0] ?? '', /failed: .+\. No keys yet, so bearer tokens are no identity \(the next resolver, such as the client IP, keys the request\) until it answers; tried again every 30 s$/)
       endpoint.mode = 'serve'
       t.mock.timers.tick(31_000)
       assert.equal(await resolver(request(bearer(good))), 'user:u-1')
       assert.equal(endpoint.fetches, 2)
+      assert.match(warnings[1] ?? '', /answers again/)
     } finally {
       endpoint.close()
     }
