@@ -588,6 +588,38 @@ describe('RedisStore on a URL it cannot use', () => {
     }
   })
 
+  it('says that a Redis with EVAL renamed away runs no scripts; with functions: true, FCALL decides there', async () => {
+    const hardened = await startRedis(['--rename-command', 'EVAL', '', '--rename-command', 'EVALSHA', ''])
+    const scripts = new RedisStore({ url: hardened.url })
+    const functions = new RedisStore({ url: hardened.url, functions: true })
+    const given = hardened.client()
+    const observed: string[] = []
+    try {
+      const policies = { algorithm: 'fixed-window', limit: 2, windowMs: 60_000 } as const
+      const observer = { storeCall: (_ms: number, _outcome: string, error?: Error) => observed.push(error?.message ?? '') }
+      // Before, Redis's words alone, with the first 128 bytes of the script after them.
+      for (const store of [scripts, new RedisStore({ client: given })]) {
+        const decision = await new Limiter({ store, onStoreFailure: 'closed', policies, observer }).limit('k')
+        assert.deepEqual([decision.allowed, decision.reason], [false, 'store-error'])
+        assert.match(observed.at(-1) ?? '', /^ERR unknown command 'eval(sha)?': this Redis runs no EVAL(SHA)? \(renamed or disabled: rename-command in its redis\.conf, or a managed Redis without Lua scripting\); each sluice decision is one script, and cannot be made without it \(with functions: true, FCALL is used where the server allows it\)$/)
+      }
+      const limiter = new Limiter({ store: functions, prefix: 'fn', onStoreFailure: 'closed', policies })
+      // The first call finds no library (and would run as a script, which this Redis refuses); it is loaded behind it.
+      await limiter.limit('k')
+      let allowed = false
+      for (let i = 0; i < 40 && !allowed; i++) {
+        allowed = (await limiter.limit('k')).allowed
+        if (!allowed) await new Promise((resolve) => setTimeout(resolve, 25))
+      }
+      assert.equal(allowed, true)
+    } finally {
+      await scripts.close()
+      await functions.close()
+      given.disconnect()
+      await hardened.stop()
+    }
+  })
+
   it('fails every call on a database the server does not have, rather than counting in database 0', async () => {
     // ioredis reports the refused SELECT and goes on, on database 0: a limiter sharing those counts with another's.
     const store = new RedisStore({ url: `redis://:right-password@127.0.0.1:${redis.port}/16` })

@@ -56,8 +56,8 @@ export function runnerFor(client: unknown, options: RunnerOptions): ScriptRunner
     const hint = typeof client === 'string' ? '; a URL goes in url: new RedisStore({ url })' : ''
     throw new SluiceError('ERR_SLUICE_REDIS_CLIENT', `client must be an ioredis Redis / Cluster or a node-redis client / cluster (got ${describe(client)})${hint}`)
   }
-  const connectionError = connectionErrors.get(client as object)
-  return connectionError === undefined ? runner : explainingFailures(runner, connectionError)
+  // A client of the caller's has no tracked connection errors; Redis's own words are explained all the same.
+  return explainingFailures(runner, connectionErrors.get(client as object) ?? (() => undefined))
 }
 
 interface ConnectionEvents {
@@ -160,8 +160,20 @@ export function notRedisMessage(first: string): string | undefined {
   return `${NOT_REDIS}: its reply starts with ${printable}${first === 'H' ? ', as an HTTP server\'s does' : ''}, which the Redis protocol never sends; check the host and port it connects to`
 }
 
+/** Redis refusing the command a decision runs by: renamed or disabled, the script text it echoes back cut off. */
+const NO_SCRIPTING = /^ERR unknown command '(evalsha|eval|fcall)'(?:, with args beginning with: .*)?$/is
+
+/** What to say of an error that says this Redis runs no scripts, or undefined for any other. */
+export function scriptingRefusal(message: string): string | undefined {
+  const command = NO_SCRIPTING.exec(message)?.[1]
+  if (command === undefined) return undefined
+  return `ERR unknown command '${command}': this Redis runs no ${command.toUpperCase()} (renamed or disabled: rename-command in its redis.conf, or a managed Redis without Lua scripting); each sluice decision is one script, and cannot be made without it${command === 'fcall' ? '' : ' (with functions: true, FCALL is used where the server allows it)'}`
+}
+
 function explainingFailures(runner: ScriptRunner, connectionError: () => string | undefined): ScriptRunner {
   const explained = (error: unknown): never => {
+    const refusal = error instanceof Error ? scriptingRefusal(error.message) : undefined
+    if (refusal !== undefined) throw new Error(refusal, { cause: error })
     const why = connectionError()
     if (why === undefined || !(error instanceof Error) || error.message.includes(why)) throw error
     throw new Error(`${error.message} (the connection's last error: ${why})`, { cause: error })
