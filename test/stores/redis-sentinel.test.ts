@@ -3,6 +3,8 @@ import { after, before, describe, it } from 'node:test'
 import { Redis } from 'ioredis'
 import { createSentinel } from 'redis'
 import { Limiter, MemoryStore, RedisStore } from '../../src/index.ts'
+import { trackConnectionErrors } from '../../src/stores/redis/clients.ts'
+import { LIMITER_CLIENT_OPTIONS } from '../../src/stores/redis/redis-store.ts'
 import { handWritten, replay, spanningKeys } from '../conformance/traces.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { startSentinel, type Sentinel } from '../support/sentinel.ts'
@@ -37,6 +39,23 @@ describe('RedisStore through Redis Sentinel (ioredis)', () => {
     const limiter = new Limiter({ store, prefix: 'sentinel', policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 } })
     assert.equal((await limiter.limit('k')).allowed, true)
     assert.equal(await master.client().exists('sentinel:{k}:fixed-window:1/1m'), 1, 'the state is on the master')
+  })
+
+  it('a master name the sentinels do not monitor is said to be one, not only "All sentinels are unreachable"', async () => {
+    // As the gateway opens a store.sentinel: sluice's own client, its connection errors tracked.
+    const misnamed = new Redis({ ...LIMITER_CLIENT_OPTIONS, sentinels: [{ host: '127.0.0.1', port: sentinel.port }], name: 'no-such-master' })
+    trackConnectionErrors(misnamed)
+    const store = new RedisStore({ client: misnamed })
+    try {
+      let error = ''
+      for (let i = 0; i < 50 && !/No such master/.test(error); i++) {
+        error = await store.ping().then(() => 'answered', (failure: Error) => failure.message)
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
+      assert.match(error, /All sentinels are unreachable\..*ERR No such master with that name \(the sentinels answered, and monitor no master of the name given; SENTINEL MASTERS, asked of one of them, lists the names they do\)/)
+    } finally {
+      misnamed.disconnect()
+    }
   })
 
   it('node-redis createSentinel: the same decisions, through the master it names', async () => {

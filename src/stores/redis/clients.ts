@@ -141,9 +141,13 @@ export function connectionErrorMessage(error: unknown, options: { tls?: boolean 
   if (nodeError instanceof Error) return `${message} (the last node's error: ${connectionErrorMessage(nodeError)})`
   // Redis 7 answers a client that sent no password in words about HELLO, the command ioredis opens with.
   if (/^NOAUTH\b/.test(message)) return `${message} (${NO_PASSWORD_GIVEN})`
+  // ioredis calls sentinels that answered, and know no such master, unreachable.
+  if (/No such master with that name/.test(message)) return `${message} (${NO_SUCH_MASTER})`
   const notResp = NOT_RESP.exec(message)
   return (notResp === null ? undefined : notRedisMessage((notResp[1] ?? notResp[2]) as string)) ?? message
 }
+
+const NO_SUCH_MASTER = 'the sentinels answered, and monitor no master of the name given; SENTINEL MASTERS, asked of one of them, lists the names they do'
 
 const NO_PASSWORD_GIVEN = 'this Redis asks for a password, by requirepass or an ACL user, and the client gave none: put it in the URL, redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port, or in the client\'s password option'
 
