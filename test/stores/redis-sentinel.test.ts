@@ -56,6 +56,16 @@ describe('RedisStore through Redis Sentinel (ioredis)', () => {
     } finally {
       misnamed.disconnect()
     }
+    // The sentinel's own port given as the Redis URL: it answers PING, and refuses every script.
+    const sentinelPort = new RedisStore({ url: `redis://127.0.0.1:${sentinel.port}` })
+    try {
+      const observed: string[] = []
+      const limiter = new Limiter({ store: sentinelPort, onStoreFailure: 'closed', policies: { algorithm: 'fixed-window', limit: 1, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, failure) => observed.push(failure?.message ?? '') } })
+      assert.equal((await limiter.limit('k')).reason, 'store-error')
+      assert.match(observed[0] ?? '', /this server runs no EVAL(SHA)?\. Either it is a Sentinel \(which runs no scripts: connect through it/)
+    } finally {
+      await sentinelPort.close()
+    }
   })
 
   it('node-redis createSentinel: the same decisions, through the master it names', async () => {

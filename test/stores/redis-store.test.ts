@@ -601,7 +601,7 @@ describe('RedisStore on a URL it cannot use', () => {
       for (const store of [scripts, new RedisStore({ client: given })]) {
         const decision = await new Limiter({ store, onStoreFailure: 'closed', policies, observer }).limit('k')
         assert.deepEqual([decision.allowed, decision.reason], [false, 'store-error'])
-        assert.match(observed.at(-1) ?? '', /^ERR unknown command 'eval(sha)?': this Redis runs no EVAL(SHA)? \(renamed or disabled: rename-command in its redis\.conf, or a managed Redis without Lua scripting\); each sluice decision is one script, and cannot be made without it \(with functions: true, FCALL is used where the server allows it\)$/)
+        assert.match(observed.at(-1) ?? '', /^ERR unknown command 'eval(sha)?': this server runs no EVAL(SHA)?\. Either it is a Sentinel \(which runs no scripts: connect through it, with the gateway's store\.sentinel or ioredis's sentinels option\), or EVAL(SHA)? is renamed or disabled \(rename-command in its redis\.conf, or a managed Redis without Lua scripting\)\. Each sluice decision is one script, and cannot be made without it; with functions: true, FCALL is used where the server allows it\.$/)
       }
       const limiter = new Limiter({ store: functions, prefix: 'fn', onStoreFailure: 'closed', policies })
       // The first call finds no library (and would run as a script, which this Redis refuses); it is loaded behind it.

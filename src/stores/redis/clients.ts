@@ -171,7 +171,7 @@ const NO_SCRIPTING = /^ERR unknown command '(evalsha|eval|fcall)'(?:, with args 
 export function scriptingRefusal(message: string): string | undefined {
   const command = NO_SCRIPTING.exec(message)?.[1]
   if (command === undefined) return undefined
-  return `ERR unknown command '${command}': this Redis runs no ${command.toUpperCase()} (renamed or disabled: rename-command in its redis.conf, or a managed Redis without Lua scripting); each sluice decision is one script, and cannot be made without it${command === 'fcall' ? '' : ' (with functions: true, FCALL is used where the server allows it)'}`
+  return `ERR unknown command '${command}': this server runs no ${command.toUpperCase()}. Either it is a Sentinel (which runs no scripts: connect through it, with the gateway's store.sentinel or ioredis's sentinels option), or ${command.toUpperCase()} is renamed or disabled (rename-command in its redis.conf, or a managed Redis without Lua scripting). Each sluice decision is one script, and cannot be made without it${command === 'fcall' ? '' : '; with functions: true, FCALL is used where the server allows it'}.`
 }
 
 function explainingFailures(runner: ScriptRunner, connectionError: () => string | undefined): ScriptRunner {
