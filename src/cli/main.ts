@@ -310,6 +310,12 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
     client.disconnect()
     return 3
   }
+  // A Sentinel answers as Redis does, and holds no keys: every read would fail, or find nothing.
+  if (/^redis_mode:sentinel/m.test(await client.info('server').then(String, () => ''))) {
+    err(`sluice inspect: ${maskCredentials(url)} is a Redis Sentinel, which holds no keys: give the URL of the master it names (SENTINEL GET-MASTER-ADDR-BY-NAME <name>, asked of it, says where that is)`)
+    client.disconnect()
+    return 3
+  }
   // A Cluster node holds its own slots only: a key in another's would read as never seen. Through the Cluster, every node.
   let cluster: import('ioredis').Cluster | undefined
   try {
@@ -360,6 +366,10 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
       out(`  ${policy}: ${value} (expires in ${ttl} ms)`)
     }
     return 0
+  } catch (error) {
+    // Redis refusing a read (an ACL without it, a server gone): its words, not a stack trace.
+    err(`sluice inspect: reading ${key} from ${maskCredentials(url)} failed: ${messageOf(error)}`)
+    return 3
   } finally {
     if (cluster !== undefined) await cluster.quit().catch(() => cluster?.disconnect())
     await client.quit().catch(() => client.disconnect())

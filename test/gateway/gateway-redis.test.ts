@@ -164,6 +164,10 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     assert.equal(undecodable.code, 2)
     assert.match(undecodable.stderr, /--redis has a user name or password that is not valid percent-encoding/)
     assert.doesNotMatch(undecodable.stderr, /50%off/)
+    // A user whose ACL refuses the read: Redis's words and exit 3, not a stack trace.
+    await redis.client().acl('SETUSER', 'no-scan', 'on', '>no-scan-password', '~*', '+@all', '-scan')
+    const refusedRead = await runCli(['inspect', '--redis', `redis://no-scan:no-scan-password@127.0.0.1:${redis.port}`, 'user:bob'])
+    assert.deepEqual([refusedRead.code, refusedRead.stderr.trim()], [3, `sluice inspect: reading user:bob from redis://***@127.0.0.1:${redis.port} failed: NOPERM this user has no permissions to run the 'scan' command`])
     // A policy's block shows beside its state, with when it ends. (A bucket's state lasts until it is full
     // again, 60 s on; a fixed window's ends with its window, which may be the next second.)
     const limiter = new Limiter({ policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000, blockMs: 600_000, name: 'login' }, prefix: 'gw-test:http', store: new RedisStore({ client: redis.client() }) })

@@ -6,6 +6,7 @@ import { Limiter, MemoryStore, RedisStore } from '../../src/index.ts'
 import { trackConnectionErrors } from '../../src/stores/redis/clients.ts'
 import { LIMITER_CLIENT_OPTIONS } from '../../src/stores/redis/redis-store.ts'
 import { handWritten, replay, spanningKeys } from '../conformance/traces.ts'
+import { runCli } from '../support/gateway.ts'
 import { startRedis, type RedisServer } from '../support/redis.ts'
 import { startSentinel, type Sentinel } from '../support/sentinel.ts'
 import { decideThroughFailover, decidesExactly } from '../support/failover.ts'
@@ -66,6 +67,9 @@ describe('RedisStore through Redis Sentinel (ioredis)', () => {
     } finally {
       await sentinelPort.close()
     }
+    // sluice inspect, given the sentinel's port: where to look instead, not a stack trace from SCAN.
+    const inspected = await runCli(['inspect', '--redis', `redis://127.0.0.1:${sentinel.port}`, 'user:bob'])
+    assert.deepEqual([inspected.code, inspected.stderr.trim()], [3, `sluice inspect: redis://127.0.0.1:${sentinel.port} is a Redis Sentinel, which holds no keys: give the URL of the master it names (SENTINEL GET-MASTER-ADDR-BY-NAME <name>, asked of it, says where that is)`])
   })
 
   it('node-redis createSentinel: the same decisions, through the master it names', async () => {
