@@ -13,7 +13,7 @@ import { withRateLimit } from '../../src/http/adapters/node.ts'
 import { moveSlot, startCluster, type RedisCluster } from '../support/cluster.ts'
 import { decideThroughFailover, decidesExactly } from '../support/failover.ts'
 import { runCli } from '../support/gateway.ts'
-import { commandCalls, functionLibraries, scanKeys } from '../support/redis.ts'
+import { commandCalls, functionLibraries, scanKeys, type RedisServer } from '../support/redis.ts'
 
 describe('RedisStore on a 3-master Redis Cluster (ioredis Cluster)', () => {
   let cluster: RedisCluster
@@ -179,6 +179,21 @@ routes:
       }
     } finally {
       rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('a store given one node\'s URL says that keys of the other nodes\' slots need a Cluster client, not only MOVED', async () => {
+    const oneNode = new RedisStore({ url: `redis://127.0.0.1:${(cluster.nodes[0] as RedisServer).port}` })
+    const observed: string[] = []
+    try {
+      const limiter = new Limiter({ store: oneNode, prefix: 'one-node', onStoreFailure: 'closed', policies: { algorithm: 'fixed-window', limit: 5, windowMs: 60_000 }, observer: { storeCall: (_ms, _outcome, error) => { if (error !== undefined) observed.push(error.message) } } })
+      // A third of the slots are this node's: among 30 keys, some are decided here and some are not.
+      const reasons = []
+      for (let i = 0; i < 30; i++) reasons.push((await limiter.limit(`user-${i}`)).reason)
+      assert.ok(reasons.includes(undefined) && reasons.includes('store-error'), reasons.join(' '))
+      assert.match(observed[0] ?? '', /^MOVED \d+ 127\.0\.0\.1:\d+: this Redis is a node of a Cluster, and the key's slot is on another node; connect to the Cluster as one \(the gateway's store\.cluster, ioredis's Redis\.Cluster, node-redis's createCluster\), not to one node by URL$/)
+    } finally {
+      await oneNode.close()
     }
   })
 

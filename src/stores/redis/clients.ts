@@ -168,15 +168,24 @@ export function notRedisMessage(first: string): string | undefined {
 const NO_SCRIPTING = /^ERR unknown command '(evalsha|eval|fcall)'(?:, with args beginning with: .*)?$/is
 
 /** What to say of an error that says this Redis runs no scripts, or undefined for any other. */
-export function scriptingRefusal(message: string): string | undefined {
+function scriptingRefusal(message: string): string | undefined {
   const command = NO_SCRIPTING.exec(message)?.[1]
   if (command === undefined) return undefined
   return `ERR unknown command '${command}': this server runs no ${command.toUpperCase()}. Either it is a Sentinel (which runs no scripts: connect through it, with the gateway's store.sentinel or ioredis's sentinels option), or ${command.toUpperCase()} is renamed or disabled (rename-command in its redis.conf, or a managed Redis without Lua scripting). Each sluice decision is one script, and cannot be made without it${command === 'fcall' ? '' : '; with functions: true, FCALL is used where the server allows it'}.`
 }
 
+/** A MOVED that reaches sluice: ioredis's and node-redis's Cluster clients follow it, so the client is not one. */
+const MOVED = /^MOVED \d+ \S+$/
+
+/** What to say of Redis's refusal of a command, where its own words do not say what to do; undefined for the others. */
+export function commandRefusal(message: string): string | undefined {
+  if (MOVED.test(message)) return `${message}: this Redis is a node of a Cluster, and the key's slot is on another node; connect to the Cluster as one (the gateway's store.cluster, ioredis's Redis.Cluster, node-redis's createCluster), not to one node by URL`
+  return scriptingRefusal(message)
+}
+
 function explainingFailures(runner: ScriptRunner, connectionError: () => string | undefined): ScriptRunner {
   const explained = (error: unknown): never => {
-    const refusal = error instanceof Error ? scriptingRefusal(error.message) : undefined
+    const refusal = error instanceof Error ? commandRefusal(error.message) : undefined
     if (refusal !== undefined) throw new Error(refusal, { cause: error })
     const why = connectionError()
     if (why === undefined || !(error instanceof Error) || error.message.includes(why)) throw error
