@@ -128,7 +128,8 @@ export function claimOf(payload: JWTPayload | undefined, claim: string): string 
 /**
  * The payload of a request's verified bearer token, or undefined. Each
  * request's token is verified once, however many resolvers ask (an identity
- * and a tier, say).
+ * and a tier, say). `shared.jwks`, the keys of `options.jwksUrl` as another
+ * verifier had them, carries them over (the gateway's, from one config to the next).
  */
 export function jwtVerifier(options: JwtVerifierOptions, shared: { jwks?: JwksKeys | undefined } = {}): (request: HttpRequest) => Promise<JWTPayload | undefined> {
   checkOptions('options', 'a jwtClaim option', options, JWT_OPTIONS)

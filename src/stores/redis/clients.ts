@@ -178,7 +178,7 @@ function scriptingRefusal(message: string): string | undefined {
 const MOVED = /^MOVED \d+ \S+$/
 
 /** What to say of Redis's refusal of a command, where its own words do not say what to do; undefined for the others. */
-export function commandRefusal(message: string): string | undefined {
+function commandRefusal(message: string): string | undefined {
   if (MOVED.test(message)) return `${message}: this Redis is a node of a Cluster, and the key's slot is on another node; connect to the Cluster as one (the gateway's store.cluster, ioredis's Redis.Cluster, node-redis's createCluster), not to one node by URL`
   return scriptingRefusal(message)
 }
