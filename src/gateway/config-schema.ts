@@ -417,7 +417,10 @@ export const configSchema = z.strictObject({
     level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     /** One line per request: route, key kind (never the key), decision, status, latency. */
     access: z.boolean().default(true),
-  }).default({ level: 'info', access: true }),
+    /** Log bytes held while stdout takes none (a stalled log reader); lines beyond are dropped, and counted. */
+    bufferBytes: z.number({ error: (issue) => `expected a number of bytes, got ${show(issue.input)}` }).int({ error: (issue) => `expected a whole number of bytes, got ${show(issue.input)}` })
+      .min(65_536, { error: (issue) => `expected at least 65536 bytes (64 KiB), got ${show(issue.input)}` }).max(2 ** 31 - 1, { error: (issue) => `expected at most 2147483647 bytes, got ${show(issue.input)}` }).default(16 * 1024 * 1024),
+  }).default({ level: 'info', access: true, bufferBytes: 16 * 1024 * 1024 }),
 })
 
 export type RawConfig = z.output<typeof configSchema>

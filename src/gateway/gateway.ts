@@ -173,8 +173,8 @@ export class Gateway {
   /** Loads the file (a ConfigError lists every problem), opens the store and both listeners. */
   static async start(file: string, options: GatewayOptions = {}): Promise<Gateway> {
     const config = await loadConfigOffThread(file, options.env)
-    const logger = options.logger ?? pino({ level: config.logging.level, base: null })
     const metrics = new GatewayMetrics()
+    const logger = options.logger ?? pino({ level: config.logging.level, base: null }, logDestination(config.logging.bufferBytes, metrics))
     const store = await openStore(config, (message) => logger.warn(message))
     const kept: AcrossReloads = {
       storeCalls: new StoreCallFailures((failure) => logger.warn(failure, 'store call failed; the failure policy decides')),
@@ -546,6 +546,7 @@ export class Gateway {
       ...(tlsSwitch ? ['server.tls'] : []),
       ...(!tlsSwitch && (config.server.tls?.http2 ?? false) !== http2 ? ['server.tls.http2'] : []),
       ...(changed(config.admin.listen, current.config.admin.listen) ? ['admin.listen'] : []),
+      ...(config.logging.bufferBytes !== current.config.logging.bufferBytes ? ['logging.bufferBytes'] : []),
     ]
     const sameStore = !changed([config.store, config.prefix], [current.config.store, current.config.prefix])
     let store = current.store
@@ -582,7 +583,7 @@ export class Gateway {
     // Keep listeners and timeouts as they are: changing them needs a restart. The TLS pair is the renewed one, if any.
     const tlsFrom = renewTls ? config : current.config
     const tlsFiles = tlsFrom.server.tls === undefined ? undefined : { ...tlsFrom.server.tls, http2 }
-    next.config = { ...next.config, server: { ...current.config.server, tls: tlsFiles, connections: config.server.connections }, admin: { ...next.config.admin, listen: current.config.admin.listen }, tls: tlsFrom.tls }
+    next.config = { ...next.config, server: { ...current.config.server, tls: tlsFiles, connections: config.server.connections }, admin: { ...next.config.admin, listen: current.config.admin.listen }, logging: { ...next.config.logging, bufferBytes: current.config.logging.bufferBytes }, tls: tlsFrom.tls }
     this.runtime = next
     this.server.maxConnections = config.server.connections?.max ?? Infinity
     this.metrics.setDurationByRoute(config.admin.durationByRoute)
@@ -704,6 +705,19 @@ export class Gateway {
     this.storeError = error
     this.metrics.storeHealth(this.storeUp)
   }
+}
+
+/**
+ * stdout for the gateway's log, holding at most `bufferBytes` while it takes
+ * nothing (a log reader stalled, a pipe full): pino's own destination holds
+ * every line, and a gateway under attack writes a line per request, so its
+ * memory would grow until the reader came back or the process was killed.
+ * Lines beyond are dropped and counted in sluice_log_lines_dropped_total.
+ */
+function logDestination(bufferBytes: number, metrics: GatewayMetrics): ReturnType<typeof pino.destination> {
+  const destination = pino.destination({ dest: 1, sync: false, maxLength: bufferBytes })
+  destination.on('drop', () => metrics.logLineDropped())
+  return destination
 }
 
 /**

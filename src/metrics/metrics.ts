@@ -27,6 +27,7 @@ export class GatewayMetrics {
   private readonly tunnels: Gauge<'route'>
   private readonly upstreamHealthy: Gauge<'route' | 'upstream'>
   private readonly connectionsRefused: Counter<'cap'>
+  private readonly logLinesDropped: Counter
   /** Reads how many client connections are open (the gateway's listener says, when scraped). */
   private openConnections: () => Promise<number> = () => Promise.resolve(0)
   /** Requests by route and status. */
@@ -52,6 +53,7 @@ export class GatewayMetrics {
     this.tunnels = new Gauge({ name: 'sluice_tunnels_open', help: 'WebSocket connections joined to their upstream, open now.', labelNames: ['route'], registers })
     this.upstreamHealthy = new Gauge({ name: 'sluice_upstream_healthy', help: "1 while an upstream passes its route's health check, 0 while it fails it (routes with healthCheck only).", labelNames: ['route', 'upstream'], registers })
     this.connectionsRefused = new Counter({ name: 'sluice_connections_refused_total', help: 'Connections closed unanswered as they came, over server.connections: max (all clients) or perClient (one client).', labelNames: ['cap'], registers })
+    this.logLinesDropped = new Counter({ name: 'sluice_log_lines_dropped_total', help: 'Log lines dropped because stdout took none while logging.bufferBytes of them waited (a stalled log reader).', registers })
     const openConnections = () => this.openConnections()
     new Gauge({
       name: 'sluice_connections_open',
@@ -71,6 +73,10 @@ export class GatewayMetrics {
 
   connectionRefused(cap: 'max' | 'perClient'): void {
     this.connectionsRefused.inc({ cap })
+  }
+
+  logLineDropped(): void {
+    this.logLinesDropped.inc()
   }
 
   /** What the limiters report that decisions do not carry. */

@@ -716,6 +716,45 @@ routes:
     }
   })
 
+  it('holds at most logging.bufferBytes of log while stdout takes none: the lines beyond are dropped and counted, and requests go on', async () => {
+    const gateway = await startGateway(`
+server: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0 }
+logging: { level: info, access: true, bufferBytes: 65536 }
+routes:
+  - name: api
+    upstream: ${upstream.url}
+`)
+    try {
+      // The log's reader stalls: the pipe fills, and the gateway's writes find no room.
+      gateway.child.stdout?.pause()
+      const statuses: number[] = []
+      // About 150 bytes a line: 3,000 requests log several times what the pipe, this side's buffer and bufferBytes hold.
+      await Promise.all(Array.from({ length: 20 }, async () => {
+        for (let i = 0; i < 150; i++) {
+          const response = await fetch(`${gateway.url}/hello`)
+          await response.arrayBuffer()
+          statuses.push(response.status)
+        }
+      }))
+      assert.deepEqual([statuses.length, statuses.every((status) => status === 200)], [3000, true])
+      const metrics = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
+      const dropped = Number(/^sluice_log_lines_dropped_total (\d+)$/m.exec(metrics)?.[1])
+      // Before, every line was held, however many, for as long as the reader stalled.
+      assert.ok(dropped > 0 && dropped < 3000, `dropped ${dropped}`)
+      // The reader back: what was held is written (in tries 100 ms apart), and requests are logged again.
+      gateway.child.stdout?.resume()
+      const logged = () => gateway.logs.some((line) => line.msg === 'request' && line.method === 'DELETE')
+      for (let i = 0; i < 50 && !logged(); i++) {
+        await (await fetch(`${gateway.url}/hello`, { method: 'DELETE' })).arrayBuffer()
+        await sleep(100)
+      }
+      assert.equal(logged(), true)
+    } finally {
+      await gateway.stop()
+    }
+  })
+
   it('reloads when the file changes', async () => {
     const gateway = await startGateway(config(upstream.url, downPort, 1))
     try {
