@@ -146,7 +146,7 @@ export class RedisStore implements Store {
   private readonly owned: boolean
   private readonly ready: Promise<void>
   private clientTime: boolean
-  private evictionChecked = false
+  private serverChecked = false
   private readonly warn: (message: string) => void
   /** Per-policy script arguments, built once per limiter's policy list. */
   private readonly argsOf = new WeakMap<readonly ResolvedPolicy[], string[]>()
@@ -270,10 +270,10 @@ export class RedisStore implements Store {
       }
       const decisions = decode(reply, batch)
       batch.forEach((pending, i) => pending.resolve(decisions[i] as PolicyDecision[]))
-      if (!this.evictionChecked) {
-        this.evictionChecked = true
+      if (!this.serverChecked) {
+        this.serverChecked = true
         // Advice only: nothing it meets may become an unhandled rejection.
-        this.checkEviction().catch(() => {})
+        this.checkServer().catch(() => {})
       }
     } catch (error) {
       const failure = asStoreFailure(error)
@@ -282,11 +282,20 @@ export class RedisStore implements Store {
   }
 
   /**
-   * A Redis that evicts keys when full drops limiter state as readily as cache
-   * entries: a client's count starts again from zero, and no call fails to say
-   * so. Checked once, when Redis first answers; where INFO is refused, nothing is said.
+   * What a Redis can be set up to do that quietly undoes limits, checked once,
+   * when it first answers; where INFO is refused, nothing is said. A Cluster
+   * node reached as a single server decides the keys of its own slots and
+   * fails the rest with MOVED: a quick try may well not meet one. A Redis that
+   * evicts keys when full drops limiter state as readily as cache entries: a
+   * client's count starts again from zero, and no call fails to say so.
    */
-  private async checkEviction(): Promise<void> {
+  private async checkServer(): Promise<void> {
+    if (!this.runner.cluster) {
+      const cluster = await this.runner.info('cluster').catch(() => undefined)
+      if (typeof cluster === 'string' && /^cluster_enabled:1/m.test(cluster)) {
+        this.warn('sluice: this Redis is a node of a Cluster, reached as a single server: calls on keys whose slots other nodes hold fail (MOVED). Connect to the Cluster as one (the gateway\'s store.cluster, ioredis\'s Redis.Cluster, node-redis\'s createCluster).')
+      }
+    }
     const info = await this.runner.info('memory').catch(() => undefined)
     if (typeof info !== 'string') return
     const maxmemory = Number(/^maxmemory:(\d+)/m.exec(info)?.[1] ?? 0)
