@@ -8,7 +8,7 @@
 import { createPublicKey, type KeyObject } from 'node:crypto'
 import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { warningTo } from '../core/callbacks.ts'
-import { ArgumentError, messageOf } from '../core/errors.ts'
+import { ArgumentError, maskCredentials, messageOf } from '../core/errors.ts'
 import { checkOptions } from '../core/options.ts'
 import { choiceHint } from '../core/suggest.ts'
 import { checkPrefix } from '../limiter/limiter.ts'
@@ -271,6 +271,10 @@ function verificationKey(options: JwtVerifierOptions, jwks: JwksKeys | undefined
     if (typeof options.jwksUrl !== 'string' || !URL.canParse(options.jwksUrl) || !/^https?:$/.test(new URL(options.jwksUrl).protocol)) {
       throw new ArgumentError('jwksUrl', options.jwksUrl, 'must be an http:// or https:// URL')
     }
+    const { username, password } = new URL(options.jwksUrl)
+    if (username !== '' || password !== '') {
+      throw new ArgumentError('jwksUrl', maskCredentials(options.jwksUrl), 'must not carry a user name or password: fetch refuses such a URL, so no key would ever be fetched and no token verify')
+    }
     return (jwks?.url === options.jwksUrl ? jwks : jwksKeys(options.jwksUrl, options.onWarning)).key
   }
   let key: KeyObject
@@ -345,7 +349,7 @@ function outageTolerantJwks(url: URL, warn: (message: string) => void): JWTVerif
     if (failing) return
     failing = true
     const cause = (error as { cause?: unknown } | undefined)?.cause
-    const why = `${messageOf(error)}${cause instanceof Error && !messageOf(error).includes(cause.message) ? ` (${cause.message})` : ''}`
+    const why = maskCredentials(`${messageOf(error)}${cause instanceof Error && !messageOf(error).includes(cause.message) ? ` (${cause.message})` : ''}`)
     warn(lastKeys === undefined
       ? `sluice: the JWKS endpoint ${url.href} failed: ${why}. No keys yet, so bearer tokens are no identity (the next resolver, such as the client IP, keys the request) until it answers; tried again every ${JWKS_RETRY_MS / 1000} s`
       : `sluice: the JWKS endpoint ${url.href} failed: ${why}. Bearer tokens go on verifying with the keys it gave ${Math.round((failedAt - fetchedAt) / 60_000)} min ago; tried again every ${JWKS_RETRY_MS / 1000} s`)

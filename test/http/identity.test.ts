@@ -200,6 +200,11 @@ describe('identity', () => {
       assert.equal(await resolver(request(bearer(good))), 'user:u-1')
       assert.equal(endpoint.fetches, 2)
       assert.match(warnings[1] ?? '', /answers again/)
+      // A URL with a password: fetch refuses it, so no key would ever come. Said at once, the password masked.
+      assert.throws(() => jwtClaim({ jwksUrl: endpoint.url.replace('http://', 'http://reader:hunter2@'), algorithms: ['ES256'] }), (error: Error) => {
+        assert.match(error.message, /^jwksUrl must not carry a user name or password: fetch refuses such a URL, so no key would ever be fetched and no token verify \(got "http:\/\/\*\*\*@127\.0\.0\.1:\d+\/jwks\.json"\)$/)
+        return !error.message.includes('hunter2')
+      })
     } finally {
       endpoint.close()
     }
