@@ -333,7 +333,14 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
       const parts = partsCountingUnder(config, key)
       if (parts.length === 0) out('  no limit of this config counts under keys of this kind')
       for (const { limit, tier, policies } of parts) {
-        const decision = await new Limiter({ policies, prefix, store, blockCache: false }).peek(key)
+        // A read that fails is said to: no fallback's empty count stands in for the quota (a user whose ACL runs no scripts read "full").
+        let failure = ''
+        const observer = { storeCall: (_ms: number, _outcome: string, error?: Error) => { if (error !== undefined) failure = error.message } }
+        const decision = await new Limiter({ policies, prefix, store, blockCache: false, onStoreFailure: 'closed', observer }).peek(key)
+        if (decision.degraded) {
+          err(`sluice inspect: reading ${key} from ${maskCredentials(url)} failed (${decision.reason ?? 'store-error'}): ${failure}`)
+          return 3
+        }
         for (const entry of decision.policies) {
           // A window that has not begun still has a reset ahead; with nothing spent, it is full now.
           const refill = entry.remaining >= entry.limit ? 'full' : `full in ${entry.resetAfterMs} ms`

@@ -77,6 +77,15 @@ interface Runtime {
   fromTrustedProxy: (remoteAddress: string | undefined) => boolean
 }
 
+/** A watched key's quota under one policy, as /status shows it. */
+export interface WatchedQuota {
+  limit: number
+  remaining: number | null
+  resetAfterMs: number | null
+  /** Why remaining is not known: the store's read failed (timeout, store-error, circuit-open). */
+  unread?: string
+}
+
 /** What the runtimes of successive configs share. */
 interface AcrossReloads {
   /** Failing store calls, reported once per failure while it lasts, across a reload too. */
@@ -275,20 +284,28 @@ export class Gateway {
     return this.runtime.routes
   }
 
-  /** Remaining quota of each watched key under each policy that counts under keys of its kind, read without charging. */
-  async watched(): Promise<Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>>> {
+  /**
+   * Remaining quota of each watched key under each policy that counts under
+   * keys of its kind, read without charging; `remaining` and `resetAfterMs`
+   * null, and `unread` why, where the store could not be read.
+   */
+  async watched(): Promise<Record<string, Record<string, WatchedQuota>>> {
     const { config, store } = this.runtime
-    const result: Record<string, Record<string, { limit: number; remaining: number; resetAfterMs: number }>> = {}
+    const result: Record<string, Record<string, WatchedQuota>> = {}
     if (config.admin.watch.length === 0) return result
     const limiterOf = await watchLimiters(this.runtime, store.store)
     for (const key of config.admin.watch) {
-      const perPolicy: Record<string, { limit: number; remaining: number; resetAfterMs: number }> = {}
+      const perPolicy: Record<string, WatchedQuota> = {}
       const limiters = partsCountingUnder(config, key).map(({ policies }) => limiterOf.get(policies) as Limiter)
       // A slice of peeks at a time: Redis answers them together, and requests are served between slices of the memory store's.
       for (let from = 0; from < limiters.length; from += ITEMS_PER_SLICE) {
         if (from > 0) await letIoIn()
         for (const decision of await Promise.all(limiters.slice(from, from + ITEMS_PER_SLICE).map((limiter) => limiter.peek(key)))) {
-          for (const entry of decision.policies) perPolicy[entry.policy] = { limit: entry.limit, remaining: entry.remaining, resetAfterMs: entry.resetAfterMs }
+          for (const entry of decision.policies) {
+            perPolicy[entry.policy] = decision.degraded
+              ? { limit: entry.limit, remaining: null, resetAfterMs: null, unread: decision.reason ?? 'store-error' }
+              : { limit: entry.limit, remaining: entry.remaining, resetAfterMs: entry.resetAfterMs }
+          }
         }
       }
       result[key] = perPolicy
@@ -982,7 +999,8 @@ function watchLimiters(runtime: Runtime, store: Store): Promise<Map<Policy[], Li
   let limiters = watchCache.get(runtime)
   if (limiters === undefined) {
     const prefix = httpStatePrefix(runtime.config.prefix)
-    limiters = mapInSlices(runtime.config.limitsResolved, (limit) => [...limit.policies.values()].map((policies) => [policies, new Limiter({ policies, prefix, store, blockCache: false })] as const))
+    // A store that cannot be read leaves a quota unknown: no fallback's empty count stands in for it.
+    limiters = mapInSlices(runtime.config.limitsResolved, (limit) => [...limit.policies.values()].map((policies) => [policies, new Limiter({ policies, prefix, store, blockCache: false, onStoreFailure: 'closed' })] as const))
       .then((perLimit) => new Map(perLimit.flat()))
     watchCache.set(runtime, limiters)
   }

@@ -168,6 +168,13 @@ describe('gateways on a shared Redis (real redis-server)', () => {
     await redis.client().acl('SETUSER', 'no-scan', 'on', '>no-scan-password', '~*', '+@all', '-scan')
     const refusedRead = await runCli(['inspect', '--redis', `redis://no-scan:no-scan-password@127.0.0.1:${redis.port}`, 'user:bob'])
     assert.deepEqual([refusedRead.code, refusedRead.stderr.trim()], [3, `sluice inspect: reading user:bob from redis://***@127.0.0.1:${redis.port} failed: NOPERM this user has no permissions to run the 'scan' command`])
+    // A user who may read keys and run no script: through the config, each quota is read by one. Before, the
+    // limiter's fallback answered instead, and a spent quota read as full ("40/40 left"), exit 0.
+    await redis.client().acl('SETUSER', 'reader', 'on', '>reader-password', '~*', '+@read', '+@connection', '+info')
+    const unscripted = await runCli(['inspect', '--redis', `redis://reader:reader-password@127.0.0.1:${redis.port}`, '--config', dir, 'ip:127.0.0.1'], { JWT_SECRET: SECRET })
+    assert.equal(unscripted.code, 3, unscripted.stdout)
+    assert.match(unscripted.stderr, new RegExp(`^sluice inspect: reading ip:127\\.0\\.0\\.1 from redis://\\*\\*\\*@127\\.0\\.0\\.1:${redis.port} failed \\(store-error\\): NOPERM this user has no permissions to run the 'eval(sha)?' command`))
+    assert.doesNotMatch(unscripted.stdout, /left/)
     // A policy's block shows beside its state, with when it ends. (A bucket's state lasts until it is full
     // again, 60 s on; a fixed window's ends with its window, which may be the next second.)
     const limiter = new Limiter({ policies: { algorithm: 'token-bucket', capacity: 1, refillTokens: 1, refillIntervalMs: 60_000, blockMs: 600_000, name: 'login' }, prefix: 'gw-test:http', store: new RedisStore({ client: redis.client() }) })
@@ -308,7 +315,7 @@ routes:
     const deadPort = await freePort()
     const yaml = (store: string) => `
 server: { listen: 127.0.0.1:0 }
-admin: { listen: 127.0.0.1:0 }
+admin: { listen: 127.0.0.1:0, watch: [ip:127.0.0.1] }
 store: ${store}
 logging: { level: info, access: false }
 routes:
@@ -318,8 +325,10 @@ routes:
       - policies: { algorithm: fixed-window, name: hourly, limit: 3, windowMs: 3600000 }
 `
     const gateway = await startGateway(yaml(`{ type: redis, url: "redis://127.0.0.1:${deadPort}", onFailure: closed }`))
+    let watched: object | undefined
     const health = async () => {
-      const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { store: { type: string; up: boolean; error?: string } }
+      const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { store: { type: string; up: boolean; error?: string }; watched: Record<string, Record<string, object>> }
+      watched = status.watched['ip:127.0.0.1']?.hourly
       const metrics = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
       return { ready: (await fetch(`${gateway.adminUrl}/readyz`)).status, type: status.store.type, up: status.store.up, error: status.store.error, gauge: /^sluice_store_up (\d)$/m.exec(metrics)?.[1] }
     }
@@ -331,10 +340,14 @@ routes:
     }
     try {
       assert.deepEqual(await health(), { ready: 503, type: `redis 127.0.0.1:${deadPort}`, up: false, error: (await health()).error, gauge: '0' })
+      // A quota the store cannot be asked for is not known; before, a fallback's empty count said it was full.
+      assert.deepEqual(watched, { limit: 3, remaining: null, resetAfterMs: null, unread: 'store-error' })
       // Before, the memory store (it has no PING) inherited the dead Redis's word for good: up false, the gauge at 0.
       await reload('{ type: memory }')
       assert.deepEqual(await health(), { ready: 200, type: 'memory', up: true, error: undefined, gauge: '1' })
       assert.equal((await fetch(`${gateway.url}/hello`)).status, 200)
+      await health()
+      assert.deepEqual(watched, { ...watched, limit: 3, remaining: 2 })
       await reload(`{ type: redis, url: "redis://127.0.0.1:${deadPort}", onFailure: closed }`)
       const down = await health()
       assert.deepEqual([down.ready, down.up, down.gauge], [503, false, '0'])
