@@ -925,10 +925,12 @@ routes:${routes.join('')}
       assert.equal(status, 429)
       await sleep(300)
       assert.deepEqual(gateway.logs.filter((l) => l.msg === 'request' && l.status === 429), [])
-      gateway.writeConfig(config(upstream.url, downPort, 1))
+      // Back to info, with a log buffer of another size: that one takes a restart, and the reload says so.
+      gateway.writeConfig(config(upstream.url, downPort, 1).replace('logging: { level: info }', 'logging: { level: info, bufferBytes: 1048576 }'))
       gateway.child.kill('SIGHUP')
       // Only this reload says so: the one to warn was made at warn.
-      await gateway.waitForLog((l) => l.msg === 'config reloaded')
+      const reloaded = await gateway.waitForLog((l) => l.msg === 'config reloaded')
+      assert.deepEqual(reloaded.needsRestart, ['logging.bufferBytes'])
       assert.equal((await get(`${gateway.url}/api/hello`, { 'x-api-key': 'w' })).status, 429)
       await gateway.waitForLog((l) => l.msg === 'request' && l.status === 429)
     } finally {
