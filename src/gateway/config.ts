@@ -5,7 +5,7 @@
  * validation and the checks below. A wrong file is refused with
  * every problem listed, each as `path: problem (line N)`.
  */
-import { createHash } from 'node:crypto'
+import { createHash, X509Certificate } from 'node:crypto'
 import { dirname, resolve } from 'node:path'
 import { createSecureContext } from 'node:tls'
 import { isUtf8 } from 'node:buffer'
@@ -645,7 +645,7 @@ function valuesHeld(doc: Document): number {
 }
 
 /** What a valid config may not mean to do: logged at start and reload, printed by check-config. */
-export function configWarnings(config: GatewayConfig): string[] {
+export function configWarnings(config: GatewayConfig, now = Date.now()): string[] {
   const warnings: string[] = []
   if (config.identity.apiKey !== undefined && config.apiKeys === undefined) {
     warnings.push('identity.apiKey has no keys or keysFile: any value a client sends is an API key with a quota of its own, so a client can make up a new key per request. List the keys, or key the limits that stop abuse by ip.')
@@ -661,7 +661,33 @@ export function configWarnings(config: GatewayConfig): string[] {
   if (tierFrom !== undefined && typeof tierFrom === 'object' && 'header' in tierFrom && !behindProxy) {
     warnings.push(`tiers.from.header: clients reach this gateway directly (identity.clientIp.trustProxy is not set), so any client can choose its tier by sending ${tierFrom.header}. Take the tier from a verified claim (tiers.from.jwtClaim), or set trustProxy for the proxy that writes the header.`)
   }
+  const validity = config.tls === undefined ? undefined : certificateValidity(config.tls.cert, now)
+  if (validity !== undefined) warnings.push(`server.tls.cert ${validity}`)
   return warnings
+}
+
+/** Within this long of its end, a certificate is said to be ending. */
+const CERTIFICATE_WARNING_MS = 14 * 86_400_000
+
+/**
+ * What to say of the served certificate's dates: clients refuse one that has
+ * expired or is not yet valid, and nothing else the gateway does says why.
+ * Undefined while it is valid for a while yet, or where it cannot be read.
+ */
+function certificateValidity(pem: Buffer, now: number): string | undefined {
+  let certificate: X509Certificate
+  try {
+    certificate = new X509Certificate(pem)
+  } catch {
+    return undefined
+  }
+  const from = Date.parse(certificate.validFrom)
+  const to = Date.parse(certificate.validTo)
+  const day = (time: number) => new Date(time).toISOString().slice(0, 10)
+  if (to <= now) return `expired on ${day(to)} (${certificate.subject.replace(/\n/g, ', ')}): clients refuse the connection. Renew it; saving the files reloads it.`
+  if (from > now) return `is not valid until ${day(from)}: clients refuse the connection until then (a clock behind, on this host or theirs?).`
+  if (to - now <= CERTIFICATE_WARNING_MS) return `expires on ${day(to)}, in ${Math.ceil((to - now) / 86_400_000)} day(s): renew it; saving the files reloads it.`
+  return undefined
 }
 
 /**

@@ -141,6 +141,7 @@ export class Gateway {
     this.metrics = metrics
     this.runtime = runtime
     this.logger = logger
+    metrics.servedCertificate(runtime.config.tls?.cert)
     const { server: serverConfig } = runtime.config
     this.agent = createAgent(serverConfig.timeouts.keepAliveMs)
     const listener = (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res) }
@@ -602,6 +603,7 @@ export class Gateway {
     const tlsFiles = tlsFrom.server.tls === undefined ? undefined : { ...tlsFrom.server.tls, http2 }
     next.config = { ...next.config, server: { ...current.config.server, tls: tlsFiles, connections: config.server.connections }, admin: { ...next.config.admin, listen: current.config.admin.listen }, logging: { ...next.config.logging, bufferBytes: current.config.logging.bufferBytes }, tls: tlsFrom.tls }
     this.runtime = next
+    this.metrics.servedCertificate(next.config.tls?.cert)
     this.server.maxConnections = config.server.connections?.max ?? Infinity
     this.metrics.setDurationByRoute(config.admin.durationByRoute)
     // The level of a logger the gateway made follows the file; one passed in is its owner's to set.

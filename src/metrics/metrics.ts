@@ -5,6 +5,7 @@
  * the config, outcomes and reasons from fixed sets; no key, path or client
  * ever becomes a label.
  */
+import { X509Certificate } from 'node:crypto'
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { Decision } from '../core/types.ts'
@@ -28,6 +29,7 @@ export class GatewayMetrics {
   private readonly upstreamHealthy: Gauge<'route' | 'upstream'>
   private readonly connectionsRefused: Counter<'cap'>
   private readonly logLinesDropped: Counter
+  private readonly certificateExpiry: Gauge
   /** Reads how many client connections are open (the gateway's listener says, when scraped). */
   private openConnections: () => Promise<number> = () => Promise.resolve(0)
   /** Requests by route and status. */
@@ -53,6 +55,7 @@ export class GatewayMetrics {
     this.tunnels = new Gauge({ name: 'sluice_tunnels_open', help: 'WebSocket connections joined to their upstream, open now.', labelNames: ['route'], registers })
     this.upstreamHealthy = new Gauge({ name: 'sluice_upstream_healthy', help: "1 while an upstream passes its route's health check, 0 while it fails it (routes with healthCheck only).", labelNames: ['route', 'upstream'], registers })
     this.connectionsRefused = new Counter({ name: 'sluice_connections_refused_total', help: 'Connections closed unanswered as they came, over server.connections: max (all clients) or perClient (one client).', labelNames: ['cap'], registers })
+    this.certificateExpiry = new Gauge({ name: 'sluice_tls_certificate_expiry_timestamp_seconds', help: 'When the certificate the gateway serves expires (its notAfter), as a Unix time; absent without server.tls.', registers })
     this.logLinesDropped = new Counter({ name: 'sluice_log_lines_dropped_total', help: 'Log lines dropped because stdout took none while logging.bufferBytes of them waited (a stalled log reader).', registers })
     const openConnections = () => this.openConnections()
     new Gauge({
@@ -77,6 +80,15 @@ export class GatewayMetrics {
 
   logLineDropped(): void {
     this.logLinesDropped.inc()
+  }
+
+  /** The served certificate's notAfter (PEM; the first of a chain is the server's), or none. */
+  servedCertificate(pem: Buffer | undefined): void {
+    this.certificateExpiry.reset()
+    if (pem === undefined) return
+    try {
+      this.certificateExpiry.set(Date.parse(new X509Certificate(pem).validTo) / 1000)
+    } catch { /* a pair node serves reads as a certificate; nothing to show otherwise */ }
   }
 
   /** What the limiters report that decisions do not carry. */

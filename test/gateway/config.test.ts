@@ -687,6 +687,17 @@ routes:
     assert.deepEqual(configWarnings(behindProxy), [])
   })
 
+  it('warns of a served certificate that has expired, is not valid yet, or ends within 14 days: clients refuse it, and nothing else says why', async () => {
+    const tls = new URL('../support/tls/', import.meta.url).pathname
+    const limit = '      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }'
+    const config = await parseConfig(minimal(limit, `server: { listen: 127.0.0.1:0, tls: { cert: ${tls}server.pem, key: ${tls}server.key } }`), 'test.yaml', {})
+    // The test certificate is valid from 2026-11-28 23:20:49 to 2126-11-04 23:20:49 (UTC).
+    assert.deepEqual(configWarnings(config, Date.parse('2030-01-01T00:00:00Z')), [])
+    assert.deepEqual(configWarnings(config, Date.parse('2126-10-30T00:00:00Z')), ['server.tls.cert expires on 2126-11-04, in 6 day(s): renew it; saving the files reloads it.'])
+    assert.deepEqual(configWarnings(config, Date.parse('2126-11-05T00:00:00Z')), ['server.tls.cert expired on 2126-11-04 (CN=127.0.0.1): clients refuse the connection. Renew it; saving the files reloads it.'])
+    assert.deepEqual(configWarnings(config, Date.parse('2026-11-01T00:00:00Z')), ['server.tls.cert is not valid until 2026-11-28: clients refuse the connection until then (a clock behind, on this host or theirs?).'])
+  })
+
   it('warns of a trustProxy that trusts every address: the client then writes its own key', async () => {
     const limit = '      - policies: { algorithm: fixed-window, limit: 5, windowMs: 1000 }'
     const warned = async (trustProxy: string) => configWarnings(await parseConfig(minimal(limit, `identity: { clientIp: { trustProxy: ${trustProxy} } }`), 'test.yaml', {}))

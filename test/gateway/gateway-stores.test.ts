@@ -149,12 +149,14 @@ ${route(upstream.url, 3)}`)
 
   it('serves HTTPS from the PEM files in server.tls; a renewed certificate applies when its files change, a mismatched pair is refused', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-tls-'))
-    const makePair = (name: string) => {
-      const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
+    const makePair = (name: string, days = 1) => {
+      const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', String(days), '-subj', '/CN=127.0.0.1',
         '-keyout', join(dir, `${name}key.pem`), '-out', join(dir, `${name}cert.pem`)], { encoding: 'utf8' })
       assert.equal(made.status, 0, made.stderr)
       return new X509Certificate(readFileSync(join(dir, `${name}cert.pem`))).fingerprint256
     }
+    const notAfter = (name: string) => Date.parse(new X509Certificate(readFileSync(join(dir, `${name}cert.pem`))).validTo) / 1000
+    const expiryGauge = async (adminUrl: string) => Number(/^sluice_tls_certificate_expiry_timestamp_seconds (\S+)$/m.exec(await (await fetch(`${adminUrl}/metrics`)).text())?.[1])
     const served = async (url: string) => {
       const socket = connect({ host: '127.0.0.1', port: Number(new URL(url).port), rejectUnauthorized: false })
       await once(socket, 'secureConnect')
@@ -176,9 +178,12 @@ ${route(upstream.url)}`)
         assert.equal(((await response.json()) as { forwardedProto: string }).forwardedProto, 'https')
         await dispatcher.close()
         assert.equal(await served(gateway.url), first)
+        // When the served certificate ends, for an alert ahead of it; and, a day from its end, said in the log.
+        assert.equal(await expiryGauge(gateway.adminUrl), notAfter(''))
+        assert.match(String(gateway.logs.find((l) => l.level === 40 && /server\.tls\.cert/.test(String(l.msg)))?.msg), /^server\.tls\.cert expires on \d{4}-\d\d-\d\d, in 1 day\(s\): renew it; saving the files reloads it\.$/)
 
         // Half a renewal: the new certificate beside the old key. Refused by name; the running pair stays.
-        const renewed = makePair('new-')
+        const renewed = makePair('new-', 30)
         writeFileSync(join(dir, 'cert.pem'), readFileSync(join(dir, 'new-cert.pem')))
         const refused = await gateway.waitForLog((l) => l.msg === 'config refused; the running config stays')
         assert.match(String((refused.problems as string[])[0]), /^server\.tls: the cert and key files cannot serve TLS: .*key values mismatch/)
@@ -188,6 +193,7 @@ ${route(upstream.url)}`)
         const reloaded = await gateway.waitForLog((l) => l.msg === 'config reloaded')
         assert.equal(reloaded.needsRestart, undefined)
         assert.equal(await served(gateway.url), renewed)
+        assert.equal(await expiryGauge(gateway.adminUrl), notAfter('new-'))
         assert.equal((await undiciFetch(`${gateway.url}/hello`, { dispatcher: new Agent({ connect: { rejectUnauthorized: false } }) })).status, 200)
       } finally {
         await gateway.stop()

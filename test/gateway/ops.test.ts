@@ -36,7 +36,7 @@ describe('ops: alert rules and dashboard', () => {
       assert.equal(test.status, 0, test.stdout + test.stderr)
     }
     const names = rules.map((r) => r.alert)
-    assert.deepEqual(names, ['SluiceHighRejectionRatio', 'SluiceRejectionSpike', 'SluiceStoreDown', 'SluiceDegraded', 'SluiceStoreErrors', 'SluiceRefundsDropped', 'SluiceUpstreamUnhealthy', 'SluiceNoHealthyUpstream', 'SluiceLogLinesDropped'])
+    assert.deepEqual(names, ['SluiceHighRejectionRatio', 'SluiceRejectionSpike', 'SluiceStoreDown', 'SluiceDegraded', 'SluiceStoreErrors', 'SluiceRefundsDropped', 'SluiceUpstreamUnhealthy', 'SluiceNoHealthyUpstream', 'SluiceLogLinesDropped', 'SluiceCertificateExpiring'])
     for (const rule of rules) {
       assert.ok(rule.expr.trim() !== '', `${rule.alert} has an expression`)
       assert.match(rule.for ?? '', /^\d+[smh]$/, `${rule.alert} has a duration`)
