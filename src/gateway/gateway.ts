@@ -628,11 +628,14 @@ export class Gateway {
    */
   private checkUpstreams(runtime: Runtime, previous?: Runtime): void {
     this.metrics.forgetUpstreamHealth()
+    const previousRoutes = new Map(previous?.routes.map((route) => [route.config.name, route]))
     for (const route of runtime.routes) {
+      const name = route.config.name
+      const before = previousRoutes.get(name)
+      // One refusing connections stays passed over: a reload is no reason to try it again.
+      if (before !== undefined) route.upstreams.inheritPassedOver(before.upstreams)
       const check = route.config.healthCheck
       if (check === undefined) continue
-      const name = route.config.name
-      const before = previous?.routes.find((candidate) => candidate.config.name === name)
       if (before !== undefined && before.config.healthCheck?.path === check.path) route.upstreams.inheritHealth(before.upstreams)
       route.upstreams.startHealthChecks(check, this.agent, (upstream, healthy, reason) => {
         this.metrics.upstreamHealth(name, upstream, healthy)

@@ -152,6 +152,12 @@ export class Upstreams {
     for (const base of this.bases) base.healthy = known.get(urlOf(base)) ?? true
   }
 
+  /** Takes over until when `previous` passes over each upstream both list (one refusing connections, or dropping them unanswered). */
+  inheritPassedOver(previous: Upstreams): void {
+    const known = new Map(previous.bases.map((base) => [urlOf(base), base.downUntil]))
+    for (const base of this.bases) base.downUntil = known.get(urlOf(base)) ?? 0
+  }
+
   /** Stops the health checks (a reload replaced the route, or the gateway is closing). */
   stop(): void {
     clearInterval(this.checking)

@@ -4,6 +4,7 @@
  * failing, their connections dropped).
  */
 import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
 import { createServer, request as httpRequest, type Server } from 'node:http'
 import { connect, type AddressInfo } from 'node:net'
 import { after, before, describe, it } from 'node:test'
@@ -217,6 +218,12 @@ ${['pool', 'post', 'patch', 'put'].map((name) => `
     const status = await (await fetch(`${gateway.adminUrl}/status`)).json() as { routes: Array<{ name: string; upstreams: Array<{ url: string; passedOverUntil?: string }> }> }
     const passedOver = status.routes.flatMap((route) => route.upstreams.filter((upstream) => upstream.passedOverUntil !== undefined).map((upstream) => `${route.name} ${upstream.url}`))
     assert.deepEqual(passedOver, ['pool', 'post', 'patch', 'put'].map((route) => `${route} ${a.url}`))
+    // A reload keeps them passed over: before, each route's next request went to a again.
+    const since = gateway.logs.length
+    gateway.writeConfig(`${readFileSync(gateway.file, 'utf8')}\n# saved again\n`)
+    await gateway.waitForLog((line) => gateway.logs.indexOf(line) >= since && line.msg === 'config reloaded')
+    const afterReload = await (await fetch(`${gateway.adminUrl}/status`)).json() as typeof status
+    assert.deepEqual(afterReload.routes.flatMap((route) => route.upstreams.filter((upstream) => upstream.passedOverUntil !== undefined).map((upstream) => `${route.name} ${upstream.url}`)), passedOver)
     // With no other upstream to go to, it is a 502 (after a second try on a new connection) that says what happened, and the upstream is not shown passed over.
     const alone = await fetch(`${gateway.url}/alone/x`)
     assert.equal(alone.status, 502)
