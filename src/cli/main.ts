@@ -338,7 +338,7 @@ async function inspect(args: readonly string[], out: Out, err: Out): Promise<num
         const observer = { storeCall: (_ms: number, _outcome: string, error?: Error) => { if (error !== undefined) failure = error.message } }
         const decision = await new Limiter({ policies, prefix, store, blockCache: false, onStoreFailure: 'closed', observer }).peek(key)
         if (decision.degraded) {
-          err(`sluice inspect: reading ${key} from ${maskCredentials(url)} failed (${decision.reason ?? 'store-error'}): ${failure}`)
+          err(`sluice inspect: reading ${key} from ${maskCredentials(url)} failed (${decision.reason ?? 'store-error'}): ${failure === '' ? 'the store could not be read' : failure}`)
           return 3
         }
         for (const entry of decision.policies) {

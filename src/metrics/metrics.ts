@@ -88,7 +88,7 @@ export class GatewayMetrics {
     if (pem === undefined) return
     try {
       this.certificateExpiry.set(Date.parse(new X509Certificate(pem).validTo) / 1000)
-    } catch { /* a pair node serves reads as a certificate; nothing to show otherwise */ }
+    } catch { /* not a certificate node can read: the gauge stays absent, as without server.tls */ }
   }
 
   /** What the limiters report that decisions do not carry. */
