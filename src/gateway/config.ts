@@ -666,6 +666,19 @@ export function configWarnings(config: GatewayConfig, now = Date.now()): string[
   return warnings
 }
 
+/**
+ * When a PEM certificate (the first of a chain: the server's own) is valid,
+ * in epoch ms, and whom it names; undefined where it cannot be read.
+ */
+export function certificateDates(pem: Buffer): { from: number; to: number; subject: string } | undefined {
+  try {
+    const certificate = new X509Certificate(pem)
+    return { from: Date.parse(certificate.validFrom), to: Date.parse(certificate.validTo), subject: certificate.subject.replace(/\n/g, ', ') }
+  } catch {
+    return undefined
+  }
+}
+
 /** Within this long of its end, a certificate is said to be ending. */
 const CERTIFICATE_WARNING_MS = 14 * 86_400_000
 
@@ -675,16 +688,11 @@ const CERTIFICATE_WARNING_MS = 14 * 86_400_000
  * Undefined while it is valid for a while yet, or where it cannot be read.
  */
 function certificateValidity(pem: Buffer, now: number): string | undefined {
-  let certificate: X509Certificate
-  try {
-    certificate = new X509Certificate(pem)
-  } catch {
-    return undefined
-  }
-  const from = Date.parse(certificate.validFrom)
-  const to = Date.parse(certificate.validTo)
+  const dates = certificateDates(pem)
+  if (dates === undefined) return undefined
+  const { from, to, subject } = dates
   const day = (time: number) => new Date(time).toISOString().slice(0, 10)
-  if (to <= now) return `expired on ${day(to)} (${certificate.subject.replace(/\n/g, ', ')}): clients refuse the connection. Renew it; saving the files reloads it.`
+  if (to <= now) return `expired on ${day(to)} (${subject}): clients refuse the connection. Renew it; saving the files reloads it.`
   if (from > now) return `is not valid until ${day(from)}: clients refuse the connection until then (a clock behind, on this host or theirs?).`
   if (to - now <= CERTIFICATE_WARNING_MS) return `expires on ${day(to)}, in ${Math.ceil((to - now) / 86_400_000)} day(s): renew it; saving the files reloads it.`
   return undefined

@@ -30,7 +30,7 @@ import { StoreCallFailures, type LatestStoreFailure } from '../limiter/store-fai
 import { GatewayMetrics } from '../metrics/metrics.ts'
 import type { DecisionOutcome } from '../metrics/tally.ts'
 import type { Store } from '../stores/store.ts'
-import { clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfigOffThread, type GatewayConfig, type ResolvedLimit } from './config.ts'
+import { certificateDates, clientIpOptions, ConfigError, configWarnings, jwtOptions, loadConfigOffThread, type GatewayConfig, type ResolvedLimit } from './config.ts'
 import type { IdentityKind, RouteConfig } from './config-schema.ts'
 import { createAdminServer } from './admin.ts'
 import { connectionTokens, createAgent, HOP_BY_HOP, forward, pathRewriter, respond, Upstreams, type PathRewrite, type Upgrade, type UpstreamFailure } from './proxy.ts'
@@ -141,7 +141,7 @@ export class Gateway {
     this.metrics = metrics
     this.runtime = runtime
     this.logger = logger
-    metrics.servedCertificate(runtime.config.tls?.cert)
+    metrics.servedCertificate(certificateEnd(runtime.config))
     const { server: serverConfig } = runtime.config
     this.agent = createAgent(serverConfig.timeouts.keepAliveMs)
     const listener = (req: IncomingMessage, res: ServerResponse) => { void this.handle(req, res) }
@@ -603,7 +603,7 @@ export class Gateway {
     const tlsFiles = tlsFrom.server.tls === undefined ? undefined : { ...tlsFrom.server.tls, http2 }
     next.config = { ...next.config, server: { ...current.config.server, tls: tlsFiles, connections: config.server.connections }, admin: { ...next.config.admin, listen: current.config.admin.listen }, logging: { ...next.config.logging, bufferBytes: current.config.logging.bufferBytes }, tls: tlsFrom.tls }
     this.runtime = next
-    this.metrics.servedCertificate(next.config.tls?.cert)
+    this.metrics.servedCertificate(certificateEnd(next.config))
     this.server.maxConnections = config.server.connections?.max ?? Infinity
     this.metrics.setDurationByRoute(config.admin.durationByRoute)
     // The level of a logger the gateway made follows the file; one passed in is its owner's to set.
@@ -727,6 +727,11 @@ export class Gateway {
     this.storeError = error
     this.metrics.storeHealth(this.storeUp)
   }
+}
+
+/** When the certificate a config serves ends, epoch ms; undefined without `server.tls`. */
+function certificateEnd(config: GatewayConfig): number | undefined {
+  return config.tls === undefined ? undefined : certificateDates(config.tls.cert)?.to
 }
 
 /**

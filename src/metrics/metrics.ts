@@ -5,7 +5,6 @@
  * the config, outcomes and reasons from fixed sets; no key, path or client
  * ever becomes a label.
  */
-import { X509Certificate } from 'node:crypto'
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import type { LimiterObserver } from '../limiter/limiter.ts'
 import type { Decision } from '../core/types.ts'
@@ -82,13 +81,10 @@ export class GatewayMetrics {
     this.logLinesDropped.inc()
   }
 
-  /** The served certificate's notAfter (PEM; the first of a chain is the server's), or none. */
-  servedCertificate(pem: Buffer | undefined): void {
+  /** When the served certificate ends (epoch ms), or undefined without one: the gauge is then absent. */
+  servedCertificate(expiresAt: number | undefined): void {
     this.certificateExpiry.reset()
-    if (pem === undefined) return
-    try {
-      this.certificateExpiry.set(Date.parse(new X509Certificate(pem).validTo) / 1000)
-    } catch { /* not a certificate node can read: the gauge stays absent, as without server.tls */ }
+    if (expiresAt !== undefined) this.certificateExpiry.set(expiresAt / 1000)
   }
 
   /** What the limiters report that decisions do not carry. */
